@@ -1,0 +1,109 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+)
+
+func checkConv(op string, dst, x, w gpu.Tensor, p gpu.ConvParams, cin, cout int) {
+	if p.K < 1 || p.Stride < 1 || p.Dilation < 1 || p.Groups < 1 || cin%p.Groups != 0 || cout%p.Groups != 0 || p.PadLeft < 0 {
+		panic(fmt.Sprintf("cpu: %s params %+v for %d->%d channels", op, p, cin, cout))
+	}
+	if dst.Buf == x.Buf {
+		panic(fmt.Sprintf("cpu: %s dst aliases x", op))
+	}
+}
+
+// Conv1D implements gpu.Queue.
+func (q *Queue) Conv1D(dst, x, w, bias gpu.Tensor, p gpu.ConvParams) {
+	cin, cout := x.Cols, dst.Cols
+	checkConv("conv1d", dst, x, w, p, cin, cout)
+	cg := cin / p.Groups // input channels per group
+	og := cout / p.Groups
+	if w.Rows != cout || w.Cols != cg*p.K {
+		panic(fmt.Sprintf("cpu: conv1d weight %v for %d->%d k %d groups %d", w, cin, cout, p.K, p.Groups))
+	}
+	ws := weightF32(w)
+	var bs []float32
+	if !bias.IsNil() {
+		bs = vector(bias, cout)
+	}
+	xs, ds := f32s(x), f32s(dst)
+	Tin := x.Rows
+	q.dev.pool.For(dst.Rows, 1, func(lo, hi int) {
+		col := make([]float32, cg*p.K)
+		for t := lo; t < hi; t++ {
+			out := ds[t*dst.Stride : t*dst.Stride+cout]
+			for g := 0; g < p.Groups; g++ {
+				for k := 0; k < p.K; k++ {
+					src := t*p.Stride + k*p.Dilation - p.PadLeft
+					for c := 0; c < cg; c++ {
+						var v float32
+						if src >= 0 && src < Tin {
+							v = xs[src*x.Stride+g*cg+c]
+						}
+						col[c*p.K+k] = v
+					}
+				}
+				for o := g * og; o < (g+1)*og; o++ {
+					s := dot(ws[o*cg*p.K:(o+1)*cg*p.K], col)
+					if bs != nil {
+						s += bs[o]
+					}
+					out[o] = s
+				}
+			}
+		}
+	})
+}
+
+// ConvTranspose1D implements gpu.Queue.
+func (q *Queue) ConvTranspose1D(dst, x, w, bias gpu.Tensor, p gpu.ConvParams) {
+	cin, cout := x.Cols, dst.Cols
+	checkConv("convtranspose1d", dst, x, w, p, cin, cout)
+	cg := cin / p.Groups
+	og := cout / p.Groups
+	if w.Rows != cin || w.Cols != og*p.K {
+		panic(fmt.Sprintf("cpu: convtranspose1d weight %v for %d->%d k %d groups %d", w, cin, cout, p.K, p.Groups))
+	}
+	ws := weightF32(w)
+	var bs []float32
+	if !bias.IsNil() {
+		bs = vector(bias, cout)
+	}
+	xs, ds := f32s(x), f32s(dst)
+	Tin := x.Rows
+	q.dev.pool.For(dst.Rows, 1, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			u := r + p.PadLeft // row of the full output
+			out := ds[r*dst.Stride : r*dst.Stride+cout]
+			for o := range out {
+				if bs != nil {
+					out[o] = bs[o]
+				} else {
+					out[o] = 0
+				}
+			}
+			for k := 0; k < p.K; k++ {
+				if (u-k)%p.Stride != 0 || u-k < 0 {
+					continue
+				}
+				t := (u - k) / p.Stride
+				if t >= Tin {
+					continue
+				}
+				xr := xs[t*x.Stride : t*x.Stride+cin]
+				for o := 0; o < cout; o++ {
+					g := o / og
+					oi := o % og
+					var s float32
+					for c := 0; c < cg; c++ {
+						s += xr[g*cg+c] * ws[(g*cg+c)*og*p.K+oi*p.K+k]
+					}
+					out[o] += s
+				}
+			}
+		}
+	})
+}

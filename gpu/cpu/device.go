@@ -1,0 +1,180 @@
+// Package cpu is the CPU backend of package gpu: buffers are Go slices (or
+// zero-copy views of memory-mapped checkpoints) and every op runs eagerly on
+// a worker pool sized to the machine's cores.
+package cpu
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+)
+
+// buffer is the CPU backend's gpu.Buffer: exactly one of the slices is set.
+type buffer struct {
+	dt  gpu.DType
+	f32 []float32
+	u16 []uint16 // BF16 or F16 bit patterns
+	i32 []int32
+}
+
+func (b *buffer) DType() gpu.DType { return b.dt }
+
+func (b *buffer) Len() int {
+	switch b.dt {
+	case gpu.F32:
+		return len(b.f32)
+	case gpu.BF16, gpu.F16:
+		return len(b.u16)
+	case gpu.I32:
+		return len(b.i32)
+	}
+	return 0
+}
+
+// Device is the CPU device.
+type Device struct {
+	pool *pool
+	name string
+	mu   sync.Mutex
+	shut bool
+}
+
+var _ gpu.Device = (*Device)(nil)
+
+// New returns a CPU device whose worker pool has workers goroutines
+// (runtime.NumCPU() when workers ≤ 0).
+func New(workers int) *Device {
+	if workers <= 0 {
+		workers = runtime.NumCPU()
+	}
+	return &Device{
+		pool: newPool(workers),
+		name: fmt.Sprintf("cpu (%d workers, %s)", workers, kernelName()),
+	}
+}
+
+// Name implements gpu.Device.
+func (d *Device) Name() string { return d.name }
+
+// Workers returns the size of the worker pool.
+func (d *Device) Workers() int { return d.pool.workers }
+
+// Alloc implements gpu.Device.
+func (d *Device) Alloc(dt gpu.DType, rows, cols int) gpu.Tensor {
+	if rows < 0 || cols < 0 {
+		panic(fmt.Sprintf("cpu: alloc [%d,%d]", rows, cols))
+	}
+	n := rows * cols
+	b := &buffer{dt: dt}
+	switch dt {
+	case gpu.F32:
+		b.f32 = make([]float32, n)
+	case gpu.BF16, gpu.F16:
+		b.u16 = make([]uint16, n)
+	case gpu.I32:
+		b.i32 = make([]int32, n)
+	default:
+		panic(fmt.Sprintf("cpu: alloc of %v", dt))
+	}
+	return gpu.Tensor{Buf: b, Rows: rows, Cols: cols, Stride: cols}
+}
+
+// Load implements gpu.Device. The tensor aliases data.
+func (d *Device) Load(dt gpu.DType, rows, cols int, data []byte) (gpu.Tensor, error) {
+	n := rows * cols
+	if rows < 0 || cols < 0 || len(data) != n*dt.Size() {
+		return gpu.Tensor{}, fmt.Errorf("cpu: load %v[%d,%d] from %d bytes", dt, rows, cols, len(data))
+	}
+	b := &buffer{dt: dt}
+	if n > 0 {
+		p := unsafe.Pointer(unsafe.SliceData(data))
+		switch dt {
+		case gpu.F32, gpu.I32:
+			if uintptr(p)%4 != 0 {
+				return gpu.Tensor{}, fmt.Errorf("cpu: load %v: data not 4-byte aligned", dt)
+			}
+			if dt == gpu.F32 {
+				b.f32 = unsafe.Slice((*float32)(p), n)
+			} else {
+				b.i32 = unsafe.Slice((*int32)(p), n)
+			}
+		case gpu.BF16, gpu.F16:
+			if uintptr(p)%2 != 0 {
+				// Misaligned views are legal on amd64 but not portable: copy.
+				b.u16 = make([]uint16, n)
+				for i := range b.u16 {
+					b.u16[i] = uint16(data[2*i]) | uint16(data[2*i+1])<<8
+				}
+			} else {
+				b.u16 = unsafe.Slice((*uint16)(p), n)
+			}
+		default:
+			return gpu.Tensor{}, fmt.Errorf("cpu: load of %v", dt)
+		}
+	}
+	return gpu.Tensor{Buf: b, Rows: rows, Cols: cols, Stride: cols}, nil
+}
+
+// Free implements gpu.Device. Memory returns to the Go heap through the
+// garbage collector; Free drops the buffer's references so that stale views
+// fail loudly.
+func (d *Device) Free(t gpu.Tensor) {
+	if b, ok := t.Buf.(*buffer); ok {
+		b.f32, b.u16, b.i32 = nil, nil, nil
+	}
+}
+
+// NewQueue implements gpu.Device.
+func (d *Device) NewQueue(name string) gpu.Queue { return &Queue{dev: d, name: name} }
+
+// Close implements gpu.Device: it stops the worker pool. Queues of a closed
+// device run their ops on the calling goroutine.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.shut {
+		d.shut = true
+		d.pool.close()
+	}
+	return nil
+}
+
+func buf(t gpu.Tensor) *buffer {
+	b, ok := t.Buf.(*buffer)
+	if !ok {
+		panic(fmt.Sprintf("cpu: tensor %v is not CPU memory", t))
+	}
+	return b
+}
+
+// f32s returns the F32 elements spanned by t (rows at t.Stride).
+func f32s(t gpu.Tensor) []float32 {
+	b := buf(t)
+	if b.dt != gpu.F32 {
+		panic(fmt.Sprintf("cpu: want F32, got %v", t))
+	}
+	if t.Rows == 0 || t.Cols == 0 {
+		return nil
+	}
+	end := t.Off + (t.Rows-1)*t.Stride + t.Cols
+	return b.f32[t.Off:end:end]
+}
+
+func i32s(t gpu.Tensor) []int32 {
+	b := buf(t)
+	if b.dt != gpu.I32 {
+		panic(fmt.Sprintf("cpu: want I32, got %v", t))
+	}
+	if t.Rows == 0 || t.Cols == 0 {
+		return nil
+	}
+	end := t.Off + (t.Rows-1)*t.Stride + t.Cols
+	return b.i32[t.Off:end:end]
+}
+
+// F32 returns the host slice behind an F32 tensor of the CPU backend, for
+// tests and zero-copy hand-offs on the CPU. Rows are t.Stride apart.
+func F32(t gpu.Tensor) []float32 { return f32s(t) }

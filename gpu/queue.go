@@ -1,0 +1,173 @@
+package gpu
+
+// Queue is an in-order command queue and the op set. Every op's first
+// operand is its destination. Unless an op says otherwise, dst may be the
+// same tensor as a source (in place), shapes must match exactly, and
+// activations are F32. A shape or dtype mismatch is a programmer error and
+// panics; numeric problems never do.
+//
+// Ops are grouped by what they do; the set is deliberately small and specific
+// to omni-pipe's networks.
+type Queue interface {
+	// Name is the label given at creation.
+	Name() string
+
+	// Write copies host values into dst (F32 tensor).
+	Write(dst Tensor, src []float32)
+	// WriteInt copies host values into dst (I32 tensor).
+	WriteInt(dst Tensor, src []int32)
+	// Read waits for the queued work and copies src (F32) to the host.
+	Read(dst []float32, src Tensor) error
+	// Copy copies src to dst (same dtype and shape).
+	Copy(dst, src Tensor)
+	// Fill sets every element of dst (F32) to v.
+	Fill(dst Tensor, v float32)
+	// Sync waits until every op submitted so far has finished.
+	Sync() error
+
+	// MatMul computes dst[M,N] = x[M,K] · w[N,K]ᵀ (+ bias[1,N] when bias is
+	// not nil). w is F32, BF16 or F16; x and dst are F32; dst must not alias x.
+	MatMul(dst, x, w, bias Tensor)
+
+	// Add sets dst = a + b.
+	Add(dst, a, b Tensor)
+	// Mul sets dst = a ⊙ b.
+	Mul(dst, a, b Tensor)
+	// AddRow sets dst[r] = a[r] + v[0] for every row (v is [1, Cols], any
+	// float dtype).
+	AddRow(dst, a, v Tensor)
+	// MulRow sets dst[r] = a[r] ⊙ v[0] for every row (v is [1, Cols], any
+	// float dtype).
+	MulRow(dst, a, v Tensor)
+	// Scale sets dst = a · s.
+	Scale(dst, a Tensor, s float32)
+	// RoundBF16 rounds every element of dst to the nearest bfloat16 (ties to
+	// even), keeping it in F32: the rounding a bf16 reference applies when it
+	// stores an activation.
+	RoundBF16(dst Tensor)
+
+	// Act applies an elementwise activation: dst = f(a).
+	Act(dst, a Tensor, f Activation)
+	// GLU sets dst[r] = a[r][:n] ⊙ sigmoid(a[r][n:]) where a has 2n columns
+	// and dst n.
+	GLU(dst, a Tensor)
+
+	// RMSNorm sets dst[r] = a[r] / sqrt(mean(a[r]²) + eps), without a weight
+	// (multiply by one with MulRow).
+	RMSNorm(dst, a Tensor, eps float32)
+	// LayerNorm sets dst[r] = (a[r] − mean) / sqrt(var + eps) · w + b (w, b
+	// are [1, Cols]; b may be nil).
+	LayerNorm(dst, a, w, b Tensor, eps float32)
+	// Softmax normalises every row of dst in place.
+	Softmax(dst Tensor)
+
+	// RoPE rotates dst in place: row r holds heads of size p.HeadDim at
+	// position p.Pos[r].
+	RoPE(dst Tensor, p RoPEParams)
+
+	// Attention computes scaled dot-product attention of the rows of q
+	// against keys k and values v (one row per key position, heads packed in
+	// columns). Query row i sits at position p.QPos0+i and key row j at j;
+	// only visible keys (j ≤ position when causal, and within the window)
+	// are read, so masked rows may hold anything, even NaN.
+	Attention(dst, q, k, v Tensor, p AttnParams)
+
+	// ShortConv is LFM2's depthwise causal convolution along rows with a
+	// carried state: with x′ = [state; x] (state holds the previous L−1 input
+	// rows), dst[t,c] = Σ_k w[c,k]·x′[t+k,c] for a [C, L] weight. Afterwards
+	// state holds the last L−1 rows of x′. dst must not alias x.
+	ShortConv(dst, x, w, state Tensor)
+
+	// Embed gathers rows: dst[r] = table[ids[r]]. For len(ids) = Rows·n with
+	// n > 1 it sums n rows per output row: dst[r] = Σ_i table[ids[r·n+i]].
+	Embed(dst, table Tensor, ids []int32)
+
+	// Conv1D is a 1-D convolution over time-major input x [Tin, Cin] with a
+	// PyTorch Conv1d weight w [Cout, Cin/groups·K] (that is [Cout, Cin/groups,
+	// K] flattened) and optional bias [1, Cout]: dst[t,o] = b[o] +
+	// Σ_{c,k} w[o,c,k]·x[t·stride + k·dilation − p.PadLeft, g(o)·Cin/groups+c],
+	// where positions outside x read zero.
+	// dst is [Tout, Cout]; the caller chooses Tout. dst must not alias x.
+	Conv1D(dst, x, w, bias Tensor, p ConvParams)
+	// ConvTranspose1D is a transposed 1-D convolution (PyTorch
+	// ConvTranspose1d weight [Cin, Cout/groups·K]) over x [Tin, Cin]:
+	// out[t·stride + k, o] += x[t, c]·w[c, o, k], plus bias, for the full
+	// output of (Tin−1)·stride + K rows; dst receives rows
+	// [p.PadLeft, p.PadLeft+dst.Rows) of it. dst must not alias x.
+	ConvTranspose1D(dst, x, w, bias Tensor, p ConvParams)
+}
+
+// Activation selects an elementwise function.
+type Activation uint8
+
+// Activations.
+const (
+	SiLU    Activation = iota + 1 // x·sigmoid(x)
+	GELU                          // exact: x·Φ(x) with erf
+	ReLU                          // max(x, 0)
+	ELU                           // x if x > 0 else exp(x) − 1 (alpha 1)
+	Sigmoid                       // 1/(1+exp(−x))
+)
+
+func (a Activation) String() string {
+	switch a {
+	case SiLU:
+		return "silu"
+	case GELU:
+		return "gelu"
+	case ReLU:
+		return "relu"
+	case ELU:
+		return "elu"
+	case Sigmoid:
+		return "sigmoid"
+	}
+	return "activation?"
+}
+
+// RoPEStyle selects how a head's dimensions are paired for rotation.
+type RoPEStyle uint8
+
+// RoPE styles.
+const (
+	// RotateHalf pairs dimension j with j+D/2 (NeoX, HF rotate_half).
+	RotateHalf RoPEStyle = iota + 1
+	// Interleaved pairs dimensions 2j and 2j+1 (GPT-J, complex form).
+	Interleaved
+)
+
+// RoPEParams configures RoPE.
+type RoPEParams struct {
+	Style   RoPEStyle
+	HeadDim int
+	// InvFreq holds the HeadDim/2 inverse frequencies: pair j rotates by
+	// Pos[r]·InvFreq[j].
+	InvFreq []float32
+	// Pos holds the position of every row.
+	Pos []int32
+	// BF16 reproduces a bf16 reference that rounds cos and sin, each product
+	// and the sum to bfloat16 (HF apply_rotary_pos_emb on bf16 tensors).
+	BF16 bool
+}
+
+// AttnParams configures Attention.
+type AttnParams struct {
+	Heads, KVHeads, HeadDim int
+	// Scale multiplies q·k (usually 1/sqrt(HeadDim)).
+	Scale float32
+	// QPos0 is the position of q's first row; key row j has position j.
+	QPos0 int
+	// Causal hides keys after the query's position.
+	Causal bool
+	// Window, when > 0, also hides keys at or before position−Window
+	// (query i sees keys j with i−Window < j ≤ i).
+	Window int
+}
+
+// ConvParams configures Conv1D and ConvTranspose1D.
+type ConvParams struct {
+	K, Stride, Dilation, Groups int
+	// PadLeft is the number of virtual rows before x (Conv1D), or the number
+	// of leading output rows skipped (ConvTranspose1D).
+	PadLeft int
+}

@@ -1,0 +1,367 @@
+// Package config decodes the config.json files of LiquidAI's speech models
+// into typed structs and derives the sizes their code computes rather than
+// stores (the FFN auto-adjust rule, the depthformer's hard-coded heads).
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+)
+
+// Architectures omni-pipe can run, by config.json `architectures` entry.
+var Architectures = []string{"Lfm2AudioForConditionalGeneration"}
+
+// Audio is LFM2-Audio's config.json (LFM2.5-Audio shares it).
+type Audio struct {
+	Architectures          []string     `json:"architectures"`
+	Codebooks              int          `json:"codebooks"`
+	TieAudioEmbeddings     bool         `json:"tie_audio_embeddings"`
+	SemanticCodebookFactor float64      `json:"semantic_codebook_factor"`
+	CodebookWeight         string       `json:"codebook_weight"`
+	InterleavedNText       int          `json:"interleaved_n_text"`
+	InterleavedNAudio      int          `json:"interleaved_n_audio"`
+	Preprocessor           Preprocessor `json:"preprocessor"`
+	Encoder                Encoder      `json:"encoder"`
+	LFM                    LFM2         `json:"lfm"`
+	Depthformer            Depthformer  `json:"depthformer"`
+}
+
+// Preprocessor is NeMo's AudioToMelSpectrogramPreprocessor configuration.
+type Preprocessor struct {
+	SampleRate    int     `json:"sample_rate"`
+	Normalize     string  `json:"normalize"`
+	WindowSize    float64 `json:"window_size"`
+	WindowStride  float64 `json:"window_stride"`
+	Window        string  `json:"window"`
+	Features      int     `json:"features"`
+	NFFT          int     `json:"n_fft"`
+	Log           bool    `json:"log"`
+	FrameSplicing int     `json:"frame_splicing"`
+	Dither        float64 `json:"dither"`
+	PadTo         int     `json:"pad_to"`
+	PadValue      float64 `json:"pad_value"`
+	// Preemph is absent from released files; the class default 0.97 applies.
+	Preemph *float64 `json:"preemph,omitempty"`
+}
+
+// Preemphasis returns the pre-emphasis coefficient (0.97 when absent).
+func (p Preprocessor) Preemphasis() float64 {
+	if p.Preemph == nil {
+		return 0.97
+	}
+	return *p.Preemph
+}
+
+// WinLength returns the window length in samples.
+func (p Preprocessor) WinLength() int { return int(p.WindowSize*float64(p.SampleRate) + 0.5) }
+
+// HopLength returns the hop in samples.
+func (p Preprocessor) HopLength() int { return int(p.WindowStride*float64(p.SampleRate) + 0.5) }
+
+// Encoder is the FastConformer encoder configuration (NeMo names).
+type Encoder struct {
+	FeatIn                  int     `json:"feat_in"`
+	FeatOut                 int     `json:"feat_out"`
+	NLayers                 int     `json:"n_layers"`
+	DModel                  int     `json:"d_model"`
+	Subsampling             string  `json:"subsampling"`
+	SubsamplingFactor       int     `json:"subsampling_factor"`
+	SubsamplingConvChannels int     `json:"subsampling_conv_channels"`
+	CausalDownsampling      bool    `json:"causal_downsampling"`
+	FFExpansionFactor       int     `json:"ff_expansion_factor"`
+	SelfAttentionModel      string  `json:"self_attention_model"`
+	NHeads                  int     `json:"n_heads"`
+	AttContextSize          []int   `json:"att_context_size"`
+	XScaling                bool    `json:"xscaling"`
+	UntieBiases             bool    `json:"untie_biases"`
+	PosEmbMaxLen            int     `json:"pos_emb_max_len"`
+	ConvKernelSize          int     `json:"conv_kernel_size"`
+	ConvNormType            string  `json:"conv_norm_type"`
+	ConvContextSize         []int   `json:"conv_context_size"`
+	Dropout                 float64 `json:"dropout"`
+}
+
+// Depthformer is the audio head's configuration. Head counts, RoPE θ and the
+// FFN width are hard-coded in liquid-audio; see the methods.
+type Depthformer struct {
+	Layers int  `json:"layers"`
+	Dim    int  `json:"dim"`
+	Tie    bool `json:"tie"`
+}
+
+// Heads returns the query heads (32, hard-coded in liquid-audio's MHA).
+func (d Depthformer) Heads() int { return 32 }
+
+// KVHeads returns the key/value heads (8, hard-coded).
+func (d Depthformer) KVHeads() int { return 8 }
+
+// HeadDim returns Dim / Heads.
+func (d Depthformer) HeadDim() int { return d.Dim / d.Heads() }
+
+// FFNDim returns the SwiGLU width: 4·Dim auto-adjusted (×2/3, up to a
+// multiple of 256), e.g. 1024 → 2816.
+func (d Depthformer) FFNDim() int { return AdjustFF(4*d.Dim, 1.0, 256) }
+
+// RoPETheta returns the depthformer's RoPE base (1e6).
+func (d Depthformer) RoPETheta() float64 { return 1e6 }
+
+// NormEps returns the depthformer's RMSNorm epsilon.
+func (d Depthformer) NormEps() float64 { return 1e-5 }
+
+// AdjustFF is LFM2's SwiGLU width rule (block_auto_adjust_ff_dim):
+// int(2·ff/3), times the multiplier (truncated), rounded up to multipleOf.
+func AdjustFF(ff int, multiplier float64, multipleOf int) int {
+	h := int(2 * float64(ff) / 3)
+	if multiplier != 0 {
+		h = int(multiplier * float64(h))
+	}
+	if multipleOf > 0 {
+		h = multipleOf * ((h + multipleOf - 1) / multipleOf)
+	}
+	return h
+}
+
+// Layer kinds of an LFM2 model.
+const (
+	LayerConv      = "conv"
+	LayerAttention = "full_attention"
+	LayerSliding   = "sliding_attention"
+)
+
+// LFM2 is a Hugging Face Lfm2Config (the backbone, and the LFM2.5
+// detokenizer's network). Both the `layer_types` and the older
+// `full_attn_idxs` forms are accepted; Normalize derives the other.
+type LFM2 struct {
+	VocabSize             int     `json:"vocab_size"`
+	HiddenSize            int     `json:"hidden_size"`
+	IntermediateSize      int     `json:"intermediate_size"`
+	BlockFFDim            *int    `json:"block_ff_dim"`
+	NumHiddenLayers       int     `json:"num_hidden_layers"`
+	NumAttentionHeads     int     `json:"num_attention_heads"`
+	NumKeyValueHeads      int     `json:"num_key_value_heads"`
+	MaxPositionEmbeddings int     `json:"max_position_embeddings"`
+	NormEps               float64 `json:"norm_eps"`
+	RopeTheta             float64 `json:"rope_theta"`
+	RopeParameters        *struct {
+		RopeTheta float64 `json:"rope_theta"`
+		RopeType  string  `json:"rope_type"`
+	} `json:"rope_parameters"`
+	ConvBias              bool     `json:"conv_bias"`
+	ConvLCache            int      `json:"conv_L_cache"`
+	BlockMultipleOf       int      `json:"block_multiple_of"`
+	BlockFFNDimMultiplier *float64 `json:"block_ffn_dim_multiplier"`
+	BlockAutoAdjustFFDim  *bool    `json:"block_auto_adjust_ff_dim"`
+	FullAttnIdxs          []int    `json:"full_attn_idxs"`
+	LayerTypes            []string `json:"layer_types"`
+	SlidingWindow         int      `json:"sliding_window"`
+	TieWordEmbeddings     *bool    `json:"tie_word_embeddings"`
+	TieEmbedding          *bool    `json:"tie_embedding"`
+	BOSTokenID            int      `json:"bos_token_id"`
+	EOSTokenID            int      `json:"eos_token_id"`
+	PadTokenID            int      `json:"pad_token_id"`
+}
+
+// Normalize fills derived and defaulted fields the way Lfm2Config.__init__
+// does, then validates. It is idempotent.
+func (c *LFM2) Normalize() error {
+	if c.BlockFFDim != nil { // Lfm2Config reads block_ff_dim over intermediate_size
+		c.IntermediateSize = *c.BlockFFDim
+	}
+	if c.RopeTheta == 0 && c.RopeParameters != nil {
+		c.RopeTheta = c.RopeParameters.RopeTheta
+	}
+	if c.RopeTheta == 0 {
+		c.RopeTheta = 1e6
+	}
+	if c.NormEps == 0 {
+		c.NormEps = 1e-5
+	}
+	if c.ConvLCache == 0 {
+		c.ConvLCache = 3
+	}
+	if c.BlockMultipleOf == 0 {
+		c.BlockMultipleOf = 256
+	}
+	if c.NumKeyValueHeads == 0 {
+		c.NumKeyValueHeads = c.NumAttentionHeads
+	}
+	if len(c.LayerTypes) == 0 {
+		idx := c.FullAttnIdxs
+		if idx == nil {
+			idx = make([]int, c.NumHiddenLayers)
+			for i := range idx {
+				idx[i] = i
+			}
+		}
+		c.LayerTypes = make([]string, c.NumHiddenLayers)
+		for i := range c.LayerTypes {
+			c.LayerTypes[i] = LayerConv
+			if slices.Contains(idx, i) {
+				c.LayerTypes[i] = LayerAttention
+			}
+		}
+	}
+	var errs []error
+	if c.HiddenSize <= 0 || c.NumHiddenLayers <= 0 || c.VocabSize <= 0 || c.IntermediateSize <= 0 {
+		errs = append(errs, fmt.Errorf("hidden_size %d, num_hidden_layers %d, vocab_size %d and intermediate_size %d must be positive",
+			c.HiddenSize, c.NumHiddenLayers, c.VocabSize, c.IntermediateSize))
+	}
+	if len(c.LayerTypes) != c.NumHiddenLayers {
+		errs = append(errs, fmt.Errorf("layer_types has %d entries for %d layers", len(c.LayerTypes), c.NumHiddenLayers))
+	}
+	for i, t := range c.LayerTypes {
+		switch t {
+		case LayerConv, LayerAttention:
+		case LayerSliding:
+			if c.SlidingWindow <= 0 {
+				errs = append(errs, fmt.Errorf("layer %d is %s but sliding_window is %d", i, t, c.SlidingWindow))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("layer %d has unknown type %q (want %s, %s or %s)", i, t, LayerConv, LayerAttention, LayerSliding))
+		}
+	}
+	for _, i := range c.FullAttnIdxs {
+		if i < 0 || i >= c.NumHiddenLayers {
+			errs = append(errs, fmt.Errorf("full_attn_idxs has %d outside %d layers", i, c.NumHiddenLayers))
+		}
+	}
+	if c.AttentionLayers() > 0 {
+		if c.NumAttentionHeads <= 0 || c.HiddenSize%c.NumAttentionHeads != 0 || c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
+			errs = append(errs, fmt.Errorf("%d attention heads and %d kv heads do not divide hidden size %d", c.NumAttentionHeads, c.NumKeyValueHeads, c.HiddenSize))
+		} else if c.HeadDim()%2 != 0 {
+			errs = append(errs, fmt.Errorf("head dim %d is odd; RoPE needs pairs", c.HeadDim()))
+		}
+	}
+	if c.ConvLCache < 1 {
+		errs = append(errs, fmt.Errorf("conv_L_cache %d must be positive", c.ConvLCache))
+	}
+	return errors.Join(errs...)
+}
+
+// HeadDim returns hidden_size / num_attention_heads.
+func (c *LFM2) HeadDim() int {
+	if c.NumAttentionHeads == 0 {
+		return 0
+	}
+	return c.HiddenSize / c.NumAttentionHeads
+}
+
+// FFNDim returns the SwiGLU width after the auto-adjust rule.
+func (c *LFM2) FFNDim() int {
+	if c.BlockAutoAdjustFFDim != nil && !*c.BlockAutoAdjustFFDim {
+		return c.IntermediateSize
+	}
+	mult := 1.0
+	if c.BlockFFNDimMultiplier != nil {
+		mult = *c.BlockFFNDimMultiplier
+	}
+	return AdjustFF(c.IntermediateSize, mult, c.BlockMultipleOf)
+}
+
+// TiedEmbeddings reports whether the output head shares embed_tokens
+// (true unless the config says otherwise).
+func (c *LFM2) TiedEmbeddings() bool {
+	if c.TieWordEmbeddings != nil {
+		return *c.TieWordEmbeddings
+	}
+	if c.TieEmbedding != nil {
+		return *c.TieEmbedding
+	}
+	return true
+}
+
+// AttentionLayers counts the layers that attend.
+func (c *LFM2) AttentionLayers() int {
+	n := 0
+	for _, t := range c.LayerTypes {
+		if t != LayerConv {
+			n++
+		}
+	}
+	return n
+}
+
+// ReadAudio reads and validates an LFM2-Audio config.json.
+func ReadAudio(path string) (*Audio, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := ParseAudio(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseAudio decodes and validates an LFM2-Audio config.json.
+func ParseAudio(data []byte) (*Audio, error) {
+	var c Audio
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("config JSON: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Validate checks the architecture and the sizes, normalising the LFM2
+// section.
+func (c *Audio) Validate() error {
+	supported := false
+	for _, a := range c.Architectures {
+		if slices.Contains(Architectures, a) {
+			supported = true
+		}
+	}
+	if !supported {
+		return fmt.Errorf("unsupported architecture %q: omni-pipe runs %s", c.Architectures, strings.Join(Architectures, ", "))
+	}
+	var errs []error
+	if err := c.LFM.Normalize(); err != nil {
+		errs = append(errs, fmt.Errorf("lfm: %w", err))
+	}
+	if c.Codebooks <= 0 {
+		errs = append(errs, fmt.Errorf("codebooks %d must be positive", c.Codebooks))
+	}
+	if c.InterleavedNText <= 0 || c.InterleavedNAudio <= 0 {
+		errs = append(errs, fmt.Errorf("interleaved_n_text %d and interleaved_n_audio %d must be positive", c.InterleavedNText, c.InterleavedNAudio))
+	}
+	d := c.Depthformer
+	if d.Layers <= 0 || d.Dim <= 0 || d.Dim%d.Heads() != 0 || d.HeadDim()%2 != 0 {
+		errs = append(errs, fmt.Errorf("depthformer: %d layers of dim %d (must split into %d heads of even size)", d.Layers, d.Dim, d.Heads()))
+	}
+	e := c.Encoder
+	if e.NLayers <= 0 || e.DModel <= 0 || e.NHeads <= 0 || e.DModel%e.NHeads != 0 {
+		errs = append(errs, fmt.Errorf("encoder: %d layers, d_model %d, %d heads", e.NLayers, e.DModel, e.NHeads))
+	}
+	if e.Subsampling != "dw_striding" || e.SubsamplingFactor != 8 {
+		errs = append(errs, fmt.Errorf("encoder: subsampling %q ×%d is not supported (dw_striding ×8 is)", e.Subsampling, e.SubsamplingFactor))
+	}
+	if e.SelfAttentionModel != "rel_pos" {
+		errs = append(errs, fmt.Errorf("encoder: self_attention_model %q is not supported (rel_pos is)", e.SelfAttentionModel))
+	}
+	if e.ConvNormType != "batch_norm" {
+		errs = append(errs, fmt.Errorf("encoder: conv_norm_type %q is not supported (batch_norm is)", e.ConvNormType))
+	}
+	if e.ConvKernelSize%2 != 1 && e.ConvContextSize == nil {
+		errs = append(errs, fmt.Errorf("encoder: conv_kernel_size %d must be odd", e.ConvKernelSize))
+	}
+	if e.FeatIn != c.Preprocessor.Features {
+		errs = append(errs, fmt.Errorf("encoder feat_in %d != preprocessor features %d", e.FeatIn, c.Preprocessor.Features))
+	}
+	p := c.Preprocessor
+	if p.SampleRate <= 0 || p.NFFT <= 0 || p.WinLength() <= 0 || p.WinLength() > p.NFFT || p.HopLength() <= 0 {
+		errs = append(errs, fmt.Errorf("preprocessor: sample_rate %d, n_fft %d, window %d, hop %d", p.SampleRate, p.NFFT, p.WinLength(), p.HopLength()))
+	}
+	if p.Normalize != "per_feature" || p.Window != "hann" || !p.Log || p.FrameSplicing > 1 {
+		errs = append(errs, fmt.Errorf("preprocessor: normalize %q, window %q, log %v, frame_splicing %d: only per_feature, hann, log, no splicing are supported",
+			p.Normalize, p.Window, p.Log, p.FrameSplicing))
+	}
+	return errors.Join(errs...)
+}

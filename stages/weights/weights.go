@@ -1,0 +1,214 @@
+// Package weights binds checkpoint tensors to the networks' structs by name:
+// every expected tensor must be present with the expected shape, and what
+// the checkpoint holds beyond that is listed. All problems are collected and
+// reported together, naming each tensor, so that a bad checkpoint fails at
+// load time with one clear error and never later with a panic.
+package weights
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/stages/safetensors"
+)
+
+// Binder hands out device tensors for checkpoint names.
+type Binder struct {
+	dev    gpu.Device
+	file   *safetensors.File
+	prefix string
+	st     *state
+}
+
+type state struct {
+	used   map[string]bool
+	errs   []error
+	params int64
+	bound  []string
+}
+
+// New returns a Binder over file whose tensors become device memory of dev.
+func New(dev gpu.Device, file *safetensors.File) *Binder {
+	return &Binder{dev: dev, file: file, st: &state{used: map[string]bool{}}}
+}
+
+// Sub returns a Binder for names under prefix + ".".
+func (b *Binder) Sub(prefix string) *Binder {
+	c := *b
+	c.prefix = b.name(prefix) + "."
+	return &c
+}
+
+// Subf is Sub with a formatted prefix.
+func (b *Binder) Subf(format string, args ...any) *Binder { return b.Sub(fmt.Sprintf(format, args...)) }
+
+func (b *Binder) name(n string) string { return b.prefix + n }
+
+// Device returns the device tensors are bound on.
+func (b *Binder) Device() gpu.Device { return b.dev }
+
+func (b *Binder) fail(err error) { b.st.errs = append(b.st.errs, err) }
+
+// Has reports whether the checkpoint holds name.
+func (b *Binder) Has(name string) bool { return b.file.Tensor(b.name(name)) != nil }
+
+// Tensor binds name, which must have exactly shape (PyTorch order); the
+// result is 2-D: [shape[0], product of the rest] (a vector is [1, n]). On
+// failure it records an error and returns a zeroed stand-in so that loading
+// can continue and report every problem at once.
+func (b *Binder) Tensor(name string, shape ...int) gpu.Tensor {
+	t, ok := b.lookup(name, shape, true)
+	if !ok {
+		return b.standIn(shape)
+	}
+	return t
+}
+
+// Optional binds name if present (checking its shape) and reports whether
+// it was.
+func (b *Binder) Optional(name string, shape ...int) (gpu.Tensor, bool) {
+	if !b.Has(name) {
+		return gpu.Tensor{}, false
+	}
+	t, ok := b.lookup(name, shape, true)
+	if !ok {
+		return b.standIn(shape), false
+	}
+	return t, true
+}
+
+// Values returns name's values as float32 on the host (for small buffers
+// that setup code transforms: BatchNorm statistics, codebooks), checking the
+// shape.
+func (b *Binder) Values(name string, shape ...int) []float32 {
+	full := b.name(name)
+	t := b.file.Tensor(full)
+	if t == nil {
+		b.fail(fmt.Errorf("missing tensor %q (want shape %v)", full, shape))
+		return make([]float32, prod(shape))
+	}
+	b.st.used[full] = true
+	if !slices.Equal(t.Shape, shape) {
+		b.fail(fmt.Errorf("tensor %q has shape %v, want %v", full, t.Shape, shape))
+		return make([]float32, prod(shape))
+	}
+	v, err := t.Float32s()
+	if err != nil {
+		b.fail(err)
+		return make([]float32, prod(shape))
+	}
+	b.st.params += int64(len(v))
+	b.st.bound = append(b.st.bound, full)
+	return v
+}
+
+// Skip marks names as known but unused (training buffers and the like).
+func (b *Binder) Skip(names ...string) {
+	for _, n := range names {
+		b.st.used[b.name(n)] = true
+	}
+}
+
+// SkipPrefix marks every tensor under prefix as known but unused.
+func (b *Binder) SkipPrefix(prefix string) {
+	p := b.name(prefix)
+	for _, n := range b.file.Names() {
+		if strings.HasPrefix(n, p) {
+			b.st.used[n] = true
+		}
+	}
+}
+
+// Err returns every binding problem so far, or nil.
+func (b *Binder) Err() error {
+	if len(b.st.errs) == 0 {
+		return nil
+	}
+	label := b.file.Path
+	if label == "" {
+		label = "checkpoint"
+	}
+	return fmt.Errorf("%s: %w", label, errors.Join(b.st.errs...))
+}
+
+// Unexpected returns the checkpoint's tensors that nothing bound or skipped.
+func (b *Binder) Unexpected() []string {
+	var out []string
+	for _, n := range b.file.Names() {
+		if !b.st.used[n] {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Params returns the number of parameters bound so far.
+func (b *Binder) Params() int64 { return b.st.params }
+
+// Bound returns the names bound so far, in binding order.
+func (b *Binder) Bound() []string { return append([]string(nil), b.st.bound...) }
+
+func (b *Binder) lookup(name string, shape []int, record bool) (gpu.Tensor, bool) {
+	full := b.name(name)
+	t := b.file.Tensor(full)
+	if t == nil {
+		b.fail(fmt.Errorf("missing tensor %q (want shape %v)", full, shape))
+		return gpu.Tensor{}, false
+	}
+	b.st.used[full] = true
+	if !slices.Equal(t.Shape, shape) {
+		b.fail(fmt.Errorf("tensor %q has shape %v, want %v", full, t.Shape, shape))
+		return gpu.Tensor{}, false
+	}
+	var dt gpu.DType
+	switch t.DType {
+	case safetensors.BF16:
+		dt = gpu.BF16
+	case safetensors.F16:
+		dt = gpu.F16
+	case safetensors.F32:
+		dt = gpu.F32
+	default:
+		b.fail(fmt.Errorf("tensor %q has dtype %s; weights must be BF16, F16 or F32", full, t.DType))
+		return gpu.Tensor{}, false
+	}
+	rows, cols := dims(shape)
+	g, err := b.dev.Load(dt, rows, cols, t.Data)
+	if err != nil {
+		b.fail(fmt.Errorf("tensor %q: %w", full, err))
+		return gpu.Tensor{}, false
+	}
+	if record {
+		b.st.params += int64(rows * cols)
+		b.st.bound = append(b.st.bound, full)
+	}
+	return g, true
+}
+
+func (b *Binder) standIn(shape []int) gpu.Tensor {
+	rows, cols := dims(shape)
+	return b.dev.Alloc(gpu.F32, rows, cols)
+}
+
+func dims(shape []int) (rows, cols int) {
+	switch len(shape) {
+	case 0:
+		return 1, 1
+	case 1:
+		return 1, shape[0]
+	}
+	return shape[0], prod(shape[1:])
+}
+
+func prod(s []int) int {
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
