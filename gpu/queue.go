@@ -26,7 +26,11 @@ type Queue interface {
 	Sync() error
 
 	// MatMul computes dst[M,N] = x[M,K] · w[N,K]ᵀ (+ bias[1,N] when bias is
-	// not nil). w is F32, BF16 or F16; x and dst are F32; dst must not alias x.
+	// not nil). w is F32, BF16 or F16 and may be a strided view (an F32
+	// activation used as the right operand); x and dst are F32; dst must not
+	// alias x or w. Each output row's value is independent of M and of the
+	// other rows, bit for bit: a row computed alone or in any batch gives the
+	// same floats (streamed decoding and batched sessions rely on it).
 	MatMul(dst, x, w, bias Tensor)
 
 	// Add sets dst = a + b.
@@ -95,6 +99,12 @@ type Queue interface {
 	// output of (Tin−1)·stride + K rows; dst receives rows
 	// [p.PadLeft, p.PadLeft+dst.Rows) of it. dst must not alias x.
 	ConvTranspose1D(dst, x, w, bias Tensor, p ConvParams)
+	// Conv2D is a 2-D convolution over x laid out [H, Cin·W] (rows are the
+	// first spatial axis, time; within a row channel c's W values are
+	// contiguous at c·W) with a PyTorch Conv2d weight [Cout, Cin/groups·KH·KW]
+	// and optional bias [1, Cout]. dst is [Hout, Cout·Wout] in the same
+	// layout; positions outside x read zero.
+	Conv2D(dst, x, w, bias Tensor, p Conv2DParams)
 }
 
 // Activation selects an elementwise function.
@@ -162,6 +172,16 @@ type AttnParams struct {
 	// Window, when > 0, also hides keys at or before position−Window
 	// (query i sees keys j with i−Window < j ≤ i).
 	Window int
+}
+
+// Conv2DParams configures Conv2D. H and W name the two spatial axes of x
+// ([H, Cin·W]); the output sizes come from dst.
+type Conv2DParams struct {
+	Cin, W, Wout     int
+	KH, KW           int
+	StrideH, StrideW int
+	PadH, PadW       int // zero rows/columns added before the input
+	Groups           int
 }
 
 // ConvParams configures Conv1D and ConvTranspose1D.

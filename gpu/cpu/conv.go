@@ -107,3 +107,57 @@ func (q *Queue) ConvTranspose1D(dst, x, w, bias gpu.Tensor, p gpu.ConvParams) {
 		}
 	})
 }
+
+// Conv2D implements gpu.Queue.
+func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, p gpu.Conv2DParams) {
+	if p.Cin < 1 || p.W < 1 || p.KH < 1 || p.KW < 1 || p.StrideH < 1 || p.StrideW < 1 || p.Groups < 1 ||
+		p.Cin%p.Groups != 0 || x.Cols != p.Cin*p.W || p.Wout < 1 || dst.Cols%p.Wout != 0 {
+		panic(fmt.Sprintf("cpu: conv2d x %v dst %v params %+v", x, dst, p))
+	}
+	if dst.Buf == x.Buf {
+		panic("cpu: conv2d dst aliases x")
+	}
+	cout := dst.Cols / p.Wout
+	cg, og := p.Cin/p.Groups, cout/p.Groups
+	if cout%p.Groups != 0 || w.Rows != cout || w.Cols != cg*p.KH*p.KW {
+		panic(fmt.Sprintf("cpu: conv2d weight %v for %d->%d channels k %dx%d groups %d", w, p.Cin, cout, p.KH, p.KW, p.Groups))
+	}
+	ws := weightF32(w)
+	var bs []float32
+	if !bias.IsNil() {
+		bs = vector(bias, cout)
+	}
+	xs, ds := f32s(x), f32s(dst)
+	H := x.Rows
+	kk := p.KH * p.KW
+	q.dev.pool.For(dst.Rows, 1, func(lo, hi int) {
+		col := make([]float32, cg*kk)
+		for oh := lo; oh < hi; oh++ {
+			out := ds[oh*dst.Stride : oh*dst.Stride+dst.Cols]
+			for ow := 0; ow < p.Wout; ow++ {
+				for g := 0; g < p.Groups; g++ {
+					for c := 0; c < cg; c++ {
+						for i := 0; i < p.KH; i++ {
+							h := oh*p.StrideH + i - p.PadH
+							for j := 0; j < p.KW; j++ {
+								wi := ow*p.StrideW + j - p.PadW
+								var v float32
+								if h >= 0 && h < H && wi >= 0 && wi < p.W {
+									v = xs[h*x.Stride+(g*cg+c)*p.W+wi]
+								}
+								col[c*kk+i*p.KW+j] = v
+							}
+						}
+					}
+					for o := g * og; o < (g+1)*og; o++ {
+						s := dot(ws[o*cg*kk:(o+1)*cg*kk], col)
+						if bs != nil {
+							s += bs[o]
+						}
+						out[o*p.Wout+ow] = s
+					}
+				}
+			}
+		}
+	})
+}

@@ -12,11 +12,11 @@ func kernelName() string { return "pure Go" }
 // MatMul implements gpu.Queue.
 func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 	M, K, N := x.Rows, x.Cols, w.Rows
-	if w.Cols != K || dst.Rows != M || dst.Cols != N || !w.Contiguous() {
+	if w.Cols != K || dst.Rows != M || dst.Cols != N {
 		panic(fmt.Sprintf("cpu: matmul x %v w %v dst %v", x, w, dst))
 	}
-	if dst.Buf == x.Buf {
-		panic("cpu: matmul dst aliases x")
+	if dst.Buf == x.Buf || dst.Buf == w.Buf {
+		panic("cpu: matmul dst aliases an operand")
 	}
 	var bs []float32
 	if !bias.IsNil() {
@@ -30,7 +30,7 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 	q.dev.pool.For(N, max(1, 4096/max(K, 1)), func(lo, hi int) {
 		wrow := make([]float32, K)
 		for n := lo; n < hi; n++ {
-			o := w.Off + n*K
+			o := w.Off + n*w.Stride
 			switch wb.dt {
 			case gpu.F32:
 				copy(wrow, wb.f32[o:o+K])

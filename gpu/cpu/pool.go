@@ -87,4 +87,3 @@ func (p *pool) For(n, grain int, fn func(lo, hi int)) {
 	fn(0, first)
 	done.Wait()
 }
-
