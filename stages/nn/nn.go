@@ -1,0 +1,113 @@
+// Package nn holds what every network of omni-pipe shares: the numerics
+// mode, the per-call scratch arena and the execution context a forward pass
+// runs in.
+package nn
+
+import (
+	"fmt"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+)
+
+// Precision selects where activations are rounded.
+type Precision uint8
+
+const (
+	// BF16 reproduces the official bf16 inference: every activation the
+	// reference stores in bf16 is rounded to bf16 at the same point, with
+	// fp32 arithmetic inside each op (as cuBLAS and PyTorch's bf16 kernels
+	// accumulate in fp32). Greedy picks then agree with the reference
+	// except at near-ties. This is the default.
+	BF16 Precision = iota + 1
+	// F32 keeps every activation in float32: closer to the exact (float64)
+	// result than the bf16 reference, but no longer tracking its rounding.
+	F32
+)
+
+func (p Precision) String() string {
+	switch p {
+	case BF16:
+		return "bf16"
+	case F32:
+		return "f32"
+	}
+	return fmt.Sprintf("Precision(%d)", uint8(p))
+}
+
+// ParsePrecision parses "bf16" or "f32".
+func ParsePrecision(s string) (Precision, error) {
+	switch s {
+	case "bf16", "":
+		return BF16, nil
+	case "f32", "fp32":
+		return F32, nil
+	}
+	return 0, fmt.Errorf("unknown precision %q (want bf16 or f32)", s)
+}
+
+// Ctx is what a forward pass runs with: the device, the stage's queue, the
+// precision, and a scratch arena for temporaries.
+type Ctx struct {
+	Dev gpu.Device
+	Q   gpu.Queue
+	P   Precision
+	A   *Arena
+}
+
+// NewCtx returns a context with its own arena.
+func NewCtx(dev gpu.Device, q gpu.Queue, p Precision) *Ctx {
+	return &Ctx{Dev: dev, Q: q, P: p, A: NewArena(dev)}
+}
+
+// Round rounds t to bf16 when the precision asks for it (a rounding point
+// of the reference).
+func (c *Ctx) Round(t gpu.Tensor) {
+	if c.P == BF16 {
+		c.Q.RoundBF16(t)
+	}
+}
+
+// Tmp returns a scratch F32 tensor from the arena (valid until the arena's
+// next Reset).
+func (c *Ctx) Tmp(rows, cols int) gpu.Tensor { return c.A.Get(rows, cols) }
+
+// Arena hands out scratch F32 tensors and reuses their memory across forward
+// passes: Reset returns every tensor to it. Each Get returns a distinct
+// buffer, so temporaries never alias one another. An Arena belongs to one
+// goroutine.
+type Arena struct {
+	dev  gpu.Device
+	bufs []gpu.Tensor // capacity tensors, [1, capacity]
+	next int
+}
+
+// NewArena returns an empty arena on dev.
+func NewArena(dev gpu.Device) *Arena { return &Arena{dev: dev} }
+
+// Get returns a zero-initialised-on-first-use (afterwards: stale) [rows,
+// cols] F32 tensor. Callers must write it before reading it.
+func (a *Arena) Get(rows, cols int) gpu.Tensor {
+	n := rows * cols
+	if a.next < len(a.bufs) && a.bufs[a.next].Cols < n {
+		// Too small: replace it with a larger buffer.
+		a.dev.Free(a.bufs[a.next])
+		a.bufs[a.next] = a.dev.Alloc(gpu.F32, 1, n)
+	}
+	if a.next == len(a.bufs) {
+		a.bufs = append(a.bufs, a.dev.Alloc(gpu.F32, 1, max(n, 1)))
+	}
+	t := a.bufs[a.next]
+	a.next++
+	return gpu.Tensor{Buf: t.Buf, Off: 0, Rows: rows, Cols: cols, Stride: cols}
+}
+
+// Reset makes every tensor handed out since the last Reset available again.
+func (a *Arena) Reset() { a.next = 0 }
+
+// Free releases the arena's memory.
+func (a *Arena) Free() {
+	for _, t := range a.bufs {
+		a.dev.Free(t)
+	}
+	a.bufs, a.next = nil, 0
+}
