@@ -150,19 +150,19 @@ type LFM2 struct {
 		RopeTheta float64 `json:"rope_theta"`
 		RopeType  string  `json:"rope_type"`
 	} `json:"rope_parameters"`
-	ConvBias              bool     `json:"conv_bias"`
-	ConvLCache            int      `json:"conv_L_cache"`
-	BlockMultipleOf       int      `json:"block_multiple_of"`
-	BlockFFNDimMultiplier *float64 `json:"block_ffn_dim_multiplier"`
-	BlockAutoAdjustFFDim  *bool    `json:"block_auto_adjust_ff_dim"`
-	FullAttnIdxs          []int    `json:"full_attn_idxs"`
-	LayerTypes            []string `json:"layer_types"`
-	SlidingWindow         int      `json:"sliding_window"`
-	TieWordEmbeddings     *bool    `json:"tie_word_embeddings"`
-	TieEmbedding          *bool    `json:"tie_embedding"`
-	BOSTokenID            int      `json:"bos_token_id"`
-	EOSTokenID            int      `json:"eos_token_id"`
-	PadTokenID            int      `json:"pad_token_id"`
+	ConvBias              bool          `json:"conv_bias"`
+	ConvLCache            int           `json:"conv_L_cache"`
+	BlockMultipleOf       int           `json:"block_multiple_of"`
+	BlockFFNDimMultiplier NullableFloat `json:"block_ffn_dim_multiplier"`
+	BlockAutoAdjustFFDim  *bool         `json:"block_auto_adjust_ff_dim"`
+	FullAttnIdxs          []int         `json:"full_attn_idxs"`
+	LayerTypes            []string      `json:"layer_types"`
+	SlidingWindow         int           `json:"sliding_window"`
+	TieWordEmbeddings     *bool         `json:"tie_word_embeddings"`
+	TieEmbedding          *bool         `json:"tie_embedding"`
+	BOSTokenID            int           `json:"bos_token_id"`
+	EOSTokenID            int           `json:"eos_token_id"`
+	PadTokenID            int           `json:"pad_token_id"`
 }
 
 // Normalize fills derived and defaulted fields the way Lfm2Config.__init__
@@ -250,16 +250,39 @@ func (c *LFM2) HeadDim() int {
 	return c.HiddenSize / c.NumAttentionHeads
 }
 
-// FFNDim returns the SwiGLU width after the auto-adjust rule.
+// FFNDim returns the SwiGLU width after the auto-adjust rule exactly as
+// transformers' Lfm2MLP applies it: int(2·ff/3), and only when
+// block_ffn_dim_multiplier is set, times it and rounded up to
+// block_multiple_of.
 func (c *LFM2) FFNDim() int {
 	if c.BlockAutoAdjustFFDim != nil && !*c.BlockAutoAdjustFFDim {
 		return c.IntermediateSize
 	}
-	mult := 1.0
-	if c.BlockFFNDimMultiplier != nil {
-		mult = *c.BlockFFNDimMultiplier
+	if c.BlockFFNDimMultiplier.Null {
+		return int(2 * float64(c.IntermediateSize) / 3)
+	}
+	mult := 1.0 // Lfm2Config's default when the key is absent
+	if c.BlockFFNDimMultiplier.Set {
+		mult = c.BlockFFNDimMultiplier.V
 	}
 	return AdjustFF(c.IntermediateSize, mult, c.BlockMultipleOf)
+}
+
+// NullableFloat is a JSON number that distinguishes an absent key (Set
+// false), an explicit null (Null true) and a value.
+type NullableFloat struct {
+	Set, Null bool
+	V         float64
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (n *NullableFloat) UnmarshalJSON(b []byte) error {
+	n.Set = true
+	if string(b) == "null" {
+		n.Null = true
+		return nil
+	}
+	return json.Unmarshal(b, &n.V)
 }
 
 // TiedEmbeddings reports whether the output head shares embed_tokens
