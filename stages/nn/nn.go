@@ -104,6 +104,18 @@ func (a *Arena) Get(rows, cols int) gpu.Tensor {
 // Reset makes every tensor handed out since the last Reset available again.
 func (a *Arena) Reset() { a.next = 0 }
 
+// Mark returns the arena's position, for Release.
+func (a *Arena) Mark() int { return a.next }
+
+// Release makes the tensors handed out since Mark returned m available
+// again; tensors from before the mark stay valid.
+func (a *Arena) Release(m int) {
+	if m < 0 || m > a.next {
+		panic(fmt.Sprintf("nn: release to mark %d at %d", m, a.next))
+	}
+	a.next = m
+}
+
 // Free releases the arena's memory.
 func (a *Arena) Free() {
 	for _, t := range a.bufs {
