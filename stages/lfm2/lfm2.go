@@ -1,0 +1,371 @@
+// Package lfm2 is the generic Liquid network: a stack of LFM2 blocks
+// (operator norm → gated short convolution or grouped-query attention →
+// residual; FFN norm → SwiGLU → residual) with a final RMSNorm, configured
+// entirely by an Lfm2Config (which layers attend, the conv kernel length,
+// the attention window, the sizes). It is LFM2-Audio's backbone and
+// LFM2.5-Audio's detokenizer network.
+//
+// The numerics follow transformers' modeling_lfm2 in bf16: with
+// nn.BF16 every activation the reference stores in bf16 is rounded at the
+// same point (Lfm2RMSNorm rounds the normalised value before the weight
+// multiply; RoPE's cos/sin and products are bf16). The cached single-step
+// short convolution is computed like the prefill's (one rounding of the
+// fp32 sum): against the fixtures' transformers 5.17 traces this tracks the
+// reference's step rows twice as closely as rounding each product, as
+// transformers 4.x's slow path does.
+package lfm2
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/stages/config"
+	"github.com/omni-pipe/omni-pipe/stages/nn"
+	"github.com/omni-pipe/omni-pipe/stages/weights"
+)
+
+// Model is an LFM2 network.
+type Model struct {
+	Cfg    config.LFM2
+	Embed  gpu.Tensor // embed_tokens [vocab, hidden]
+	Blocks []Block
+	Norm   gpu.Tensor // embedding_norm [1, hidden]
+	// InvFreq holds RoPE's inverse frequencies as the reference uses them:
+	// computed in fp32 and rounded to bf16 (from_pretrained casts the
+	// buffer), one per pair of head dimensions.
+	InvFreq []float32
+}
+
+// Block is one LFM2 decoder layer; exactly one of Conv and Attn is set.
+type Block struct {
+	Kind    string // config.LayerConv, LayerAttention or LayerSliding
+	OpNorm  gpu.Tensor
+	FFNNorm gpu.Tensor
+	Conv    *ShortConv
+	Attn    *Attention
+	W1, W3  gpu.Tensor // [ffn, hidden]
+	W2      gpu.Tensor // [hidden, ffn]
+}
+
+// ShortConv is LFM2's gated short convolution: in_proj → B, C, x;
+// y = out_proj(C ⊙ conv(B ⊙ x)).
+type ShortConv struct {
+	InProj, InProjB   gpu.Tensor // [3·hidden, hidden], bias optional
+	Conv, ConvB       gpu.Tensor // depthwise [hidden, L], bias optional
+	OutProj, OutProjB gpu.Tensor
+	L                 int
+}
+
+// Attention is LFM2's grouped-query attention with per-head q/k RMSNorm.
+type Attention struct {
+	Q, K, V, Out          gpu.Tensor
+	QNorm, KNorm          gpu.Tensor // [1, head_dim]
+	Heads, KVHeads, HeadD int
+	Window                int // 0: full causal attention
+}
+
+// Load binds an LFM2 network's weights under b (the prefix of Lfm2Model's
+// state dict, e.g. "lfm"). The config must be normalised.
+func Load(b *weights.Binder, cfg config.LFM2) (*Model, error) {
+	if err := cfg.Normalize(); err != nil {
+		return nil, err
+	}
+	H, F := cfg.HiddenSize, cfg.FFNDim()
+	m := &Model{Cfg: cfg}
+	m.Embed = b.Tensor("embed_tokens.weight", cfg.VocabSize, H)
+	m.Norm = b.Tensor("embedding_norm.weight", H)
+	hd := cfg.HeadDim()
+	kv := cfg.NumKeyValueHeads * hd
+	for i, kind := range cfg.LayerTypes {
+		lb := b.Subf("layers.%d", i)
+		blk := Block{
+			Kind:    kind,
+			OpNorm:  lb.Tensor("operator_norm.weight", H),
+			FFNNorm: lb.Tensor("ffn_norm.weight", H),
+			W1:      lb.Tensor("feed_forward.w1.weight", F, H),
+			W3:      lb.Tensor("feed_forward.w3.weight", F, H),
+			W2:      lb.Tensor("feed_forward.w2.weight", H, F),
+		}
+		if kind == config.LayerConv {
+			L := cfg.ConvLCache
+			c := &ShortConv{L: L,
+				InProj:  lb.Tensor("conv.in_proj.weight", 3*H, H),
+				Conv:    lb.Tensor("conv.conv.weight", H, 1, L),
+				OutProj: lb.Tensor("conv.out_proj.weight", H, H),
+			}
+			if cfg.ConvBias {
+				c.InProjB = lb.Tensor("conv.in_proj.bias", 3*H)
+				c.ConvB = lb.Tensor("conv.conv.bias", H)
+				c.OutProjB = lb.Tensor("conv.out_proj.bias", H)
+			}
+			blk.Conv = c
+		} else {
+			a := &Attention{
+				Q:       lb.Tensor("self_attn.q_proj.weight", cfg.NumAttentionHeads*hd, H),
+				K:       lb.Tensor("self_attn.k_proj.weight", kv, H),
+				V:       lb.Tensor("self_attn.v_proj.weight", kv, H),
+				Out:     lb.Tensor("self_attn.out_proj.weight", H, cfg.NumAttentionHeads*hd),
+				QNorm:   lb.Tensor("self_attn.q_layernorm.weight", hd),
+				KNorm:   lb.Tensor("self_attn.k_layernorm.weight", hd),
+				Heads:   cfg.NumAttentionHeads,
+				KVHeads: cfg.NumKeyValueHeads,
+				HeadD:   hd,
+			}
+			if kind == config.LayerSliding {
+				a.Window = cfg.SlidingWindow
+			}
+			blk.Attn = a
+		}
+		m.Blocks = append(m.Blocks, blk)
+	}
+	m.InvFreq = InvFreqBF16(cfg.RopeTheta, hd)
+	return m, nil
+}
+
+// InvFreqBF16 returns the default RoPE inverse frequencies
+// 1/θ^(2j/d) computed in fp32 as transformers does, then rounded to bf16 as
+// from_pretrained's dtype cast leaves them.
+func InvFreqBF16(theta float64, headDim int) []float32 {
+	out := make([]float32, headDim/2)
+	for j := range out {
+		e := float32(2*j) / float32(headDim) // fp32 arange / dim
+		p := float32(math.Pow(float64(float32(theta)), float64(e)))
+		out[j] = gpu.RoundBF16(float32(1 / float64(p)))
+	}
+	return out
+}
+
+// Cache is one sequence's recurrent state: the last L−1 conv inputs of each
+// conv layer and the keys and values of each attention layer.
+type Cache struct {
+	m    *Model
+	dev  gpu.Device
+	pos  int
+	conv []gpu.Tensor // per layer: [L−1, hidden] (conv layers)
+	k, v []gpu.Tensor // per layer: [capacity, kv] (attention layers)
+	cap  int
+}
+
+// NewCache returns an empty cache for m on dev.
+func (m *Model) NewCache(dev gpu.Device) *Cache {
+	c := &Cache{m: m, dev: dev,
+		conv: make([]gpu.Tensor, len(m.Blocks)),
+		k:    make([]gpu.Tensor, len(m.Blocks)),
+		v:    make([]gpu.Tensor, len(m.Blocks)),
+	}
+	for i, b := range m.Blocks {
+		if b.Conv != nil {
+			c.conv[i] = dev.Alloc(gpu.F32, b.Conv.L-1, m.Cfg.HiddenSize)
+		}
+	}
+	return c
+}
+
+// Len returns the number of positions the cache holds.
+func (c *Cache) Len() int { return c.pos }
+
+// Free releases the cache's device memory.
+func (c *Cache) Free() {
+	for i := range c.conv {
+		for _, t := range []gpu.Tensor{c.conv[i], c.k[i], c.v[i]} {
+			if !t.IsNil() {
+				c.dev.Free(t)
+			}
+		}
+	}
+	c.conv, c.k, c.v = nil, nil, nil
+}
+
+// reserve grows the KV buffers to hold n more positions.
+func (c *Cache) reserve(q gpu.Queue, n int) {
+	need := c.pos + n
+	if need <= c.cap {
+		return
+	}
+	nc := max(64, 2*c.cap, need)
+	for i, b := range c.m.Blocks {
+		if b.Attn == nil {
+			continue
+		}
+		kv := b.Attn.KVHeads * b.Attn.HeadD
+		for _, p := range []*gpu.Tensor{&c.k[i], &c.v[i]} {
+			t := c.dev.Alloc(gpu.F32, nc, kv)
+			if c.pos > 0 {
+				q.Copy(t.Slice(0, c.pos), p.Slice(0, c.pos))
+				c.dev.Free(*p)
+			}
+			*p = t
+		}
+	}
+	c.cap = nc
+}
+
+// Seq is one sequence's share of a batch: its cache and the number of new
+// rows (positions) it contributes, in batch order.
+type Seq struct {
+	Cache *Cache
+	Rows  int
+}
+
+// Forward runs the network over x [rows, hidden], where the rows are the
+// new positions of each sequence in seqs in order, and returns the final
+// RMSNorm's output for every row (a scratch tensor of c's arena). The caches
+// advance by each sequence's rows. A sequence's rows are computed exactly as
+// if it ran alone.
+func (m *Model) Forward(c *nn.Ctx, x gpu.Tensor, seqs []Seq) gpu.Tensor {
+	H := m.Cfg.HiddenSize
+	total := 0
+	for _, s := range seqs {
+		if s.Cache.m != m {
+			panic("lfm2: cache of another model")
+		}
+		total += s.Rows
+	}
+	if x.Rows != total || x.Cols != H {
+		panic(fmt.Sprintf("lfm2: forward of %v for %d rows", x, total))
+	}
+	for _, s := range seqs {
+		s.Cache.reserve(c.Q, s.Rows)
+	}
+	w := c.Tmp(total, H)
+	c.Q.Copy(w, x)
+	for i := range m.Blocks {
+		m.block(c, i, w, seqs)
+	}
+	for _, s := range seqs {
+		s.Cache.pos += s.Rows
+	}
+	out := c.Tmp(total, H)
+	m.rmsNorm(c, out, w, m.Norm)
+	return out
+}
+
+// rmsNorm is Lfm2RMSNorm: normalise in fp32, round to bf16, multiply by
+// the weight (bf16 × bf16, rounded).
+func (m *Model) rmsNorm(c *nn.Ctx, dst, x, w gpu.Tensor) {
+	c.Q.RMSNorm(dst, x, float32(m.Cfg.NormEps))
+	c.Round(dst)
+	c.Q.MulRow(dst, dst, w)
+	c.Round(dst)
+}
+
+// linear computes dst = x·wᵀ + b and rounds it (an nn.Linear output).
+func linear(c *nn.Ctx, dst, x, w, b gpu.Tensor) {
+	c.Q.MatMul(dst, x, w, b)
+	c.Round(dst)
+}
+
+// block runs layer i in place on the residual stream w.
+func (m *Model) block(c *nn.Ctx, i int, w gpu.Tensor, seqs []Seq) {
+	mark := c.A.Mark()
+	defer c.A.Release(mark)
+	b := &m.Blocks[i]
+	R, H := w.Rows, w.Cols
+	h := c.Tmp(R, H)
+	m.rmsNorm(c, h, w, b.OpNorm)
+	op := c.Tmp(R, H)
+	if b.Conv != nil {
+		m.shortConv(c, i, op, h, seqs)
+	} else {
+		m.attention(c, i, op, h, seqs)
+	}
+	c.Q.Add(op, op, w) // hidden_states = op + residual
+	c.Round(op)
+	m.rmsNorm(c, h, op, b.FFNNorm)
+	F := b.W1.Rows
+	a, g := c.Tmp(R, F), c.Tmp(R, F)
+	linear(c, a, h, b.W1, gpu.Tensor{})
+	c.Q.Act(a, a, gpu.SiLU)
+	c.Round(a)
+	linear(c, g, h, b.W3, gpu.Tensor{})
+	c.Q.Mul(a, a, g)
+	c.Round(a)
+	f := c.Tmp(R, H)
+	linear(c, f, a, b.W2, gpu.Tensor{})
+	c.Q.Add(w, op, f)
+	c.Round(w)
+}
+
+func (m *Model) shortConv(c *nn.Ctx, i int, dst, h gpu.Tensor, seqs []Seq) {
+	sc := m.Blocks[i].Conv
+	R, H := h.Rows, h.Cols
+	bcx := c.Tmp(R, 3*H)
+	linear(c, bcx, h, sc.InProj, sc.InProjB)
+	B, C, X := bcx.ColSlice(0, H), bcx.ColSlice(H, 2*H), bcx.ColSlice(2*H, 3*H)
+	bx := c.Tmp(R, H)
+	c.Q.Mul(bx, B, X)
+	c.Round(bx)
+	conv := c.Tmp(R, H)
+	r0 := 0
+	for _, s := range seqs {
+		if s.Rows == 0 {
+			continue
+		}
+		dst, src := conv.Slice(r0, r0+s.Rows), bx.Slice(r0, r0+s.Rows)
+		state := s.Cache.conv[i]
+		c.Q.ShortConv(dst, src, sc.Conv, state)
+		if !sc.ConvB.IsNil() {
+			c.Q.AddRow(dst, dst, sc.ConvB)
+		}
+		r0 += s.Rows
+	}
+	c.Round(conv)
+	c.Q.Mul(conv, C, conv)
+	c.Round(conv)
+	linear(c, dst, conv, sc.OutProj, sc.OutProjB)
+}
+
+func (m *Model) attention(c *nn.Ctx, i int, dst, h gpu.Tensor, seqs []Seq) {
+	at := m.Blocks[i].Attn
+	R := h.Rows
+	hd := at.HeadD
+	qd, kvd := at.Heads*hd, at.KVHeads*hd
+	q, k, v := c.Tmp(R, qd), c.Tmp(R, kvd), c.Tmp(R, kvd)
+	linear(c, q, h, at.Q, gpu.Tensor{})
+	linear(c, k, h, at.K, gpu.Tensor{})
+	linear(c, v, h, at.V, gpu.Tensor{})
+	m.rmsNorm(c, q.Reshape(R*at.Heads, hd), q.Reshape(R*at.Heads, hd), at.QNorm)
+	m.rmsNorm(c, k.Reshape(R*at.KVHeads, hd), k.Reshape(R*at.KVHeads, hd), at.KNorm)
+	pos := make([]int32, R)
+	r0 := 0
+	for _, s := range seqs {
+		for j := 0; j < s.Rows; j++ {
+			pos[r0+j] = int32(s.Cache.pos + j)
+		}
+		r0 += s.Rows
+	}
+	rp := gpu.RoPEParams{Style: gpu.RotateHalf, HeadDim: hd, InvFreq: m.InvFreq, Pos: pos, BF16: c.P == nn.BF16}
+	c.Q.RoPE(q, rp)
+	c.Q.RoPE(k, rp)
+	o := c.Tmp(R, qd)
+	r0 = 0
+	for _, s := range seqs {
+		if s.Rows == 0 {
+			continue
+		}
+		p := s.Cache.pos
+		kc, vc := s.Cache.k[i], s.Cache.v[i]
+		c.Q.Copy(kc.Slice(p, p+s.Rows), k.Slice(r0, r0+s.Rows))
+		c.Q.Copy(vc.Slice(p, p+s.Rows), v.Slice(r0, r0+s.Rows))
+		c.Q.Attention(o.Slice(r0, r0+s.Rows), q.Slice(r0, r0+s.Rows), kc.Slice(0, p+s.Rows), vc.Slice(0, p+s.Rows), gpu.AttnParams{
+			Heads: at.Heads, KVHeads: at.KVHeads, HeadDim: hd,
+			Scale: float32(1 / math.Sqrt(float64(hd))),
+			QPos0: p, Causal: true, Window: at.Window,
+		})
+		r0 += s.Rows
+	}
+	c.Round(o)
+	linear(c, dst, o, at.Out, gpu.Tensor{})
+}
+
+// Logits computes the tied text head dst[rows, vocab] = h · embed_tokensᵀ,
+// rounded as the reference's bf16 F.linear output.
+func (m *Model) Logits(c *nn.Ctx, dst, h gpu.Tensor) {
+	linear(c, dst, h, m.Embed, gpu.Tensor{})
+}
+
+// EmbedTokens writes the embeddings of ids into dst [len(ids), hidden].
+func (m *Model) EmbedTokens(c *nn.Ctx, dst gpu.Tensor, ids []int32) {
+	c.Q.Embed(dst, m.Embed, ids)
+}

@@ -1,0 +1,159 @@
+package lfm2
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/stages/nn"
+	"github.com/omni-pipe/omni-pipe/stages/safetensors"
+	"github.com/omni-pipe/omni-pipe/stages/weights"
+)
+
+func TestInvFreqMatchesReference(t *testing.T) {
+	// manifest.json inv_freq_bf16 for head_dim 6, θ = 1e6.
+	want := []float32{1.0, 0.010009765625, 0.00010013580322265625}
+	if got := InvFreqBF16(1e6, 6); !slices.Equal(got, want) {
+		t.Errorf("InvFreqBF16 = %v, want %v", got, want)
+	}
+}
+
+func randomRows(dev gpu.Device, q gpu.Queue, rows, cols int, seed uint64) (gpu.Tensor, []float32) {
+	r := rand.New(rand.NewPCG(seed, 1))
+	v := make([]float32, rows*cols)
+	for i := range v {
+		v[i] = gpu.RoundBF16(float32(r.NormFloat64()))
+	}
+	x := dev.Alloc(gpu.F32, rows, cols)
+	q.Write(x, v)
+	return x, v
+}
+
+// TestStepsEqualPrefill: a prefill of N rows then k single steps gives, bit
+// for bit, the rows of one prefill of N+k, in both precisions.
+func TestStepsEqualPrefill(t *testing.T) {
+	tm := loadTestModel(t)
+	H := tm.cfg.LFM.HiddenSize
+	const N, k = 11, 7
+	for _, prec := range []nn.Precision{nn.BF16, nn.F32} {
+		c := nn.NewCtx(tm.dev, tm.dev.NewQueue("test"), prec)
+		x, _ := randomRows(tm.dev, c.Q, N+k, H, 3)
+		whole := read(t, c, tm.m.Forward(c, x, []Seq{{Cache: tm.m.NewCache(tm.dev), Rows: N + k}}))
+		cache := tm.m.NewCache(tm.dev)
+		got := read(t, c, tm.m.Forward(c, x.Slice(0, N), []Seq{{Cache: cache, Rows: N}}))
+		for s := 0; s < k; s++ {
+			got = append(got, read(t, c, tm.m.Forward(c, x.Row(N+s), []Seq{{Cache: cache, Rows: 1}}))...)
+		}
+		if !slices.Equal(got, whole) {
+			t.Errorf("%v: prefill %d + %d steps differs from prefill %d", prec, N, k, N+k)
+		}
+		if cache.Len() != N+k {
+			t.Errorf("cache holds %d positions, want %d", cache.Len(), N+k)
+		}
+	}
+}
+
+// TestBatchEqualsSeparate: three sessions at different positions stepped
+// as one batch give the rows of three separate runs, bit for bit.
+func TestBatchEqualsSeparate(t *testing.T) {
+	tm := loadTestModel(t)
+	H := tm.cfg.LFM.HiddenSize
+	c := nn.NewCtx(tm.dev, tm.dev.NewQueue("test"), nn.BF16)
+	prompts := []int{5, 13, 1}
+	newRows := []int{1, 3, 2} // one decode step, a chunk of three, two
+	var batched, separate [3]*Cache
+	for i, n := range prompts {
+		x, _ := randomRows(tm.dev, c.Q, n, H, uint64(10+i))
+		batched[i], separate[i] = tm.m.NewCache(tm.dev), tm.m.NewCache(tm.dev)
+		tm.m.Forward(c, x, []Seq{{Cache: batched[i], Rows: n}})
+		tm.m.Forward(c, x, []Seq{{Cache: separate[i], Rows: n}})
+	}
+	total := 0
+	for _, n := range newRows {
+		total += n
+	}
+	x, _ := randomRows(tm.dev, c.Q, total, H, 99)
+	seqs := make([]Seq, 3)
+	for i := range seqs {
+		seqs[i] = Seq{Cache: batched[i], Rows: newRows[i]}
+	}
+	got := read(t, c, tm.m.Forward(c, x, seqs))
+	var want []float32
+	r0 := 0
+	for i, n := range newRows {
+		want = append(want, read(t, c, tm.m.Forward(c, x.Slice(r0, r0+n), []Seq{{Cache: separate[i], Rows: n}}))...)
+		r0 += n
+	}
+	if !slices.Equal(got, want) {
+		t.Error("a batch of 3 sessions differs from 3 separate runs")
+	}
+}
+
+// rewrite returns the fixture checkpoint with edit applied to its tensors.
+func rewrite(t *testing.T, edit func([]*safetensors.Tensor) []*safetensors.Tensor) *safetensors.File {
+	f, err := safetensors.Open(fixtures + "model.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var ts []*safetensors.Tensor
+	for _, n := range f.Names() {
+		tt := *f.Tensor(n)
+		tt.Data = bytes.Clone(tt.Data)
+		ts = append(ts, &tt)
+	}
+	var buf bytes.Buffer
+	if err := safetensors.Write(&buf, edit(ts), nil); err != nil {
+		t.Fatal(err)
+	}
+	out, err := safetensors.Parse(buf.Bytes(), "edited.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestLoadErrors(t *testing.T) {
+	tm := loadTestModel(t)
+	tests := []struct {
+		name string
+		edit func([]*safetensors.Tensor) []*safetensors.Tensor
+		want string
+	}{
+		{"missing", func(ts []*safetensors.Tensor) []*safetensors.Tensor {
+			return slices.DeleteFunc(ts, func(t *safetensors.Tensor) bool { return t.Name == "lfm.layers.1.self_attn.k_proj.weight" })
+		}, `missing tensor "lfm.layers.1.self_attn.k_proj.weight"`},
+		{"shape", func(ts []*safetensors.Tensor) []*safetensors.Tensor {
+			for _, t := range ts {
+				if t.Name == "lfm.layers.0.feed_forward.w1.weight" {
+					t.Shape = []int{t.Shape[1], t.Shape[0]}
+				}
+			}
+			return ts
+		}, `"lfm.layers.0.feed_forward.w1.weight" has shape [24 192], want [192 24]`},
+		{"dtype", func(ts []*safetensors.Tensor) []*safetensors.Tensor {
+			for _, t := range ts {
+				if t.Name == "lfm.embedding_norm.weight" {
+					t.DType = safetensors.I16
+				}
+			}
+			return ts
+		}, `"lfm.embedding_norm.weight" has dtype I16`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := rewrite(t, tt.edit)
+			b := weights.New(tm.dev, f)
+			_, err := Load(b.Sub("lfm"), tm.cfg.LFM)
+			if err == nil {
+				err = b.Err()
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
