@@ -105,6 +105,10 @@ type Queue interface {
 	// and optional bias [1, Cout]. dst is [Hout, Cout·Wout] in the same
 	// layout; positions outside x read zero.
 	Conv2D(dst, x, w, bias Tensor, p Conv2DParams)
+
+	// Transpose sets dst[c, r] = src[r, c] (F32; dst is [src.Cols,
+	// src.Rows]). Either may be a strided view; dst must not alias src.
+	Transpose(dst, src Tensor)
 }
 
 // Activation selects an elementwise function.
