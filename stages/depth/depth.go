@@ -1,0 +1,243 @@
+// Package depth is LFM2-Audio's audio head, the "depthformer": an
+// RQ-transformer that turns one backbone output row into the frame's 8
+// codebook codes, one codebook after another. Codebook i's input is
+// depth_linear(h)[i] plus the embedding of codebook i−1's code; six
+// pre-norm blocks (GQA attention over the frame's positions 0..7 with
+// interleaved-pair RoPE θ=1e6, SwiGLU) run on that single position with a
+// per-frame KV cache; codebook i's logits are its tied embedding table
+// applied to its embedding_norm of the output.
+//
+// Numerics follow liquid-audio's model/transformer.py in bf16: its RMSNorm
+// multiplies the fp32 normalised value by the weight and then rounds (unlike
+// LFM2's), RoPE runs in fp32 (complex64) and rounds once, and every Linear,
+// residual add and logit is rounded to bf16.
+package depth
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/stages/config"
+	"github.com/omni-pipe/omni-pipe/stages/nn"
+	"github.com/omni-pipe/omni-pipe/stages/weights"
+)
+
+// Vocab is the size of each codebook's vocabulary: 2048 codec codes plus
+// the end-of-audio code.
+const Vocab = 2049
+
+// EOA is the end-of-audio code.
+const EOA = 2048
+
+// Depth is the depthformer with its input projection and codebook tables.
+type Depth struct {
+	Cfg       config.Depthformer
+	Codebooks int
+	Linear    gpu.Tensor // depth_linear [codebooks·dim, hidden]
+	LinearB   gpu.Tensor // [1, codebooks·dim]
+	Layers    []Layer
+	Emb       []gpu.Tensor // depth_embeddings.i.embedding [Vocab, dim]
+	EmbNorm   []gpu.Tensor // depth_embeddings.i.embedding_norm [1, dim]
+	ToLogits  []gpu.Tensor // depth_embeddings.i.to_logits, or Emb[i] when tied
+	InvFreq   []float32    // fp32, as precompute_freqs_cis
+}
+
+// Layer is one StandardBlock(MHA).
+type Layer struct {
+	OpNorm, FFNNorm gpu.Tensor
+	QKV, Out        gpu.Tensor
+	QNorm, KNorm    gpu.Tensor
+	W1, W3, W2      gpu.Tensor
+}
+
+// Load binds the depthformer (depthformer.*, depth_linear.*,
+// depth_embeddings.*) from the model root binder b. An absent tied
+// to_logits falls back to the embedding table.
+func Load(b *weights.Binder, cfg config.Depthformer, codebooks, hidden int) (*Depth, error) {
+	D, F := cfg.Dim, cfg.FFNDim()
+	hd, kv := cfg.HeadDim(), cfg.KVHeads()*cfg.HeadDim()
+	d := &Depth{Cfg: cfg, Codebooks: codebooks,
+		Linear:  b.Tensor("depth_linear.weight", codebooks*D, hidden),
+		LinearB: b.Tensor("depth_linear.bias", codebooks*D),
+		InvFreq: invFreqF32(cfg.RoPETheta(), hd),
+	}
+	for i := 0; i < cfg.Layers; i++ {
+		lb := b.Subf("depthformer.layers.%d", i)
+		d.Layers = append(d.Layers, Layer{
+			OpNorm:  lb.Tensor("operator_norm.weight", D),
+			FFNNorm: lb.Tensor("ffn_norm.weight", D),
+			QKV:     lb.Tensor("operator.qkv_proj.weight", D+2*kv, D),
+			Out:     lb.Tensor("operator.out_proj.weight", D, D),
+			QNorm:   lb.Tensor("operator.bounded_attention.q_layernorm.weight", hd),
+			KNorm:   lb.Tensor("operator.bounded_attention.k_layernorm.weight", hd),
+			W1:      lb.Tensor("feed_forward.w1.weight", F, D),
+			W3:      lb.Tensor("feed_forward.w3.weight", F, D),
+			W2:      lb.Tensor("feed_forward.w2.weight", D, F),
+		})
+	}
+	for i := 0; i < codebooks; i++ {
+		eb := b.Subf("depth_embeddings.%d", i)
+		emb := eb.Tensor("embedding.weight", Vocab, D)
+		d.Emb = append(d.Emb, emb)
+		d.EmbNorm = append(d.EmbNorm, eb.Tensor("embedding_norm.weight", D))
+		if cfg.Tie {
+			// Tied: the file may or may not materialise to_logits.
+			if t, ok := eb.Optional("to_logits.weight", Vocab, D); ok {
+				emb = t
+			}
+		} else {
+			emb = eb.Tensor("to_logits.weight", Vocab, D)
+		}
+		d.ToLogits = append(d.ToLogits, emb)
+	}
+	if cfg.Layers < 1 || codebooks < 1 {
+		return nil, fmt.Errorf("depthformer: %d layers, %d codebooks", cfg.Layers, codebooks)
+	}
+	return d, nil
+}
+
+// invFreqF32 is precompute_freqs_cis's 1/θ^(2j/d), in fp32.
+func invFreqF32(theta float64, headDim int) []float32 {
+	out := make([]float32, headDim/2)
+	for j := range out {
+		e := float32(2*j) / float32(headDim)
+		p := float32(math.Pow(float64(float32(theta)), float64(e)))
+		out[j] = float32(1 / float64(p))
+	}
+	return out
+}
+
+// Picker chooses codebook i's code for batch row r from its bf16 logits
+// (len Vocab). What it returns is fed to the next codebook.
+type Picker func(r, codebook int, logits []float32) int
+
+// Frame computes one audio frame for every row of h [B, hidden] (backbone
+// outputs of B sessions): codes[r] holds the row's Codebooks codes. Rows are
+// independent: a row's codes do not depend on the other rows of the batch.
+func (d *Depth) Frame(c *nn.Ctx, h gpu.Tensor, pick Picker) ([][]int, error) {
+	B, D, C := h.Rows, d.Cfg.Dim, d.Codebooks
+	hd := d.Cfg.HeadDim()
+	kvd := d.Cfg.KVHeads() * hd
+	in := c.Tmp(B, C*D)
+	c.Q.MatMul(in, h, d.Linear, d.LinearB)
+	c.Round(in)
+	// Per-layer KV caches of the frame: session r's positions are rows
+	// r·C .. r·C+C−1.
+	kc, vc := make([]gpu.Tensor, len(d.Layers)), make([]gpu.Tensor, len(d.Layers))
+	for l := range d.Layers {
+		kc[l], vc[l] = c.Tmp(B*C, kvd), c.Tmp(B*C, kvd)
+	}
+	codes := make([][]int, B)
+	for r := range codes {
+		codes[r] = make([]int, C)
+	}
+	x := c.Tmp(B, D)
+	prev := c.Tmp(B, D)
+	logits := c.Tmp(B, Vocab)
+	host := make([]float32, B*Vocab)
+	ids := make([]int32, B)
+	for i := 0; i < C; i++ {
+		if i == 0 {
+			c.Q.Copy(x, in.ColSlice(0, D))
+		} else {
+			c.Q.Add(x, in.ColSlice(i*D, (i+1)*D), prev)
+			c.Round(x)
+		}
+		for l := range d.Layers {
+			d.block(c, l, x, kc[l], vc[l], i)
+		}
+		// get_logits: to_logits(embedding_norm(out)).
+		n := c.Tmp(B, D)
+		d.rmsNorm(c, n, x, d.EmbNorm[i])
+		c.Q.MatMul(logits, n, d.ToLogits[i], gpu.Tensor{})
+		c.Round(logits)
+		if err := c.Q.Read(host, logits); err != nil {
+			return nil, err
+		}
+		for r := 0; r < B; r++ {
+			code := pick(r, i, host[r*Vocab:(r+1)*Vocab])
+			if code < 0 || code >= Vocab {
+				return nil, fmt.Errorf("depth: picker chose code %d for codebook %d", code, i)
+			}
+			codes[r][i] = code
+			ids[r] = int32(code)
+		}
+		if i+1 < C {
+			c.Q.Embed(prev, d.Emb[i], ids)
+		}
+	}
+	return codes, nil
+}
+
+// rmsNorm is transformer.py's RMSNorm: (norm(x.float()) · w).type_as(x).
+func (d *Depth) rmsNorm(c *nn.Ctx, dst, x, w gpu.Tensor) {
+	c.Q.RMSNorm(dst, x, float32(d.Cfg.NormEps()))
+	c.Q.MulRow(dst, dst, w)
+	c.Round(dst)
+}
+
+func linear(c *nn.Ctx, dst, x, w gpu.Tensor) {
+	c.Q.MatMul(dst, x, w, gpu.Tensor{})
+	c.Round(dst)
+}
+
+// block runs StandardBlock l on x [B, D] in place, for codebook position
+// pos, appending to the frame's caches.
+func (d *Depth) block(c *nn.Ctx, l int, x, kc, vc gpu.Tensor, pos int) {
+	mark := c.A.Mark()
+	defer c.A.Release(mark)
+	L := &d.Layers[l]
+	B, D := x.Rows, x.Cols
+	H, KVH, hd := d.Cfg.Heads(), d.Cfg.KVHeads(), d.Cfg.HeadDim()
+	kvd := KVH * hd
+	C := d.Codebooks
+	h := c.Tmp(B, D)
+	d.rmsNorm(c, h, x, L.OpNorm)
+	qkv := c.Tmp(B, D+2*kvd)
+	linear(c, qkv, h, L.QKV)
+	q, k, v := c.Tmp(B, D), c.Tmp(B, kvd), c.Tmp(B, kvd)
+	c.Q.Copy(q, qkv.ColSlice(0, D))
+	c.Q.Copy(k, qkv.ColSlice(D, D+kvd))
+	c.Q.Copy(v, qkv.ColSlice(D+kvd, D+2*kvd))
+	d.rmsNorm(c, q.Reshape(B*H, hd), q.Reshape(B*H, hd), L.QNorm)
+	d.rmsNorm(c, k.Reshape(B*KVH, hd), k.Reshape(B*KVH, hd), L.KNorm)
+	p := make([]int32, B)
+	for r := range p {
+		p[r] = int32(pos)
+	}
+	rp := gpu.RoPEParams{Style: gpu.Interleaved, HeadDim: hd, InvFreq: d.InvFreq, Pos: p}
+	c.Q.RoPE(q, rp)
+	c.Q.RoPE(k, rp)
+	c.Round(q)
+	c.Round(k)
+	o := c.Tmp(B, D)
+	for r := 0; r < B; r++ {
+		base := r * C
+		c.Q.Copy(kc.Row(base+pos), k.Row(r))
+		c.Q.Copy(vc.Row(base+pos), v.Row(r))
+		c.Q.Attention(o.Row(r), q.Row(r), kc.Slice(base, base+pos+1), vc.Slice(base, base+pos+1), gpu.AttnParams{
+			Heads: H, KVHeads: KVH, HeadDim: hd,
+			Scale: float32(1 / math.Sqrt(float64(hd))),
+			QPos0: pos, Causal: true,
+		})
+	}
+	c.Round(o)
+	a := c.Tmp(B, D)
+	linear(c, a, o, L.Out)
+	c.Q.Add(a, a, x) // h += x
+	c.Round(a)
+	d.rmsNorm(c, h, a, L.FFNNorm)
+	F := L.W1.Rows
+	g1, g3 := c.Tmp(B, F), c.Tmp(B, F)
+	linear(c, g1, h, L.W1)
+	c.Q.Act(g1, g1, gpu.SiLU)
+	c.Round(g1)
+	linear(c, g3, h, L.W3)
+	c.Q.Mul(g1, g1, g3)
+	c.Round(g1)
+	f := c.Tmp(B, D)
+	linear(c, f, g1, L.W2)
+	c.Q.Add(x, a, f)
+	c.Round(x)
+}
