@@ -1,0 +1,171 @@
+package pipeline
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// runScript drives a Turn with a script of samples: "5" is a text token,
+// "a" an audio frame, "e" a frame whose first code is EOA, "x" an audio frame
+// with EOA in a later codebook only. It returns the trace: per step
+// "T5"/"t5" (text emitted / not), "A", "E" (frame forced to EOA), then
+// "|" and the stop reason. A sample of the wrong kind for the step is a
+// test failure.
+func runScript(t *testing.T, turn *Turn, script string) string {
+	t.Helper()
+	var out []string
+	for _, s := range strings.Fields(script) {
+		k, ok := turn.Step()
+		if !ok {
+			t.Fatalf("script continues after the turn stopped (%v) at %q; trace %v", turn.Stopped(), s, out)
+		}
+		switch s {
+		case "a", "e", "x":
+			if k != AudioStep {
+				t.Fatalf("step %d samples %v, script gives audio %q; trace %v", turn.Steps(), k, s, out)
+			}
+			codes := []int{1, 2, 3, 4, 5, 6, 7, 8}
+			if s == "e" {
+				codes[0] = EOA
+			}
+			if s == "x" {
+				codes[3] = EOA
+			}
+			o := turn.OnAudio(codes)
+			tag := "A"
+			if codes[0] == EOA {
+				for _, c := range codes {
+					if c != EOA {
+						t.Fatalf("EOA frame not forced: %v", codes)
+					}
+				}
+				tag = "E"
+			} else if s == "x" && codes[3] != EOA {
+				t.Fatalf("later-codebook EOA was rewritten: %v", codes)
+			}
+			if !o.Emit || o.Stop {
+				t.Fatalf("audio outcome %+v", o)
+			}
+			out = append(out, tag)
+		default:
+			tok, err := strconv.Atoi(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k != TextStep {
+				t.Fatalf("step %d samples %v, script gives text %d; trace %v", turn.Steps(), k, tok, out)
+			}
+			o := turn.OnText(tok)
+			tag := "t"
+			if o.Emit {
+				tag = "T"
+			}
+			out = append(out, tag+s)
+			if o.Stop {
+				if turn.Stopped() != EndOfTurn {
+					t.Fatalf("stop with reason %v", turn.Stopped())
+				}
+			}
+		}
+	}
+	if turn.Stopped() == NotStopped {
+		if _, ok := turn.Step(); ok {
+			out = append(out, "|more")
+			return strings.Join(out, " ")
+		}
+	}
+	out = append(out, "|"+turn.Stopped().String())
+	return strings.Join(out, " ")
+}
+
+func TestTurnTransitions(t *testing.T) {
+	tests := []struct {
+		name          string
+		mode          Mode
+		nText, nAudio int
+		maxNew        int
+		script        string
+		want          string
+	}{
+		{"interleaved blocks", Interleaved, 2, 3, 100,
+			"5 6 a a a 8 9 a a a 7",
+			"T5 T6 A A A T8 T9 A A A t7 |end_of_turn"},
+		{"text_end switches to audio at once", Interleaved, 2, 3, 100,
+			"130 a a a a a e 7",
+			"T130 A A A A A E t7 |end_of_turn"},
+		{"text_end mid block, audio runs past its block until EOA", Interleaved, 3, 2, 100,
+			"5 130 a a a a e 7",
+			"T5 T130 A A A A E t7 |end_of_turn"},
+		{"text after text_end goes straight back to audio", Interleaved, 2, 3, 100,
+			"5 130 a e 9 a a e 7",
+			"T5 T130 A E T9 A A E t7 |end_of_turn"},
+		{"EOA before text_end keeps the counter", Interleaved, 2, 3, 100,
+			// After 5 6 the audio block has 3 frames left; EOA on the first
+			// returns to text with modality_left 2: two more steps to 0 …
+			"5 6 e 8 9 a a a 7",
+			"T5 T6 E T8 T9 A A A t7 |end_of_turn"},
+		{"audio block boundary hands back to text", Interleaved, 1, 1, 100,
+			"5 a 6 a 7",
+			"T5 A T6 A t7 |end_of_turn"},
+		{"im_end first", Interleaved, 6, 12, 100, "7", "t7 |end_of_turn"},
+		{"EOA in a later codebook does not end speech", Interleaved, 1, 2, 100,
+			"5 x a 6 x a 7",
+			"T5 A A T6 A A t7 |end_of_turn"},
+		{"max tokens mid text", Interleaved, 6, 12, 3, "5 6 8", "T5 T6 T8 |max_tokens"},
+		{"max tokens mid audio", Interleaved, 1, 12, 4, "5 a a a", "T5 A A A |max_tokens"},
+		{"max tokens zero", Interleaved, 6, 12, 0, "", "|max_tokens"},
+		{"sequential TTS", Sequential, 6, 12, 100,
+			"5 128 a a a a a a a a a a a a a a e 7",
+			"T5 T128 A A A A A A A A A A A A A A E T7 |end_of_turn"},
+		{"sequential ASR", Sequential, 6, 12, 100, "5 6 9 7", "T5 T6 T9 T7 |end_of_turn"},
+		{"sequential text after EOA, then audio again", Sequential, 6, 12, 100,
+			"128 a e 5 128 a e 7",
+			"T128 A E T5 T128 A E T7 |end_of_turn"},
+		{"sequential max tokens", Sequential, 6, 12, 2, "128 a", "T128 A |max_tokens"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := runScript(t, NewTurn(tt.mode, tt.nText, tt.nAudio, tt.maxNew), tt.script)
+			if got != tt.want {
+				t.Errorf("trace\n got %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestTurnFollowsFixturePattern replays the fixtures' 60-step pattern
+// (6 text / 12 audio, no text_end): the step kinds must be
+// TTTTTTAAAAAAAAAAAATTTTTT… exactly.
+func TestTurnFollowsFixturePattern(t *testing.T) {
+	want := "TTTTTTAAAAAAAAAAAATTTTTTAAAAAAAAAAAATTTTTTAAAAAAAAAAAATTTTTT"
+	turn := NewTurn(Interleaved, 6, 12, 60)
+	var got strings.Builder
+	for {
+		k, ok := turn.Step()
+		if !ok {
+			break
+		}
+		if k == TextStep {
+			got.WriteByte('T')
+			turn.OnText(500)
+		} else {
+			got.WriteByte('A')
+			turn.OnAudio([]int{1, 2, 3, 4, 5, 6, 7, 8})
+		}
+	}
+	if got.String() != want || turn.Stopped() != MaxTokens {
+		t.Errorf("pattern %s (%v), want %s", got.String(), turn.Stopped(), want)
+	}
+}
+
+func TestTurnMisuse(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("observing audio on a text step did not panic")
+		}
+	}()
+	turn := NewTurn(Interleaved, 6, 12, 10)
+	turn.Step()
+	turn.OnAudio(make([]int, 8))
+}

@@ -1,0 +1,180 @@
+// Package chat assembles a conversation into the backbone's input rows,
+// exactly as liquid-audio's ChatState does: one row per position, each with
+// a modality flag — a text token (embedded with embed_tokens), an audio-in
+// row (one per 80 ms encoder frame of a user clip) or an audio-out frame
+// (the sum of its codebook embeddings). Text is tokenized per call, without
+// special-token insertion, so BPE boundaries fall where the reference's do.
+//
+// A Chat only records the rows; the engine turns them into embeddings and
+// remembers how many it has already fed to a session's cache, so a new turn
+// prefills only what is new.
+package chat
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Modality is a row's kind, numbered as liquid-audio's LFMModality.
+type Modality uint8
+
+// Modalities.
+const (
+	Text     Modality = 1
+	AudioIn  Modality = 2
+	AudioOut Modality = 3
+)
+
+func (m Modality) String() string {
+	switch m {
+	case Text:
+		return "text"
+	case AudioIn:
+		return "audio-in"
+	case AudioOut:
+		return "audio-out"
+	}
+	return fmt.Sprintf("Modality(%d)", uint8(m))
+}
+
+// Encoder tokenizes text without adding special tokens (HF
+// encode(text, add_special_tokens=False)).
+type Encoder interface {
+	Encode(text string) []int
+}
+
+// Clip is one user audio clip: its log-mel frames become Rows encoder rows.
+// Features is the model's private payload (e.g. the mel or the encoder
+// output); chat never looks at it.
+type Clip struct {
+	MelFrames int
+	Features  any
+}
+
+// Rows returns the number of encoder rows of a clip of n mel frames:
+// ceil(n/8) (liquid-audio's mel2emb_len).
+func Rows(melFrames int) int { return (melFrames + 7) / 8 }
+
+// Row is one input position.
+type Row struct {
+	Mod   Modality
+	Token int   // Text
+	Clip  *Clip // AudioIn
+	Index int   // AudioIn: the row within the clip
+	Codes []int // AudioOut: one code per codebook
+}
+
+// Role of a turn.
+type Role string
+
+// Roles.
+const (
+	System    Role = "system"
+	User      Role = "user"
+	Assistant Role = "assistant"
+)
+
+// System prompts of the official recipes.
+const (
+	InterleavedPrompt = "Respond with interleaved text and audio."
+	ASRPrompt         = "Perform ASR."
+)
+
+// Chat is a conversation's rows.
+type Chat struct {
+	enc  Encoder
+	rows []Row
+}
+
+// New starts a conversation with <|startoftext|>.
+func New(enc Encoder) *Chat {
+	c := &Chat{enc: enc}
+	c.AddText("<|startoftext|>")
+	return c
+}
+
+// AddText appends the tokens of text.
+func (c *Chat) AddText(text string) {
+	for _, id := range c.enc.Encode(text) {
+		c.rows = append(c.rows, Row{Mod: Text, Token: id})
+	}
+}
+
+// NewTurn appends "<|im_start|>{role}\n".
+func (c *Chat) NewTurn(role Role) { c.AddText("<|im_start|>" + string(role) + "\n") }
+
+// EndTurn appends "<|im_end|>\n".
+func (c *Chat) EndTurn() { c.AddText("<|im_end|>\n") }
+
+// AddAudio appends a user clip's encoder rows.
+func (c *Chat) AddAudio(clip *Clip) {
+	for i := 0; i < Rows(clip.MelFrames); i++ {
+		c.rows = append(c.rows, Row{Mod: AudioIn, Clip: clip, Index: i})
+	}
+}
+
+// AppendToken appends a generated text token (chat.append of text).
+func (c *Chat) AppendToken(id int) { c.rows = append(c.rows, Row{Mod: Text, Token: id}) }
+
+// AppendFrame appends a generated audio frame (chat.append of audio_out).
+func (c *Chat) AppendFrame(codes []int) {
+	c.rows = append(c.rows, Row{Mod: AudioOut, Codes: append([]int(nil), codes...)})
+}
+
+// Len returns the number of rows.
+func (c *Chat) Len() int { return len(c.rows) }
+
+// Rows returns rows [from, to).
+func (c *Chat) Rows(from, to int) []Row { return c.rows[from:to] }
+
+// Truncate drops every row from n on (to undo a turn that failed).
+func (c *Chat) Truncate(n int) { c.rows = c.rows[:n] }
+
+// TextIDs returns every text token in order (ChatState.text).
+func (c *Chat) TextIDs() []int {
+	var ids []int
+	for _, r := range c.rows {
+		if r.Mod == Text {
+			ids = append(ids, r.Token)
+		}
+	}
+	return ids
+}
+
+// Modalities returns every row's flag (ChatState.modality_flag).
+func (c *Chat) Modalities() []Modality {
+	out := make([]Modality, len(c.rows))
+	for i, r := range c.rows {
+		out[i] = r.Mod
+	}
+	return out
+}
+
+// AudioOut returns the audio-out frames in order (ChatState.audio_out,
+// frame-major).
+func (c *Chat) AudioOut() [][]int {
+	var out [][]int
+	for _, r := range c.rows {
+		if r.Mod == AudioOut {
+			out = append(out, r.Codes)
+		}
+	}
+	return out
+}
+
+// String summarises the rows, e.g. "T×21 A×62 T×10".
+func (c *Chat) String() string {
+	var b strings.Builder
+	for i := 0; i < len(c.rows); {
+		j := i
+		for j < len(c.rows) && c.rows[j].Mod == c.rows[i].Mod {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%c×%d", "?TAO"[c.rows[i].Mod], j-i)
+		i = j
+	}
+	return b.String()
+}
