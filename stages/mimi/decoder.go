@@ -1,0 +1,573 @@
+// Package mimi decodes LFM2-Audio's audio codes to 24 kHz speech with
+// Kyutai's Mimi codec (the decoder half of moshi's MimiModel), streamed.
+//
+// A frame is NumCodebooks codes (one 80 ms step at 12.5 Hz). Decoding runs,
+// in float32 throughout:
+//
+//	codes [T, 8] → split RVQ: rvq_first (codebook 0) and rvq_rest (1..7)
+//	  lookups, each summed and projected by its output_proj, then added
+//	→ ×2 transposed-conv upsample (depthwise)        [2T, 512] at 25 Hz
+//	→ decoder transformer (causal, context 250, RoPE) [2T, 512]
+//	→ SEANet decoder (causal convs, ×8 ×6 ×5 ×4)      [1920·T] samples
+//
+// A Decoder holds the weights; a Stream holds one utterance's state (the
+// convolutions' past inputs, the transposed convolutions' pending
+// contributions, the attention keys and values within the context) and
+// decodes any number of frames per call. Every layer computes each output
+// sample with the same float operations in the same order however the
+// frames are split between calls, so decoding frame by frame gives exactly
+// the samples of decoding everything at once.
+package mimi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/stages/nn"
+	"github.com/omni-pipe/omni-pipe/stages/safetensors"
+	"github.com/omni-pipe/omni-pipe/stages/weights"
+)
+
+// File names of the Mimi weights and configuration.
+const (
+	// OfficialWeightsName is the file LiquidAI/LFM2-Audio-1.5B (and
+	// kyutai/moshiko-pytorch-bf16) ship.
+	OfficialWeightsName = "tokenizer-e351c8d8-checkpoint125.safetensors"
+	// WeightsName is the alternative name (the test fixtures use it).
+	WeightsName = "mimi.safetensors"
+	// ConfigName is the optional configuration next to the weights;
+	// without it the official configuration applies.
+	ConfigName = "mimi_config.json"
+)
+
+// ErrEndOfAudio reports a frame holding the end-of-audio code (the codebook
+// size, 2048): such frames mark the end of speech and are never decoded.
+var ErrEndOfAudio = errors.New("end-of-audio frame")
+
+// defaultMaxChunk bounds the frames one pass decodes, so that a long whole
+// decode does not need memory in proportion to its length (the results do
+// not depend on it).
+const defaultMaxChunk = 16
+
+// Decoder is a loaded Mimi decoder. It is safe for concurrent use: calls
+// are serialised (the decoder has one scratch arena and one queue).
+type Decoder struct {
+	cfg      Config
+	dev      gpu.Device
+	q        gpu.Queue
+	file     *safetensors.File // opened by Load, closed by Close
+	owned    []gpu.Tensor
+	states   []stateShape
+	bins     int
+	upStride int
+	frameLen int // output samples per frame
+	maxChunk int
+
+	first, rest rvq
+	up          *convTr // nil when the SEANet runs at the frame rate
+	tr          *transformer
+	dec         seanet
+
+	mu    sync.Mutex
+	arena *nn.Arena
+}
+
+// rvq is one ResidualVectorQuantizer's decoding half.
+type rvq struct {
+	n     int        // codebooks decoded
+	table gpu.Tensor // [n·bins, dim]: codebook i at rows i·bins …
+	proj  gpu.Tensor // output_proj [outDim, dim]
+}
+
+type seanet struct {
+	in     *conv1d
+	stages []seanetStage
+	out    *conv1d
+}
+
+type seanetStage struct {
+	up  *convTr
+	res []resBlock
+}
+
+// resBlock is SEANetResnetBlock: x + conv(elu(conv(elu(x)))), with an
+// identity skip (true_skip) or a 1×1 convolution.
+type resBlock struct {
+	c1, c2 *conv1d
+	skip   *conv1d // nil: identity
+}
+
+// Load loads a Mimi decoder onto dev from path: a weights file, or a
+// directory holding OfficialWeightsName or WeightsName. A ConfigName file
+// next to the weights overrides the official configuration.
+func Load(dev gpu.Device, path string) (*Decoder, error) {
+	file, err := weightsPath(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg := DefaultConfig()
+	cfgPath := filepath.Join(filepath.Dir(file), ConfigName)
+	if _, err := os.Stat(cfgPath); err == nil {
+		if cfg, err = LoadConfig(cfgPath); err != nil {
+			return nil, fmt.Errorf("load mimi: %w", err)
+		}
+	}
+	f, err := safetensors.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("load mimi: %w", err)
+	}
+	d, err := New(dev, f, cfg)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	d.file = f
+	return d, nil
+}
+
+func weightsPath(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("load mimi: %w", err)
+	}
+	if !st.IsDir() {
+		return path, nil
+	}
+	for _, name := range []string{OfficialWeightsName, WeightsName} {
+		p := filepath.Join(path, name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("load mimi: %s holds neither %s nor %s", path, OfficialWeightsName, WeightsName)
+}
+
+// New binds a Mimi checkpoint (moshi state_dict names) for decoding. The
+// encoder's tensors are recognised and skipped; a missing or mis-shaped
+// tensor, or one the configuration does not explain, is an error naming
+// it. The file must stay open while the Decoder is used.
+func New(dev gpu.Device, f *safetensors.File, cfg Config) (*Decoder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	up, _ := cfg.upsampleStride()
+	d := &Decoder{
+		cfg:      cfg,
+		dev:      dev,
+		q:        dev.NewQueue("mimi"),
+		bins:     cfg.Quantizer.Bins,
+		upStride: up,
+		frameLen: cfg.FrameSamples(),
+		maxChunk: defaultMaxChunk,
+		arena:    nn.NewArena(dev),
+	}
+	bl := &builder{dev: dev, q: d.q}
+	wb := weights.New(dev, f)
+	d.bind(bl, wb)
+	d.owned, d.states = bl.owned, bl.states
+	err := wb.Err()
+	if extra := wb.Unexpected(); err == nil && len(extra) > 0 {
+		if len(extra) > 5 {
+			extra = append(extra[:5:5], fmt.Sprintf("… %d more", len(extra)-5))
+		}
+		err = fmt.Errorf("%s: tensors the configuration does not use: %s", f.Path, strings.Join(extra, ", "))
+	}
+	if err != nil {
+		d.free()
+		return nil, fmt.Errorf("load mimi: %w", err)
+	}
+	return d, nil
+}
+
+func (d *Decoder) bind(bl *builder, wb *weights.Binder) {
+	cfg := &d.cfg
+	s, qc := &cfg.SEANet, &cfg.Quantizer
+
+	// Encoder side: present in the checkpoint, unused by decoding.
+	wb.SkipPrefix("encoder.")
+	wb.SkipPrefix("encoder_transformer.")
+	wb.SkipPrefix("downsample.")
+
+	// Quantizer.
+	d.first = bindRVQ(bl, wb.Sub("quantizer.rvq_first"), qc, qc.NQSemantic, qc.NQSemantic)
+	d.rest = bindRVQ(bl, wb.Sub("quantizer.rvq_rest"), qc, qc.NQ-qc.NQSemantic, NumCodebooks-qc.NQSemantic)
+
+	// Upsampling from the frame rate to the SEANet rate.
+	dim := s.Dimension
+	if d.upStride > 1 {
+		ub := wb.Sub("upsample.convtr.convtr.convtr")
+		u := d.upStride
+		if cfg.channelWise() {
+			d.up = newConvTr(bl, ub, dim, dim, 2*u, u, true, false)
+		} else {
+			d.up = newConvTr(bl, ub, dim, dim, 2*u, u, false, false)
+		}
+	}
+
+	d.tr = newTransformer(wb.Sub("decoder_transformer"), &cfg.Transformer)
+
+	// SEANet decoder: moshi's nn.Sequential indices.
+	db := wb.Sub("decoder.model")
+	replicate := s.PadMode == "replicate"
+	mult := 1 << len(s.Ratios)
+	idx := 0
+	d.dec.in = newConv1d(bl, db.Subf("%d.conv.conv", idx), dim, mult*s.NFilters, s.KernelSize, 1, replicate)
+	idx++
+	for _, r := range s.Ratios {
+		ch := mult * s.NFilters / 2
+		st := seanetStage{up: newConvTr(bl, db.Subf("%d.convtr.convtr", idx+1), mult*s.NFilters, ch, 2*r, r, false, true)}
+		idx += 2 // ELU, ConvTranspose1d
+		hidden := ch / s.Compress
+		dil := 1
+		for j := 0; j < s.NResidualLayers; j++ {
+			rb := db.Subf("%d", idx)
+			res := resBlock{
+				c1: newConv1d(bl, rb.Sub("block.1.conv.conv"), ch, hidden, s.ResidualKernelSize, dil, replicate),
+				c2: newConv1d(bl, rb.Sub("block.3.conv.conv"), hidden, ch, 1, 1, replicate),
+			}
+			if !s.TrueSkip {
+				res.skip = newConv1d(bl, rb.Sub("shortcut.conv.conv"), ch, ch, 1, 1, replicate)
+			}
+			st.res = append(st.res, res)
+			idx++
+			dil *= s.DilationBase
+		}
+		d.dec.stages = append(d.dec.stages, st)
+		mult /= 2
+	}
+	d.dec.out = newConv1d(bl, db.Subf("%d.conv.conv", idx+1), s.NFilters, s.Channels, s.LastKernelSize, 1, replicate)
+}
+
+// bindRVQ binds the output side of a ResidualVectorQuantizer with total
+// codebooks of which the first used are decoded.
+func bindRVQ(bl *builder, wb *weights.Binder, qc *QuantizerConfig, total, used int) rvq {
+	bins, dim := qc.Bins, qc.Dimension
+	r := rvq{n: used}
+	table := make([]float32, used*bins*dim)
+	for i := 0; i < total; i++ {
+		cb := wb.Subf("vq.layers.%d._codebook", i)
+		if i >= used {
+			cb.SkipPrefix("")
+			continue
+		}
+		cb.Skip("_initialized")
+		// EuclideanCodebook.embedding: embedding_sum / clamp(cluster_usage,
+		// min=epsilon), in float32.
+		sum := cb.Values("embedding_sum", bins, dim)
+		usage := cb.Values("cluster_usage", bins)
+		const epsilon = float32(1e-5)
+		for b := 0; b < bins; b++ {
+			u := max(usage[b], epsilon)
+			for c := 0; c < dim; c++ {
+				table[(i*bins+b)*dim+c] = sum[b*dim+c] / u
+			}
+		}
+	}
+	r.table = bl.upload(used*bins, dim, table)
+	wb.Skip("input_proj.weight") // encoder side
+	r.proj = wb.Tensor("output_proj.weight", qc.OutputDimension, dim, 1)
+	return r
+}
+
+// Config returns the decoder's configuration.
+func (d *Decoder) Config() Config { return d.cfg }
+
+// SampleRate returns the output sample rate in Hz.
+func (d *Decoder) SampleRate() int { return d.cfg.SampleRate }
+
+// FrameSamples returns the number of samples each frame decodes to.
+func (d *Decoder) FrameSamples() int { return d.frameLen }
+
+// Close releases the decoder's memory (and the checkpoint Load opened).
+// Streams must not be used afterwards.
+func (d *Decoder) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.free()
+	if d.file != nil {
+		err := d.file.Close()
+		d.file = nil
+		return err
+	}
+	return nil
+}
+
+func (d *Decoder) free() {
+	for _, t := range d.owned {
+		d.dev.Free(t)
+	}
+	d.owned = nil
+	d.arena.Free()
+}
+
+// Decode decodes a whole utterance with a fresh stream: the same
+// computation as streaming the frames in any number of calls.
+func (d *Decoder) Decode(ctx context.Context, codes [][NumCodebooks]int) ([]float32, error) {
+	s := d.NewStream()
+	defer s.Close()
+	return s.DecodeFrames(ctx, codes)
+}
+
+// Stream is one utterance's decoding state. A Stream must not be used from
+// two goroutines at once.
+type Stream struct {
+	d      *Decoder
+	state  []gpu.Tensor
+	kv     []kvCache
+	frames int // frames decoded so far
+
+	pos        []int32 // scratch: transformer positions
+	ids1, ids2 []int32 // scratch: codebook rows
+}
+
+// kvCache holds one layer's keys and values: rows [0, n) are the n most
+// recent positions, the last at position next−1.
+type kvCache struct {
+	k, v gpu.Tensor // [capacity, d], nil until first use
+	n    int
+}
+
+// NewStream starts an utterance.
+func (d *Decoder) NewStream() *Stream {
+	s := &Stream{d: d, kv: make([]kvCache, len(d.tr.layers))}
+	for _, sh := range d.states {
+		s.state = append(s.state, d.dev.Alloc(gpu.F32, sh.rows, sh.cols))
+	}
+	return s
+}
+
+// Frames returns the number of frames the stream has decoded.
+func (s *Stream) Frames() int { return s.frames }
+
+// Reset starts a new utterance on the stream's memory.
+func (s *Stream) Reset() {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	for _, t := range s.state {
+		s.d.q.Fill(t, 0)
+	}
+	for i := range s.kv {
+		s.kv[i].n = 0
+	}
+	s.frames = 0
+}
+
+// Close releases the stream's memory.
+func (s *Stream) Close() {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	for _, t := range s.state {
+		s.d.dev.Free(t)
+	}
+	for _, c := range s.kv {
+		if !c.k.IsNil() {
+			s.d.dev.Free(c.k)
+			s.d.dev.Free(c.v)
+		}
+	}
+	s.state, s.kv = nil, nil
+}
+
+// DecodeFrames decodes the next frames of the utterance and returns their
+// len(codes)·FrameSamples() samples. Codes must lie in 0..bins−1; a frame
+// holding the end-of-audio code (bins) gives an error wrapping
+// ErrEndOfAudio, and any bad code leaves the stream untouched.
+func (s *Stream) DecodeFrames(ctx context.Context, codes [][NumCodebooks]int) ([]float32, error) {
+	return s.AppendFrames(ctx, nil, codes)
+}
+
+// AppendFrames is DecodeFrames appending the samples to dst. When ctx ends
+// during a call, it returns the samples of the frames decoded so far (the
+// stream has advanced by those frames) and ctx's error.
+func (s *Stream) AppendFrames(ctx context.Context, dst []float32, codes [][NumCodebooks]int) ([]float32, error) {
+	d := s.d
+	if err := d.checkCodes(codes); err != nil {
+		return dst, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.state == nil && len(d.states) > 0 {
+		return dst, errors.New("mimi: decode on a closed stream")
+	}
+	dst = grow(dst, len(codes)*d.frameLen)
+	for lo := 0; lo < len(codes); lo += d.maxChunk {
+		if err := ctx.Err(); err != nil {
+			return dst, err
+		}
+		hi := min(lo+d.maxChunk, len(codes))
+		d.arena.Reset()
+		y := s.pass(codes[lo:hi])
+		n := len(dst)
+		dst = dst[:n+y.Len()]
+		if err := d.q.Read(dst[n:], y); err != nil {
+			return dst[:n], fmt.Errorf("mimi: read samples: %w", err)
+		}
+		s.frames += hi - lo
+	}
+	return dst, nil
+}
+
+func grow(s []float32, n int) []float32 {
+	if cap(s)-len(s) >= n {
+		return s
+	}
+	g := make([]float32, len(s), len(s)+n)
+	copy(g, s)
+	return g
+}
+
+// checkCodes rejects end-of-audio frames and codes outside the codebooks.
+func (d *Decoder) checkCodes(codes [][NumCodebooks]int) error {
+	for f, fr := range codes {
+		for i, c := range fr {
+			if c == d.bins {
+				return fmt.Errorf("mimi: frame %d codebook %d: code %d: %w (decode only the frames before it)", f, i, c, ErrEndOfAudio)
+			}
+			if c < 0 || c >= d.bins {
+				return fmt.Errorf("mimi: frame %d codebook %d: code %d outside 0..%d", f, i, c, d.bins-1)
+			}
+		}
+	}
+	return nil
+}
+
+// pass decodes codes (at most maxChunk frames) and returns the samples
+// [T·frameLen, channels] in the arena.
+func (s *Stream) pass(codes [][NumCodebooks]int) gpu.Tensor {
+	d := s.d
+	x := s.quantizerDecode(codes) // [T, dim] at the frame rate
+	if d.up != nil {
+		y := d.arena.Get(x.Rows*d.upStride, x.Cols)
+		d.up.forward(s, y, x) // [T·u, dim] at the SEANet rate
+		x = y
+	}
+	x = d.tr.forward(s, x)
+	return d.dec.forward(s, x)
+}
+
+// quantizerDecode is SplitResidualVectorQuantizer.decode: each part sums
+// its codebooks' vectors and projects them; the parts are added.
+func (s *Stream) quantizerDecode(codes [][NumCodebooks]int) gpu.Tensor {
+	d, q, a := s.d, s.d.q, s.d.arena
+	T, n1, n2 := len(codes), d.first.n, d.rest.n
+	s.ids1, s.ids2 = s.ids1[:0], s.ids2[:0]
+	for _, fr := range codes {
+		for i := 0; i < n1; i++ {
+			s.ids1 = append(s.ids1, int32(i*d.bins+fr[i]))
+		}
+		for i := 0; i < n2; i++ {
+			s.ids2 = append(s.ids2, int32(i*d.bins+fr[n1+i]))
+		}
+	}
+	dim := d.first.table.Cols
+	e1, e2 := a.Get(T, dim), a.Get(T, dim)
+	q.Embed(e1, d.first.table, s.ids1)
+	q.Embed(e2, d.rest.table, s.ids2)
+	out := d.first.proj.Rows
+	y, y2 := a.Get(T, out), a.Get(T, out)
+	q.MatMul(y, e1, d.first.proj, gpu.Tensor{})
+	q.MatMul(y2, e2, d.rest.proj, gpu.Tensor{})
+	q.Add(y, y, y2)
+	return y
+}
+
+// positions returns the transformer positions of the call's T rows.
+func (s *Stream) positions(T int) []int32 {
+	p0 := s.frames * s.d.upStride
+	s.pos = s.pos[:0]
+	for i := 0; i < T; i++ {
+		s.pos = append(s.pos, int32(p0+i))
+	}
+	return s.pos
+}
+
+// appendKV adds a call's keys and values (rows of kh, vh) to layer i's
+// cache and returns the rows the call's queries attend over, with the
+// index of the call's first row among them.
+func (s *Stream) appendKV(t *transformer, i int, kh, vh gpu.Tensor) (keys, vals gpu.Tensor, qpos0 int) {
+	d, q := s.d, s.d.q
+	c := &s.kv[i]
+	T := kh.Rows
+	keep := t.keep(c.n)
+	if c.k.IsNil() || c.n+T > c.k.Rows {
+		need := keep + T
+		if c.k.IsNil() || need > c.k.Rows {
+			// Grow: room for a context's worth of calls before compacting.
+			capacity := max(need, 2*t.context, 64)
+			if !c.k.IsNil() {
+				capacity = max(capacity, 2*c.k.Rows)
+			}
+			k, v := d.dev.Alloc(gpu.F32, capacity, t.d), d.dev.Alloc(gpu.F32, capacity, t.d)
+			if keep > 0 {
+				q.Copy(k.Slice(0, keep), c.k.Slice(c.n-keep, c.n))
+				q.Copy(v.Slice(0, keep), c.v.Slice(c.n-keep, c.n))
+			}
+			if !c.k.IsNil() {
+				d.dev.Free(c.k)
+				d.dev.Free(c.v)
+			}
+			c.k, c.v = k, v
+		} else if keep > 0 {
+			// Compact: move the rows still visible to the front (through
+			// scratch, as the ranges may overlap).
+			tmp := d.arena.Get(keep, t.d)
+			q.Copy(tmp, c.k.Slice(c.n-keep, c.n))
+			q.Copy(c.k.Slice(0, keep), tmp)
+			q.Copy(tmp, c.v.Slice(c.n-keep, c.n))
+			q.Copy(c.v.Slice(0, keep), tmp)
+		}
+		c.n = keep
+	}
+	q.Copy(c.k.Slice(c.n, c.n+T), kh)
+	q.Copy(c.v.Slice(c.n, c.n+T), vh)
+	c.n += T
+	start := c.n - T - keep
+	return c.k.Slice(start, c.n), c.v.Slice(start, c.n), keep
+}
+
+// forward runs the SEANet decoder over x [T, dim] and returns the samples.
+func (n *seanet) forward(s *Stream, x gpu.Tensor) gpu.Tensor {
+	q, a := s.d.q, s.d.arena
+	y := a.Get(x.Rows, n.in.cout)
+	n.in.forward(s, y, x)
+	x = y
+	for _, st := range n.stages {
+		e := a.Get(x.Rows, x.Cols)
+		q.Act(e, x, gpu.ELU)
+		y := a.Get(x.Rows*st.up.stride, st.up.cout)
+		st.up.forward(s, y, e)
+		x = y
+		for i := range st.res {
+			x = st.res[i].forward(s, x)
+		}
+	}
+	e := a.Get(x.Rows, x.Cols)
+	q.Act(e, x, gpu.ELU)
+	y = a.Get(x.Rows, n.out.cout)
+	n.out.forward(s, y, e)
+	return y
+}
+
+func (r *resBlock) forward(s *Stream, x gpu.Tensor) gpu.Tensor {
+	q, a := s.d.q, s.d.arena
+	e := a.Get(x.Rows, x.Cols)
+	q.Act(e, x, gpu.ELU)
+	h := a.Get(x.Rows, r.c1.cout)
+	r.c1.forward(s, h, e)
+	q.Act(h, h, gpu.ELU)
+	v := a.Get(x.Rows, r.c2.cout)
+	r.c2.forward(s, v, h)
+	u := x
+	if r.skip != nil {
+		u = a.Get(x.Rows, r.skip.cout)
+		r.skip.forward(s, u, x)
+	}
+	q.Add(v, u, v)
+	return v
+}

@@ -1,0 +1,192 @@
+package mimi
+
+import (
+	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/stages/weights"
+)
+
+// Streaming layers. Every layer keeps what it needs from earlier calls in
+// the Stream (inputs for a convolution, partial sums' inputs for a
+// transposed convolution) and computes each output row with the same float
+// operations in the same order whatever the number of rows per call: a
+// convolution's window is gathered into one row of an im2col matrix and
+// reduced by MatMul (whose rows are batch-independent), a transposed
+// convolution's contributions are per-input-row MatMul rows summed in a
+// fixed order. So streamed decoding equals whole decoding bit for bit.
+
+// builder collects what the layers of a Decoder need while binding: the
+// device tensors it allocated (freed by Close) and the shapes of the
+// per-stream states.
+type builder struct {
+	dev    gpu.Device
+	q      gpu.Queue
+	owned  []gpu.Tensor
+	states []stateShape
+}
+
+type stateShape struct{ rows, cols int }
+
+// upload copies host values into a new device tensor [rows, cols].
+func (b *builder) upload(rows, cols int, v []float32) gpu.Tensor {
+	t := b.dev.Alloc(gpu.F32, rows, cols)
+	b.owned = append(b.owned, t)
+	b.q.Write(t, v)
+	return t
+}
+
+// state registers a per-stream state tensor and returns its index.
+func (b *builder) state(rows, cols int) int {
+	b.states = append(b.states, stateShape{rows, cols})
+	return len(b.states) - 1
+}
+
+// conv1d is moshi's StreamingConv1d with stride 1 (every convolution of the
+// SEANet decoder): causal, left-padded with (K−1)·dilation rows that are
+// zeros ("constant") or copies of the first input row ("replicate").
+type conv1d struct {
+	cin, cout, k, dil int
+	replicate         bool
+	// w is [cout, k·cin]: column k·cin+c holds PyTorch's weight[o, c, k],
+	// so that one im2col row (the k input rows side by side) meets it in a
+	// single dot product.
+	w gpu.Tensor
+	b gpu.Tensor // [1, cout], or nil
+	// hist indexes the stream's last (k−1)·dil input rows.
+	hist int
+}
+
+func newConv1d(bl *builder, wb *weights.Binder, cin, cout, k, dil int, replicate bool) *conv1d {
+	c := &conv1d{cin: cin, cout: cout, k: k, dil: dil, replicate: replicate, hist: -1}
+	pt := wb.Values("weight", cout, cin, k) // [o][c][k]
+	w := make([]float32, len(pt))
+	for o := 0; o < cout; o++ {
+		for ci := 0; ci < cin; ci++ {
+			for j := 0; j < k; j++ {
+				w[o*k*cin+j*cin+ci] = pt[(o*cin+ci)*k+j]
+			}
+		}
+	}
+	c.w = bl.upload(cout, k*cin, w)
+	c.b = wb.Tensor("bias", cout)
+	if h := (k - 1) * dil; h > 0 {
+		c.hist = bl.state(h, cin)
+	}
+	return c
+}
+
+// forward sets dst [T, cout] to the convolution of x [T, cin] continued
+// from the stream's history.
+func (c *conv1d) forward(s *Stream, dst, x gpu.Tensor) {
+	q := s.d.q
+	if c.hist < 0 { // kernel 1: no history
+		q.MatMul(dst, x, c.w, c.b)
+		return
+	}
+	T, h := x.Rows, (c.k-1)*c.dil
+	hist := s.state[c.hist]
+	if c.replicate && s.frames == 0 {
+		for r := 0; r < h; r++ {
+			q.Copy(hist.Row(r), x.Row(0))
+		}
+	}
+	// cat = [history; x], then im2col: row t holds cat rows t, t+dil, …
+	cat := s.d.arena.Get(h+T, c.cin)
+	q.Copy(cat.Slice(0, h), hist)
+	q.Copy(cat.Slice(h, h+T), x)
+	col := s.d.arena.Get(T, c.k*c.cin)
+	for j := 0; j < c.k; j++ {
+		q.Copy(col.ColSlice(j*c.cin, (j+1)*c.cin), cat.Slice(j*c.dil, j*c.dil+T))
+	}
+	q.MatMul(dst, col, c.w, c.b)
+	q.Copy(hist, cat.Slice(T, T+h))
+}
+
+// convTr is moshi's StreamingConvTranspose1d with all the trimming on the
+// right (trim_right_ratio 1): T input rows give T·stride output rows, and
+// the K−stride rows that later inputs still add to are completed by the
+// next call. groups is 1 or the channel count (depthwise).
+type convTr struct {
+	cin, cout, k, stride int
+	// m = ceil(k/stride): an output row sums the contributions of m
+	// consecutive input rows.
+	m         int
+	depthwise bool
+	// w is [m·stride·cout, cin] (groups 1): row j·cout+o holds PyTorch's
+	// weight[:, o, j] (zero for j ≥ k), so that x·wᵀ gives every input row's
+	// contribution to its m·stride output rows side by side.
+	w gpu.Tensor
+	// dw holds the depthwise taps: dw[j] is [1, cout] = weight[:, 0, j].
+	dw []gpu.Tensor
+	b  gpu.Tensor // [1, cout], or nil
+	// tail indexes the stream's contributions of its last m−1 input rows.
+	tail int
+}
+
+func newConvTr(bl *builder, wb *weights.Binder, cin, cout, k, stride int, depthwise, bias bool) *convTr {
+	c := &convTr{cin: cin, cout: cout, k: k, stride: stride, m: (k + stride - 1) / stride, depthwise: depthwise, tail: -1}
+	width := c.m * stride // padded kernel
+	if depthwise {
+		pt := wb.Values("weight", cin, 1, k) // [c][0][k]
+		c.dw = make([]gpu.Tensor, width)
+		for j := range c.dw {
+			v := make([]float32, cout)
+			if j < k {
+				for ch := range v {
+					v[ch] = pt[ch*k+j]
+				}
+			}
+			c.dw[j] = bl.upload(1, cout, v)
+		}
+	} else {
+		pt := wb.Values("weight", cin, cout, k) // [c][o][k]
+		w := make([]float32, width*cout*cin)
+		for ci := 0; ci < cin; ci++ {
+			for o := 0; o < cout; o++ {
+				for j := 0; j < k; j++ {
+					w[(j*cout+o)*cin+ci] = pt[(ci*cout+o)*k+j]
+				}
+			}
+		}
+		c.w = bl.upload(width*cout, cin, w)
+	}
+	if bias {
+		c.b = wb.Tensor("bias", cout)
+	}
+	if c.m > 1 {
+		c.tail = bl.state(c.m-1, width*cout)
+	}
+	return c
+}
+
+// forward sets dst [T·stride, cout] from x [T, cin].
+func (c *convTr) forward(s *Stream, dst, x gpu.Tensor) {
+	q := s.d.q
+	T, m, W := x.Rows, c.m, c.stride*c.cout
+	// z row m−1+t holds input row t's contributions to output rows
+	// t·stride … t·stride+m·stride−1, in m blocks of W columns; rows
+	// 0…m−2 hold the previous call's last input rows.
+	z := s.d.arena.Get(m-1+T, m*W)
+	if c.tail >= 0 {
+		q.Copy(z.Slice(0, m-1), s.state[c.tail])
+	}
+	zn := z.Slice(m-1, m-1+T)
+	if c.depthwise {
+		for j, v := range c.dw {
+			q.MulRow(zn.ColSlice(j*c.cout, (j+1)*c.cout), x, v)
+		}
+	} else {
+		q.MatMul(zn, x, c.w, gpu.Tensor{})
+	}
+	// Output rows t·stride+r (r < stride) = Σ_j block j of input row t−j.
+	out := dst.Reshape(T, W)
+	q.Copy(out, zn.ColSlice(0, W))
+	for j := 1; j < m; j++ {
+		q.Add(out, out, z.Slice(m-1-j, m-1-j+T).ColSlice(j*W, (j+1)*W))
+	}
+	if !c.b.IsNil() {
+		q.AddRow(dst, dst, c.b)
+	}
+	if c.tail >= 0 {
+		q.Copy(s.state[c.tail], z.Slice(T, T+m-1))
+	}
+}
