@@ -3,8 +3,8 @@ package mimi
 import (
 	"context"
 	"errors"
-	"math"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
