@@ -1,0 +1,516 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/omni-pipe/omni-pipe/audio"
+	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/stages/chat"
+	"github.com/omni-pipe/omni-pipe/stages/lfm2"
+	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
+	"github.com/omni-pipe/omni-pipe/stages/nn"
+	"github.com/omni-pipe/omni-pipe/stages/tokenizer"
+)
+
+// Stage names, as they appear in timings and traces.
+const (
+	StageFrontend = "logmel"
+	StageEncoder  = "encoder"
+	StageBackbone = "backbone"
+	StageDepth    = "depthformer"
+	StageCodec    = "codec"
+)
+
+// Errors a turn can end with.
+var (
+	ErrEngineClosed  = errors.New("engine closed")
+	ErrBusy          = errors.New("the engine is running its maximum number of turns")
+	ErrSessionBusy   = errors.New("the conversation already has a turn running")
+	ErrContextFull   = errors.New("the conversation exceeds the model's context")
+	ErrSlowConsumer  = errors.New("the client did not read the reply fast enough")
+	ErrEmptyRequest  = errors.New("the request has neither audio nor text")
+	ErrSessionClosed = errors.New("the conversation was closed")
+)
+
+// Options configure an Engine. Zero values take the defaults.
+type Options struct {
+	Precision nn.Precision
+	// MaxTurns is the number of turns that may run at once (default 8).
+	MaxTurns int
+	// MaxBatch caps the sessions one backbone or depthformer step serves
+	// (default 16).
+	MaxBatch int
+	// EventBuffer is the number of events a turn buffers for a client that
+	// reads slowly before it is cancelled with ErrSlowConsumer (default 4096,
+	// about five minutes of speech).
+	EventBuffer int
+	// MaxContext caps a conversation's positions (default 32768, the
+	// model card's context).
+	MaxContext int
+	// CodecQueue is the number of frames that may wait for the codec
+	// (default 256); a full queue holds the depthformer back.
+	CodecQueue int
+	// Trace, when set, records every stage's busy intervals.
+	Trace *Trace
+}
+
+func (o *Options) defaults() {
+	if o.Precision == 0 {
+		o.Precision = nn.BF16
+	}
+	if o.MaxTurns <= 0 {
+		o.MaxTurns = 8
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 16
+	}
+	if o.EventBuffer <= 0 {
+		o.EventBuffer = 4096
+	}
+	if o.MaxContext <= 0 {
+		o.MaxContext = 32768
+	}
+	if o.CodecQueue <= 0 {
+		o.CodecQueue = 256
+	}
+}
+
+// Engine runs turns of many conversations through the stage actors:
+//
+//	Start ─▶ [logmel ▶ encoder] ─▶ [backbone] ⇄ [depthformer] ─▶ [codec] ─▶ events
+//
+// The log-mel and encoder stages are a go-streams flow; backbone,
+// depthformer and codec are actors that batch whatever work is pending
+// across sessions. Each stage owns its gpu queue. A turn is in exactly one
+// place of the backbone⇄depthformer loop at a time, so the loop's channels,
+// sized to MaxTurns, never block; the codec's channel is bounded and
+// applies back-pressure.
+type Engine struct {
+	m    *lfm2audio.Model
+	dev  gpu.Device
+	opts Options
+
+	front   *frontend
+	bbIn    chan *turn
+	depthIn chan *turn
+	codecIn chan codecMsg
+
+	mu      sync.Mutex
+	closed  bool
+	running int
+	turns   map[*turn]struct{}
+	wg      sync.WaitGroup
+	stop    chan struct{}
+
+	nextID atomic.Uint64
+}
+
+// New starts an engine for m on dev.
+func New(m *lfm2audio.Model, dev gpu.Device, opts Options) *Engine {
+	opts.defaults()
+	e := &Engine{m: m, dev: dev, opts: opts,
+		bbIn:    make(chan *turn, opts.MaxTurns),
+		depthIn: make(chan *turn, opts.MaxTurns),
+		codecIn: make(chan codecMsg, opts.CodecQueue),
+		turns:   map[*turn]struct{}{},
+		stop:    make(chan struct{}),
+	}
+	e.front = newFrontend(e)
+	e.wg.Add(3)
+	go e.backboneLoop()
+	go e.depthLoop()
+	go e.codecLoop()
+	return e
+}
+
+// Model returns the engine's model.
+func (e *Engine) Model() *lfm2audio.Model { return e.m }
+
+// Running returns the number of turns in flight.
+func (e *Engine) Running() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.running
+}
+
+// Close cancels every running turn, stops the stages and waits for their
+// goroutines to return.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	for t := range e.turns {
+		t.cancel(ErrEngineClosed)
+	}
+	e.mu.Unlock()
+	// Let cancelled turns drain through the stages, then stop them.
+	for {
+		e.mu.Lock()
+		n := e.running
+		e.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.front.close()
+	close(e.stop)
+	e.wg.Wait()
+	return nil
+}
+
+// Session is one conversation: its history and the backbone's cache of
+// what has been computed. One turn runs at a time.
+type Session struct {
+	ID    string
+	e     *Engine
+	mu    sync.Mutex
+	busy  bool
+	shut  bool
+	chat  *chat.Chat
+	cache *lfm2.Cache
+	fed   int // chat rows the cache holds
+	turns int
+	last  time.Time
+}
+
+// NewSession starts an empty conversation.
+func (e *Engine) NewSession() *Session {
+	id := fmt.Sprintf("conv-%d", e.nextID.Add(1))
+	return &Session{ID: id, e: e, chat: chat.New(e.m.Tok), last: time.Now()}
+}
+
+// Turns returns the number of completed turns.
+func (s *Session) Turns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.turns
+}
+
+// LastUsed returns when the session last finished a turn.
+func (s *Session) LastUsed() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+// Busy reports whether a turn is running.
+func (s *Session) Busy() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.busy
+}
+
+// Close releases the session's cache; a running turn is not affected until
+// it ends, and no new turn may start.
+func (s *Session) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shut = true
+	if !s.busy && s.cache != nil {
+		s.cache.Free()
+		s.cache = nil
+	}
+}
+
+// Request is one user turn.
+type Request struct {
+	// Audio is the user's speech (any sample rate; mono), or nil.
+	Audio *audio.Clip
+	// Text is the user's text (after the audio when both are given).
+	Text string
+	// System is the system prompt of a new conversation; empty chooses the
+	// mode's official prompt. Ignored after the first turn.
+	System string
+	// Mode is Interleaved (speech to speech; the default) or Sequential.
+	Mode Mode
+	// TextSampling and AudioSampling pick text tokens and audio codes.
+	TextSampling, AudioSampling Sampling
+	// MaxNewTokens caps the backbone steps (text tokens and audio frames);
+	// default 512 as the official examples.
+	MaxNewTokens int
+	// Seed makes sampling reproducible: the same seed, request and history
+	// give the same reply.
+	Seed uint64
+	// Teacher, when set, replaces each sampled token or frame by the one
+	// it returns (the engine's own pick is still reported to it): a
+	// teacher-forced replay of a recorded trace.
+	Teacher Teacher
+}
+
+// Teacher observes each pick with its logits and returns what to use
+// instead: step counts backbone steps from 0; codebook is the depthformer
+// position within an audio frame.
+type Teacher interface {
+	Text(step, picked int, logits []float32) int
+	AudioCode(step, codebook, picked int, logits []float32) int
+}
+
+// Stream is a running turn.
+type Stream struct {
+	// Events delivers the turn's events, then closes.
+	Events <-chan Event
+	t      *turn
+}
+
+// Cancel stops the turn at the next frame boundary; its stream ends with
+// an ErrorEvent carrying context.Canceled.
+func (s *Stream) Cancel() { s.t.cancel(context.Canceled) }
+
+// Start begins a turn of s. The turn stops when ctx is cancelled.
+func (e *Engine) Start(ctx context.Context, s *Session, req Request) (*Stream, error) {
+	if req.Audio == nil && strings.TrimSpace(req.Text) == "" {
+		return nil, ErrEmptyRequest
+	}
+	if req.Mode == 0 {
+		req.Mode = Interleaved
+	}
+	if req.MaxNewTokens <= 0 {
+		req.MaxNewTokens = 512
+	}
+	if err := req.TextSampling.Validate(); err != nil {
+		return nil, fmt.Errorf("text sampling: %w", err)
+	}
+	if err := req.AudioSampling.Validate(); err != nil {
+		return nil, fmt.Errorf("audio sampling: %w", err)
+	}
+	var melFrames int
+	if req.Audio != nil {
+		var err error
+		if melFrames, err = e.clipFrames(req.Audio); err != nil {
+			return nil, err
+		}
+	}
+
+	s.mu.Lock()
+	switch {
+	case s.shut:
+		s.mu.Unlock()
+		return nil, ErrSessionClosed
+	case s.busy:
+		s.mu.Unlock()
+		return nil, ErrSessionBusy
+	}
+	s.busy = true
+	s.mu.Unlock()
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		s.release()
+		return nil, ErrEngineClosed
+	}
+	if e.running >= e.opts.MaxTurns {
+		e.mu.Unlock()
+		s.release()
+		return nil, ErrBusy
+	}
+	e.running++
+	e.mu.Unlock()
+
+	t := e.newTurn(ctx, s, req)
+	t.kind, _ = t.sm.Step() // MaxNewTokens ≥ 1: the prompt's step samples text
+	// The conversation's new rows.
+	t.chatStart = s.chat.Len()
+	if s.chat.Len() == 1 && s.turns == 0 { // only <|startoftext|> so far
+		sys := req.System
+		if sys == "" {
+			sys = chat.InterleavedPrompt
+			if req.Mode == Sequential {
+				sys = chat.ASRPrompt
+			}
+		}
+		s.chat.NewTurn(chat.System)
+		s.chat.AddText(sys)
+		s.chat.EndTurn()
+	}
+	s.chat.NewTurn(chat.User)
+	if req.Audio != nil {
+		t.clip = &chat.Clip{MelFrames: melFrames}
+		s.chat.AddAudio(t.clip)
+	}
+	if req.Text != "" {
+		s.chat.AddText(req.Text)
+	}
+	s.chat.EndTurn()
+	s.chat.NewTurn(chat.Assistant)
+	t.promptRows = s.chat.Len() - s.fed
+	if s.chat.Len()+req.MaxNewTokens > e.opts.MaxContext {
+		s.chat.Truncate(t.chatStart)
+		e.endRunning()
+		s.release()
+		return nil, fmt.Errorf("%w: %d positions plus up to %d new ones exceed %d", ErrContextFull, s.chat.Len(), req.MaxNewTokens, e.opts.MaxContext)
+	}
+	e.mu.Lock()
+	e.turns[t] = struct{}{}
+	e.mu.Unlock()
+	// Watch the caller's context.
+	t.stopWatch = context.AfterFunc(ctx, func() { t.cancel(context.Cause(ctx)) })
+	if t.clip != nil {
+		e.front.submit(t)
+	} else {
+		e.bbIn <- t
+	}
+	return &Stream{Events: t.events, t: t}, nil
+}
+
+// clipFrames validates a clip and returns its mel frame count.
+func (e *Engine) clipFrames(c *audio.Clip) (int, error) {
+	n := len(c.Samples)
+	if c.SampleRate != e.m.Mel.SampleRate() {
+		r, err := audio.NewResampler(c.SampleRate, e.m.Mel.SampleRate())
+		if err != nil {
+			return 0, err
+		}
+		n = r.OutputLen(n)
+	}
+	frames, valid := e.m.Mel.Frames(n)
+	if n == 0 || valid < 2 {
+		return 0, fmt.Errorf("%w (%d samples at %d Hz)", audio.ErrTooShort, len(c.Samples), c.SampleRate)
+	}
+	return frames, nil
+}
+
+func (e *Engine) endRunning() {
+	e.mu.Lock()
+	e.running--
+	e.mu.Unlock()
+}
+
+func (s *Session) release() {
+	s.mu.Lock()
+	s.busy = false
+	s.last = time.Now()
+	if s.shut && s.cache != nil {
+		s.cache.Free()
+		s.cache = nil
+	}
+	s.mu.Unlock()
+}
+
+// turn is a running turn's state. It is owned by whichever stage holds it.
+type turn struct {
+	id      uint64
+	e       *Engine
+	ctx     context.Context
+	cancelF context.CancelCauseFunc
+	sess    *Session
+	req     Request
+	sm      *Turn
+	textS   *Sampler
+	audioS  *Sampler
+	textH   []int
+	audioH  [][]int
+	events  chan Event
+
+	clip       *chat.Clip
+	mel        *audio.Features
+	chatStart  int // the chat's length before this turn
+	promptRows int
+
+	// The next backbone input.
+	kind   Kind // what the pending step samples
+	input  inputKind
+	token  int
+	frame  []int
+	hidden []float32 // the backbone row the depthformer samples from
+
+	dec  *tokenizer.StreamDecoder
+	text strings.Builder
+	err  error // set by a stage: the turn fails
+
+	start     time.Time
+	tm        Timings
+	busyMu    sync.Mutex
+	seq       int
+	codec     codecState
+	stopWatch func() bool
+	finished  bool
+}
+
+type inputKind uint8
+
+const (
+	inPrompt inputKind = iota + 1
+	inToken
+	inFrame
+)
+
+func (e *Engine) newTurn(ctx context.Context, s *Session, req Request) *turn {
+	tctx, cancel := context.WithCancelCause(context.Background())
+	seed := req.Seed
+	t := &turn{
+		id: e.nextID.Add(1), e: e, ctx: tctx, cancelF: cancel, sess: s, req: req,
+		sm:     NewTurn(req.Mode, e.m.Cfg.InterleavedNText, e.m.Cfg.InterleavedNAudio, req.MaxNewTokens),
+		textS:  NewSampler(req.TextSampling, seed, 1),
+		audioS: NewSampler(req.AudioSampling, seed, 2),
+		audioH: make([][]int, e.m.Cfg.Codebooks),
+		events: make(chan Event, e.opts.EventBuffer),
+		dec:    e.m.Tok.NewStreamDecoder(),
+		input:  inPrompt,
+		start:  time.Now(),
+	}
+	t.tm.Busy = map[string]time.Duration{}
+	_ = ctx
+	return t
+}
+
+func (t *turn) cancel(err error) {
+	if err == nil {
+		err = context.Canceled
+	}
+	t.cancelF(err)
+}
+
+// failed returns why the turn must stop now, or nil.
+func (t *turn) failed() error {
+	if t.err != nil {
+		return t.err
+	}
+	if t.ctx.Err() != nil {
+		return context.Cause(t.ctx)
+	}
+	return nil
+}
+
+func (t *turn) addBusy(stage string, d time.Duration) {
+	t.busyMu.Lock()
+	t.tm.Busy[stage] += d
+	t.busyMu.Unlock()
+}
+
+// emit delivers an event without ever blocking a stage: a client that lets
+// EventBuffer events pile up is cut off.
+func (t *turn) emit(ev Event) {
+	select {
+	case t.events <- ev:
+	default:
+		t.cancel(ErrSlowConsumer)
+	}
+}
+
+// emitLast delivers the turn's terminal event: when the buffer is full (a
+// client that stopped reading) the oldest event makes room, so the stream
+// always ends with its Done or Error.
+func (t *turn) emitLast(ev Event) {
+	for {
+		select {
+		case t.events <- ev:
+			return
+		default:
+		}
+		select {
+		case <-t.events:
+		default:
+		}
+	}
+}

@@ -1,0 +1,586 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/reugn/go-streams/extension"
+	"github.com/reugn/go-streams/flow"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/stages/chat"
+	"github.com/omni-pipe/omni-pipe/stages/depth"
+	"github.com/omni-pipe/omni-pipe/stages/lfm2"
+	"github.com/omni-pipe/omni-pipe/stages/mimi"
+	"github.com/omni-pipe/omni-pipe/stages/nn"
+)
+
+// frontend is the log-mel → encoder chain: a go-streams flow of two Map
+// stages (parallelism 1 keeps turns in order and gives each stage one
+// goroutine, which owns its queue). Every element is a *turn; a cancelled
+// turn passes through without work, so the flow never holds one back, and
+// close drains it so that every go-streams goroutine returns.
+type frontend struct {
+	e    *Engine
+	src  chan any
+	done chan struct{}
+	once sync.Once
+}
+
+func newFrontend(e *Engine) *frontend {
+	f := &frontend{e: e, src: make(chan any, e.opts.MaxTurns), done: make(chan struct{})}
+	encQ := e.dev.NewQueue(StageEncoder)
+	encCtx := nn.NewCtx(e.dev, encQ, e.opts.Precision)
+	mel := flow.NewMap(f.mel, 1)
+	enc := flow.NewMap(func(t *turn) *turn { return f.encode(encCtx, t) }, 1)
+	extension.NewChanSource(f.src).Via(mel).Via(enc)
+	go func() {
+		defer close(f.done)
+		for v := range enc.Out() {
+			e.bbIn <- v.(*turn)
+		}
+	}()
+	return f
+}
+
+func (f *frontend) submit(t *turn) { f.src <- t }
+
+// close stops the flow once every submitted turn has left it.
+func (f *frontend) close() {
+	f.once.Do(func() { close(f.src) })
+	<-f.done
+}
+
+// mel computes the clip's log-mel features (resampling to 16 kHz first).
+func (f *frontend) mel(t *turn) *turn {
+	if t.failed() != nil {
+		return t
+	}
+	start := time.Now()
+	feats, err := f.e.m.Mel.ComputeClip(t.req.Audio)
+	if err == nil && feats.Frames != t.clip.MelFrames {
+		err = fmt.Errorf("log-mel gave %d frames, expected %d", feats.Frames, t.clip.MelFrames)
+	}
+	if err != nil {
+		t.err = fmt.Errorf("log-mel: %w", err)
+		return t
+	}
+	if f.e.opts.Precision == nn.BF16 {
+		feats.RoundBF16() // ChatState feeds the encoder bf16 features
+	}
+	t.mel = feats
+	f.e.record(StageFrontend, []*turn{t}, start, "clip")
+	return t
+}
+
+// encode runs the conformer and the adapter; the rows land in the clip.
+func (f *frontend) encode(c *nn.Ctx, t *turn) *turn {
+	if t.failed() != nil || t.mel == nil {
+		return t
+	}
+	start := time.Now()
+	c.A.Reset()
+	feats := t.mel
+	mel := c.Tmp(feats.Frames, feats.Bins)
+	c.Q.Write(mel, feats.Data)
+	rows := f.e.m.Encoder.Forward(c, mel)
+	host := make([]float32, rows.Len())
+	if err := c.Q.Read(host, rows); err != nil {
+		t.err = fmt.Errorf("encoder: %w", err)
+		return t
+	}
+	if rows.Rows != chat.Rows(t.clip.MelFrames) {
+		t.err = fmt.Errorf("encoder gave %d rows for %d mel frames", rows.Rows, t.clip.MelFrames)
+		return t
+	}
+	t.clip.Features = host
+	t.mel = nil
+	f.e.record(StageEncoder, []*turn{t}, start, "clip")
+	return t
+}
+
+// gather blocks for the first pending turn of in (or returns nil when the
+// engine stops), then takes whatever else is pending, up to limit.
+func (e *Engine) gather(in chan *turn, batch []*turn, limit int) []*turn {
+	if len(batch) == 0 {
+		select {
+		case t := <-in:
+			batch = append(batch, t)
+		case <-e.stop:
+			return nil
+		}
+	}
+	for len(batch) < limit {
+		select {
+		case t := <-in:
+			batch = append(batch, t)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// backboneLoop runs backbone steps: each iteration serves every turn whose
+// next input is ready (prompts and fed-back tokens or frames) in one
+// batched forward pass, samples text where the step is a text step, and
+// hands audio steps to the depthformer.
+func (e *Engine) backboneLoop() {
+	defer e.wg.Done()
+	c := nn.NewCtx(e.dev, e.dev.NewQueue(StageBackbone), e.opts.Precision)
+	var carry []*turn
+	for {
+		batch := e.gather(e.bbIn, carry, e.opts.MaxBatch)
+		if batch == nil {
+			return
+		}
+		carry = nil
+		if len(batch) > e.opts.MaxBatch {
+			batch, carry = batch[:e.opts.MaxBatch], slices.Clone(batch[e.opts.MaxBatch:])
+		}
+		carry = append(carry, e.backboneStep(c, batch)...)
+	}
+}
+
+func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next []*turn) {
+	m := e.m
+	H := m.Cfg.LFM.HiddenSize
+	live := batch[:0:0]
+	for _, t := range batch {
+		if err := t.failed(); err != nil {
+			e.finish(t, err)
+			continue
+		}
+		if t.sess.cache == nil {
+			t.sess.cache = m.Backbone.NewCache(e.dev)
+		}
+		live = append(live, t)
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	start := time.Now()
+	c.A.Reset()
+	seqs := make([]lfm2.Seq, len(live))
+	total := 0
+	for i, t := range live {
+		n := 1
+		if t.input == inPrompt {
+			n = t.sess.chat.Len() - t.sess.fed
+		}
+		seqs[i] = lfm2.Seq{Cache: t.sess.cache, Rows: n}
+		total += n
+	}
+	x := c.Tmp(total, H)
+	r0 := 0
+	for i, t := range live {
+		rows := x.Slice(r0, r0+seqs[i].Rows)
+		switch t.input {
+		case inPrompt:
+			e.embedRows(c, rows, t.sess.chat.Rows(t.sess.fed, t.sess.chat.Len()))
+		case inToken:
+			m.Backbone.EmbedTokens(c, rows, []int32{int32(t.token)})
+		case inFrame:
+			e.embedFrame(c, rows, t.frame)
+		}
+		r0 += seqs[i].Rows
+	}
+	h := m.Backbone.Forward(c, x, seqs)
+
+	// Gather the last row of each turn: text turns get logits, audio turns
+	// hand the row to the depthformer.
+	var texts, audios []int
+	r0 = 0
+	lasts := make([]int, len(live))
+	for i, t := range live {
+		r0 += seqs[i].Rows
+		lasts[i] = r0 - 1
+		t.sess.fed += seqs[i].Rows
+		if t.kind == TextStep {
+			texts = append(texts, i)
+		} else {
+			audios = append(audios, i)
+		}
+	}
+	V := m.Cfg.LFM.VocabSize
+	var logits []float32
+	if len(texts) > 0 {
+		hs := c.Tmp(len(texts), H)
+		for j, i := range texts {
+			c.Q.Copy(hs.Row(j), h.Row(lasts[i]))
+		}
+		lg := c.Tmp(len(texts), V)
+		m.Backbone.Logits(c, lg, hs)
+		logits = make([]float32, len(texts)*V)
+		if err := c.Q.Read(logits, lg); err != nil {
+			for _, i := range texts {
+				live[i].err = err
+			}
+		}
+	}
+	for _, i := range audios {
+		t := live[i]
+		t.hidden = make([]float32, H)
+		if err := c.Q.Read(t.hidden, h.Row(lasts[i])); err != nil {
+			t.err = err
+		}
+	}
+	e.record(StageBackbone, live, start, "step")
+	for i, t := range live {
+		if t.input == inPrompt {
+			t.tm.Prefill = time.Since(t.start)
+			t.tm.PromptRows = seqs[i].Rows
+		}
+	}
+	for j, i := range texts {
+		t := live[i]
+		if t.err != nil {
+			e.finish(t, t.err)
+			continue
+		}
+		if e.onText(t, logits[j*V:(j+1)*V]) {
+			next = append(next, t)
+		}
+	}
+	for _, i := range audios {
+		t := live[i]
+		if t.err != nil {
+			e.finish(t, t.err)
+			continue
+		}
+		e.depthIn <- t
+	}
+	return next
+}
+
+// embedRows writes the embeddings of chat rows into x (one row each), as
+// liquid-audio's _prefill assembles them.
+func (e *Engine) embedRows(c *nn.Ctx, x gpu.Tensor, rows []chat.Row) {
+	H := x.Cols
+	for i := 0; i < len(rows); {
+		j := i + 1
+		for j < len(rows) && rows[j].Mod == rows[i].Mod && (rows[i].Mod != chat.AudioIn || rows[j].Clip == rows[i].Clip) {
+			j++
+		}
+		dst := x.Slice(i, j)
+		switch rows[i].Mod {
+		case chat.Text:
+			ids := make([]int32, j-i)
+			for k := range ids {
+				ids[k] = int32(rows[i+k].Token)
+			}
+			e.m.Backbone.EmbedTokens(c, dst, ids)
+		case chat.AudioIn:
+			feats := rows[i].Clip.Features.([]float32)
+			a, b := rows[i].Index, rows[j-1].Index+1
+			c.Q.Write(dst, feats[a*H:b*H])
+		case chat.AudioOut:
+			for k := i; k < j; k++ {
+				e.embedFrame(c, x.Row(k), rows[k].Codes)
+			}
+		}
+		i = j
+	}
+}
+
+// embedFrame writes the audio feedback of one frame: the sum of its codes'
+// embeddings (codebook i offset by i·2049), rounded as the reference's bf16
+// sum.
+func (e *Engine) embedFrame(c *nn.Ctx, dst gpu.Tensor, codes []int) {
+	ids := make([]int32, len(codes))
+	for i, code := range codes {
+		ids[i] = int32(code + i*depth.Vocab)
+	}
+	c.Q.Embed(dst, e.m.AudioEmb, ids)
+	c.Round(dst)
+}
+
+// onText samples a text step and reports whether the turn continues with
+// another backbone step.
+func (e *Engine) onText(t *turn, logits []float32) bool {
+	step := t.sm.Steps() - 1
+	pick := t.textS.Pick(logits, t.textH)
+	if t.req.Teacher != nil {
+		pick = t.req.Teacher.Text(step, pick, logits)
+	}
+	o := t.sm.OnText(pick)
+	t.tm.Steps++
+	if o.Emit {
+		t.sess.chat.AppendToken(pick)
+		t.textH = append(t.textH, pick)
+		t.tm.Tokens++
+		if !e.m.Tok.IsSpecial(pick) {
+			if d := t.dec.Add(pick); d != "" {
+				t.text.WriteString(d)
+				if t.tm.FirstText == 0 {
+					t.tm.FirstText = time.Since(t.start)
+				}
+				t.emit(&TextEvent{Delta: d, Token: pick})
+			}
+		}
+	}
+	if o.Stop {
+		e.finish(t, nil)
+		return false
+	}
+	t.input, t.token = inToken, pick
+	return e.advance(t)
+}
+
+// advance starts the turn's next step, or finishes it at max_new_tokens.
+func (e *Engine) advance(t *turn) bool {
+	k, ok := t.sm.Step()
+	if !ok {
+		e.finish(t, nil)
+		return false
+	}
+	t.kind = k
+	return true
+}
+
+// depthLoop samples audio frames for every turn whose backbone row is
+// ready, in one batched depthformer pass.
+func (e *Engine) depthLoop() {
+	defer e.wg.Done()
+	c := nn.NewCtx(e.dev, e.dev.NewQueue(StageDepth), e.opts.Precision)
+	var carry []*turn
+	for {
+		batch := e.gather(e.depthIn, carry, e.opts.MaxBatch)
+		if batch == nil {
+			return
+		}
+		carry = nil
+		if len(batch) > e.opts.MaxBatch {
+			batch, carry = batch[:e.opts.MaxBatch], slices.Clone(batch[e.opts.MaxBatch:])
+		}
+		e.depthStep(c, batch)
+	}
+}
+
+func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) {
+	live := batch[:0:0]
+	for _, t := range batch {
+		if err := t.failed(); err != nil {
+			e.finish(t, err)
+			continue
+		}
+		live = append(live, t)
+	}
+	if len(live) == 0 {
+		return
+	}
+	start := time.Now()
+	c.A.Reset()
+	H := e.m.Cfg.LFM.HiddenSize
+	h := c.Tmp(len(live), H)
+	for r, t := range live {
+		c.Q.Write(h.Row(r), t.hidden)
+	}
+	codes, err := e.m.Depth.Frame(c, h, func(r, i int, logits []float32) int {
+		t := live[r]
+		pick := t.audioS.Pick(logits, t.audioH[i])
+		if t.req.Teacher != nil {
+			pick = t.req.Teacher.AudioCode(t.sm.Steps()-1, i, pick, logits)
+		}
+		return pick
+	})
+	e.record(StageDepth, live, start, "frame")
+	for r, t := range live {
+		if err != nil {
+			e.finish(t, fmt.Errorf("depthformer: %w", err))
+			continue
+		}
+		frame := codes[r]
+		t.sm.OnAudio(frame) // forces an end-of-audio frame to all EOA
+		t.tm.Steps++
+		t.tm.Frames++
+		t.sess.chat.AppendFrame(frame)
+		for i, code := range frame {
+			t.audioH[i] = append(t.audioH[i], code)
+		}
+		// Mimi decodes codes 0..2047 only: a frame holding the end-of-audio
+		// code anywhere is not decoded (as demo/chat.py skips it).
+		if !slices.Contains(frame, depth.EOA) {
+			e.codecIn <- codecMsg{t: t, frame: slices.Clone(frame)}
+		}
+		t.input, t.frame = inFrame, frame
+		if e.advance(t) {
+			e.bbIn <- t
+		}
+	}
+}
+
+// codecMsg is a frame to decode for t, or (final) the end of t.
+type codecMsg struct {
+	t     *turn
+	frame []int
+	final bool
+	err   error
+}
+
+type codecState struct {
+	stream *mimi.Stream
+}
+
+// finish ends t after its last frame has been decoded: the codec stage
+// emits the terminal event. err is nil for a turn that ended normally.
+func (e *Engine) finish(t *turn, err error) {
+	if t.finished {
+		panic("pipeline: turn finished twice")
+	}
+	t.finished = true
+	e.codecIn <- codecMsg{t: t, final: true, err: err}
+}
+
+// codecLoop decodes frames to PCM as they come, one stream per turn, and
+// ends turns in order after their last frame.
+func (e *Engine) codecLoop() {
+	defer e.wg.Done()
+	var pending []codecMsg
+	for {
+		select {
+		case msg := <-e.codecIn:
+			pending = append(pending[:0], msg)
+		case <-e.stop:
+			return
+		}
+	drain:
+		for len(pending) < 64 {
+			select {
+			case msg := <-e.codecIn:
+				pending = append(pending, msg)
+			default:
+				break drain
+			}
+		}
+		// Decode each turn's run of frames in one call (a chunk decodes to
+		// exactly the samples of frame-by-frame decoding).
+		for i := 0; i < len(pending); {
+			t := pending[i].t
+			if pending[i].final {
+				e.complete(t, pending[i].err)
+				i++
+				continue
+			}
+			j := i
+			var frames [][mimi.NumCodebooks]int
+			for j < len(pending) && pending[j].t == t && !pending[j].final {
+				var f [mimi.NumCodebooks]int
+				copy(f[:], pending[j].frame)
+				frames = append(frames, f)
+				j++
+			}
+			e.decode(t, frames)
+			i = j
+		}
+	}
+}
+
+func (e *Engine) decode(t *turn, frames [][mimi.NumCodebooks]int) {
+	if t.failed() != nil {
+		return // cancelled: no more audio
+	}
+	start := time.Now()
+	if t.codec.stream == nil {
+		t.codec.stream = e.m.Codec.NewStream()
+	}
+	pcm, err := t.codec.stream.DecodeFrames(t.ctx, frames)
+	e.record(StageCodec, []*turn{t}, start, "frames")
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			t.cancel(fmt.Errorf("codec: %w", err))
+		}
+		return
+	}
+	n := e.m.Codec.FrameSamples()
+	rate := e.m.Codec.SampleRate()
+	for k := 0; k*n < len(pcm); k++ {
+		if t.tm.FirstAudio == 0 {
+			t.tm.FirstAudio = time.Since(t.start)
+		}
+		t.tm.AudioSeconds += float64(n) / float64(rate)
+		t.emit(&AudioEvent{Seq: t.seq, Samples: pcm[k*n : (k+1)*n : (k+1)*n], Rate: rate})
+		t.seq++
+	}
+}
+
+// complete ends t: history, timings, the terminal event, and the release
+// of its session and slot.
+func (e *Engine) complete(t *turn, err error) {
+	if t.codec.stream != nil {
+		t.codec.stream.Close()
+		t.codec.stream = nil
+	}
+	if err == nil {
+		err = t.failed() // e.g. cancelled after the last step
+	}
+	s := t.sess
+	switch {
+	case err == nil || t.tm.Steps > 0:
+		// The reply so far stays in the history (a cancelled turn keeps
+		// what the model said, as after a barge-in), closed by <|im_end|>.
+		s.chat.EndTurn()
+	default:
+		// Nothing was generated: forget the turn. If the cache already took
+		// the new rows, it no longer matches the history: start it afresh.
+		s.chat.Truncate(t.chatStart)
+		if s.fed > t.chatStart && s.cache != nil {
+			s.cache.Free()
+			s.cache, s.fed = nil, 0
+		}
+	}
+	t.tm.Total = time.Since(t.start)
+	if t.tm.AudioSeconds > 0 {
+		t.tm.RTF = t.tm.Total.Seconds() / t.tm.AudioSeconds
+	}
+	t.busyMu.Lock()
+	tm := t.tm
+	tm.Busy = make(map[string]time.Duration, len(t.tm.Busy))
+	for k, v := range t.tm.Busy {
+		tm.Busy[k] = v
+	}
+	t.busyMu.Unlock()
+	if err == nil {
+		if tail := t.dec.Flush(); tail != "" {
+			t.text.WriteString(tail)
+			t.emit(&TextEvent{Delta: tail, Token: -1})
+		}
+		t.emitLast(&DoneEvent{Text: t.text.String(), Stop: t.sm.Stopped(), Timings: tm})
+	} else {
+		t.emitLast(&ErrorEvent{Err: err, Timings: tm})
+	}
+	close(t.events)
+	t.stopWatch()
+	t.cancelF(nil)
+	e.mu.Lock()
+	delete(e.turns, t)
+	e.running--
+	e.mu.Unlock()
+	s.mu.Lock()
+	if err == nil || t.tm.Steps > 0 {
+		s.turns++
+	}
+	s.mu.Unlock()
+	s.release()
+}
+
+// record attributes a stage's batch time to its turns and to the trace.
+func (e *Engine) record(stage string, ts []*turn, start time.Time, label string) {
+	end := time.Now()
+	d := end.Sub(start)
+	share := d / time.Duration(len(ts))
+	for _, t := range ts {
+		t.addBusy(stage, share)
+	}
+	if e.opts.Trace != nil {
+		ids := make([]uint64, len(ts))
+		for i, t := range ts {
+			ids[i] = t.id
+		}
+		e.opts.Trace.add(Interval{Stage: stage, Turns: ids, Start: start, End: end, Label: label})
+	}
+}

@@ -1,0 +1,41 @@
+package pipeline
+
+import (
+	"sync"
+	"time"
+)
+
+// Interval is one stage's busy period: a batch it computed.
+type Interval struct {
+	Stage      string
+	Turns      []uint64 // the turns in the batch
+	Start, End time.Time
+	Label      string
+}
+
+// Trace records stage intervals on one time axis (for `omni-pipe bench`
+// and for tests that check the stages overlap).
+type Trace struct {
+	mu  sync.Mutex
+	ivs []Interval
+}
+
+func (tr *Trace) add(iv Interval) {
+	tr.mu.Lock()
+	tr.ivs = append(tr.ivs, iv)
+	tr.mu.Unlock()
+}
+
+// Intervals returns a copy of what was recorded, in recording order.
+func (tr *Trace) Intervals() []Interval {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return append([]Interval(nil), tr.ivs...)
+}
+
+// Reset forgets every interval.
+func (tr *Trace) Reset() {
+	tr.mu.Lock()
+	tr.ivs = nil
+	tr.mu.Unlock()
+}

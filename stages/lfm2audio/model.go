@@ -1,0 +1,220 @@
+// Package lfm2audio loads an LFM2-Audio checkpoint folder as released on
+// Hugging Face (config.json, model.safetensors, tokenizer.json and the Mimi
+// codec's weights) into the networks the engine runs, and reports what it
+// bound.
+package lfm2audio
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/omni-pipe/omni-pipe/audio"
+	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/stages/config"
+	"github.com/omni-pipe/omni-pipe/stages/conformer"
+	"github.com/omni-pipe/omni-pipe/stages/depth"
+	"github.com/omni-pipe/omni-pipe/stages/lfm2"
+	"github.com/omni-pipe/omni-pipe/stages/mimi"
+	"github.com/omni-pipe/omni-pipe/stages/safetensors"
+	"github.com/omni-pipe/omni-pipe/stages/tokenizer"
+	"github.com/omni-pipe/omni-pipe/stages/weights"
+)
+
+// Codec weight file names, in the order they are looked for.
+var codecFiles = []string{
+	"tokenizer-e351c8d8-checkpoint125.safetensors", // the official LFM2-Audio release (moshi naming)
+	"mimi.safetensors",
+}
+
+// Model is a loaded LFM2-Audio model.
+type Model struct {
+	Name     string // the folder's base name, or "demo"
+	Cfg      *config.Audio
+	Tok      *tokenizer.Tokenizer
+	Mel      *audio.LogMel
+	Encoder  *conformer.Encoder
+	Backbone *lfm2.Model
+	AudioEmb gpu.Tensor // audio_embedding.embedding [codebooks·2049, hidden]
+	Depth    *depth.Depth
+	Codec    *mimi.Decoder
+
+	// Params counts the parameters bound from model.safetensors; Bound
+	// lists their names.
+	Params int64
+	Bound  []string
+
+	files []*safetensors.File
+}
+
+// Close releases the checkpoint mappings and device memory.
+func (m *Model) Close() error {
+	var errs []error
+	if m.Codec != nil {
+		errs = append(errs, m.Codec.Close())
+	}
+	for _, f := range m.files {
+		errs = append(errs, f.Close())
+	}
+	m.files = nil
+	return errors.Join(errs...)
+}
+
+// Load loads the checkpoint folder dir onto dev. The safetensors files are
+// memory-mapped.
+func Load(dev gpu.Device, dir string) (*Model, error) {
+	m, err := load(dev, dirSource{dir})
+	if err != nil {
+		return nil, fmt.Errorf("load model %s: %w", dir, err)
+	}
+	m.Name = filepath.Base(filepath.Clean(dir))
+	return m, nil
+}
+
+// LoadFS loads a checkpoint folder from fsys (read into memory; for the
+// embedded demo model).
+func LoadFS(dev gpu.Device, fsys fs.FS, name string) (*Model, error) {
+	m, err := load(dev, fsSource{fsys})
+	if err != nil {
+		return nil, fmt.Errorf("load model %s: %w", name, err)
+	}
+	m.Name = name
+	return m, nil
+}
+
+type source interface {
+	read(name string) ([]byte, error)
+	open(name string) (*safetensors.File, error)
+	exists(name string) bool
+}
+
+type dirSource struct{ dir string }
+
+func (d dirSource) read(name string) ([]byte, error) { return os.ReadFile(filepath.Join(d.dir, name)) }
+func (d dirSource) open(name string) (*safetensors.File, error) {
+	return safetensors.Open(filepath.Join(d.dir, name))
+}
+func (d dirSource) exists(name string) bool {
+	_, err := os.Stat(filepath.Join(d.dir, name))
+	return err == nil
+}
+
+type fsSource struct{ fsys fs.FS }
+
+func (s fsSource) read(name string) ([]byte, error) { return fs.ReadFile(s.fsys, name) }
+func (s fsSource) open(name string) (*safetensors.File, error) {
+	data, err := fs.ReadFile(s.fsys, name)
+	if err != nil {
+		return nil, err
+	}
+	return safetensors.Parse(data, name)
+}
+func (s fsSource) exists(name string) bool {
+	_, err := fs.Stat(s.fsys, name)
+	return err == nil
+}
+
+func load(dev gpu.Device, src source) (m *Model, err error) {
+	m = &Model{}
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+	cfgData, err := src.read("config.json")
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if m.Cfg, err = config.ParseAudio(cfgData); err != nil {
+		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	tokData, err := src.read("tokenizer.json")
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if m.Tok, err = tokenizer.Parse(tokData); err != nil {
+		return nil, fmt.Errorf("tokenizer.json: %w", err)
+	}
+	if m.Tok.VocabSize() > m.Cfg.LFM.VocabSize {
+		return nil, fmt.Errorf("tokenizer.json has %d tokens, the backbone's vocabulary %d", m.Tok.VocabSize(), m.Cfg.LFM.VocabSize)
+	}
+	if m.Mel, err = audio.NewLogMel(m.Cfg.Preprocessor, audio.LogMelOptions{}); err != nil {
+		return nil, fmt.Errorf("preprocessor: %w", err)
+	}
+
+	f, err := src.open("model.safetensors")
+	if err != nil {
+		return nil, err
+	}
+	m.files = append(m.files, f)
+	b := weights.New(dev, f)
+	cfg := m.Cfg
+	H := cfg.LFM.HiddenSize
+	m.Backbone, err = lfm2.Load(b.Sub("lfm"), cfg.LFM)
+	if err != nil {
+		return nil, err
+	}
+	m.Encoder, err = conformer.Load(b, cfg.Encoder, H)
+	if err != nil {
+		return nil, err
+	}
+	m.AudioEmb = b.Tensor("audio_embedding.embedding.weight", cfg.Codebooks*depth.Vocab, H)
+	// The audio embedding's own norm and output head are training-only
+	// (tie_audio_embeddings false: unused at inference).
+	b.Skip("audio_embedding.embedding_norm.weight", "audio_embedding.to_logits.weight", "codebook_offsets", "audio_loss_weights")
+	m.Depth, err = depth.Load(b, cfg.Depthformer, cfg.Codebooks, H)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Err(); err != nil {
+		return nil, err
+	}
+	if extra := b.Unexpected(); len(extra) > 0 {
+		sort.Strings(extra)
+		return nil, fmt.Errorf("model.safetensors holds %d tensors this model does not use, e.g. %q: is it an LFM2-Audio checkpoint?", len(extra), extra[0])
+	}
+	m.Params, m.Bound = b.Params(), b.Bound()
+
+	if err := m.loadCodec(dev, src); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Model) loadCodec(dev gpu.Device, src source) error {
+	name := ""
+	for _, n := range codecFiles {
+		if src.exists(n) {
+			name = n
+			break
+		}
+	}
+	if name == "" {
+		return fmt.Errorf("no codec weights: looked for %v", codecFiles)
+	}
+	cfg := mimi.DefaultConfig()
+	if src.exists("mimi_config.json") {
+		data, err := src.read("mimi_config.json")
+		if err != nil {
+			return err
+		}
+		if cfg, err = mimi.ParseConfig(data); err != nil {
+			return fmt.Errorf("mimi_config.json: %w", err)
+		}
+	}
+	f, err := src.open(name)
+	if err != nil {
+		return err
+	}
+	m.files = append(m.files, f)
+	if m.Codec, err = mimi.New(dev, f, cfg); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if m.Codec.SampleRate() != 24000 {
+		return fmt.Errorf("%s: codec sample rate %d, want 24000", name, m.Codec.SampleRate())
+	}
+	return nil
+}
