@@ -144,12 +144,12 @@ func Decode(r io.Reader, opts DecodeOptions) (*Clip, error) {
 }
 
 type decoder struct {
-	r      *bufio.Reader
-	opts   DecodeOptions
-	off    int64 // bytes consumed, for messages
-	rf64   bool
-	ds64   uint64 // data size from an RF64 ds64 chunk (0: none)
-	fmt    *format
+	r    *bufio.Reader
+	opts DecodeOptions
+	off  int64 // bytes consumed, for messages
+	rf64 bool
+	ds64 uint64 // data size from an RF64 ds64 chunk (0: none)
+	fmt  *format
 }
 
 // read fills b, reporting a short read as ErrTruncated naming what was read.
