@@ -17,6 +17,18 @@
 // sample with the same float operations in the same order however the
 // frames are split between calls, so decoding frame by frame gives exactly
 // the samples of decoding everything at once.
+//
+// Attention follows moshi's whole-sequence decode (mimi.decode(codes)): a
+// query at step p sees the keys at p−249 … p. moshi's streaming mode keeps
+// keys in a ring of 250 entries that it fills before attending, so there
+// the first of a frame's two steps sees only p−248 … p once an utterance
+// passes 125 frames (10 s); the two official modes, and so this package and
+// moshi's streamed output, differ from that point on.
+//
+// End-of-audio frames (any code equal to the codebook size, 2048) mark the
+// end of speech and are never decoded: DecodeFrames refuses them with an
+// error wrapping ErrEndOfAudio, as it refuses any code outside the
+// codebooks, before touching the stream.
 package mimi
 
 import (
@@ -321,6 +333,7 @@ type Stream struct {
 	state  []gpu.Tensor
 	kv     []kvCache
 	frames int // frames decoded so far
+	closed bool
 
 	pos        []int32 // scratch: transformer positions
 	ids1, ids2 []int32 // scratch: codebook rows
@@ -358,10 +371,13 @@ func (s *Stream) Reset() {
 	s.frames = 0
 }
 
-// Close releases the stream's memory.
+// Close releases the stream's memory; closing twice is harmless.
 func (s *Stream) Close() {
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
+	if s.closed {
+		return
+	}
 	for _, t := range s.state {
 		s.d.dev.Free(t)
 	}
@@ -371,7 +387,7 @@ func (s *Stream) Close() {
 			s.d.dev.Free(c.v)
 		}
 	}
-	s.state, s.kv = nil, nil
+	s.state, s.kv, s.closed = nil, nil, true
 }
 
 // DecodeFrames decodes the next frames of the utterance and returns their
@@ -392,7 +408,7 @@ func (s *Stream) AppendFrames(ctx context.Context, dst []float32, codes [][NumCo
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if s.state == nil && len(d.states) > 0 {
+	if s.closed {
 		return dst, errors.New("mimi: decode on a closed stream")
 	}
 	dst = grow(dst, len(codes)*d.frameLen)

@@ -179,9 +179,14 @@ func (c *convTr) forward(s *Stream, dst, x gpu.Tensor) {
 	}
 	// Output rows t·stride+r (r < stride) = Σ_j block j of input row t−j.
 	out := dst.Reshape(T, W)
-	q.Copy(out, zn.ColSlice(0, W))
-	for j := 1; j < m; j++ {
-		q.Add(out, out, z.Slice(m-1-j, m-1-j+T).ColSlice(j*W, (j+1)*W))
+	block := func(j int) gpu.Tensor { return z.Slice(m-1-j, m-1-j+T).ColSlice(j*W, (j+1)*W) }
+	if m == 1 {
+		q.Copy(out, block(0))
+	} else {
+		q.Add(out, block(0), block(1))
+	}
+	for j := 2; j < m; j++ {
+		q.Add(out, out, block(j))
 	}
 	if !c.b.IsNil() {
 		q.AddRow(dst, dst, c.b)

@@ -258,6 +258,11 @@ func TestReset(t *testing.T) {
 	if i := firstDiff(got, want); i >= 0 {
 		t.Errorf("after Reset, sample %d differs from a fresh stream", i)
 	}
+	s.Close()
+	s.Close()
+	if _, err := s.DecodeFrames(context.Background(), codes); err == nil {
+		t.Error("a closed stream decoded")
+	}
 }
 
 // TestLoadErrors: a checkpoint that does not match the configuration fails
@@ -330,6 +335,28 @@ func TestLoadPath(t *testing.T) {
 	for _, p := range []string{"testdata-missing", t.TempDir()} {
 		if _, err := Load(dev, p); err == nil {
 			t.Errorf("Load(%q) succeeded", p)
+		}
+	}
+}
+
+// TestStreamedEqualsWholeFullWidth repeats the bitwise check at the
+// official widths (2 transformer layers instead of 8: the layer count does
+// not change which kernel paths run), where the matrix kernels take other
+// blocking paths than at the tiny sizes.
+func TestStreamedEqualsWholeFullWidth(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Quantizer.NQ = NumCodebooks
+	cfg.Transformer.NumLayers = 2
+	d, _ := newTestDecoder(t, cfg, 12, synthOpts{skipEncoder: true})
+	codes := randomCodes(rand.New(rand.NewPCG(13, 13)), 5, cfg.Quantizer.Bins)
+	d.maxChunk = 1 << 20
+	whole, err := d.Decode(context.Background(), codes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, chunk := range []int{1, 2} {
+		if i := firstDiff(decodeChunks(t, d, codes, chunk), whole); i >= 0 {
+			t.Errorf("chunks of %d: sample %d (frame %d) differs from the whole decode", chunk, i, i/d.FrameSamples())
 		}
 	}
 }

@@ -44,7 +44,9 @@ func (s *tensorSet) add(name string, v []float32, shape ...int) {
 func (s *tensorSet) file(t testing.TB, drop string, reshape map[string][]int) *safetensors.File {
 	t.Helper()
 	var ts []*safetensors.Tensor
+	size := 1 << 20 // header
 	for _, n := range s.names {
+		size += 4 * len(s.vals[n])
 		if n == drop {
 			continue
 		}
@@ -55,6 +57,7 @@ func (s *tensorSet) file(t testing.TB, drop string, reshape map[string][]int) *s
 		ts = append(ts, safetensors.NewF32(n, s.vals[n], shape...))
 	}
 	var buf bytes.Buffer
+	buf.Grow(size)
 	if err := safetensors.Write(&buf, ts, nil); err != nil {
 		t.Fatal(err)
 	}
