@@ -102,16 +102,10 @@ func strictUnmarshal(raw json.RawMessage, v any) error {
 	return json.Unmarshal(raw, v)
 }
 
-// Parse builds a Tokenizer from the contents of a tokenizer.json file.
+// Parse builds a Tokenizer from the contents of a tokenizer.json file. An
+// error names the component at fault ("pre_tokenizer: Sequence[1]:
+// unsupported type \"Metaspace\""); the caller adds which file it was.
 func Parse(data []byte) (*Tokenizer, error) {
-	t, err := parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer.json: %w", err)
-	}
-	return t, nil
-}
-
-func parse(data []byte) (*Tokenizer, error) {
 	var f fileJSON
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, err
@@ -146,6 +140,11 @@ func parse(data []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	t.stream = streamKind(t.decoder)
+	for _, d := range flatten(nil, t.decoder) {
+		if _, ok := d.(byteFallbackDec); ok {
+			t.byteFallbackDec = true
+		}
+	}
 	return t, nil
 }
 

@@ -136,21 +136,36 @@ func translateRegex(p string) (string, error) {
 			if c == '{' {
 				n = intervalLen(rs[i:])
 			}
-			q := rs[i : i+n]
+			q := append([]rune(nil), rs[i:i+n]...)
 			i += n - 1
-			if i+1 < len(rs) && rs[i+1] == '+' && atom >= 0 {
+			interval := c == '{'
+			if interval && q[1] == ',' {
+				// {,m} is {0,m} in Oniguruma and a literal in .NET.
+				q = append([]rune("{0"), q[1:]...)
+			}
+			var next rune
+			if i+1 < len(rs) {
+				next = rs[i+1]
+			}
+			switch {
+			case next == '+' && atom >= 0 && !interval:
 				// Possessive: (?>atom quantifier).
-				wrapped := append([]rune("(?>"), out[atom:]...)
-				wrapped = append(wrapped, q...)
-				wrapped = append(wrapped, ')')
-				out = append(out[:atom], wrapped...)
+				out = wrapAtom(out, atom, "(?>", string(q)+")")
 				i++
-			} else {
+			case next == '+' && atom >= 0:
+				// An interval cannot be possessive in Oniguruma's syntax:
+				// X{n,m}+ repeats the interval greedily.
+				out = wrapAtom(out, atom, "(?:", string(q)+")+")
+				i++
+			case next == '?' && atom >= 0 && interval && !strings.ContainsRune(string(q), ','):
+				// A fixed interval is greedy only: X{n}? is (?:X{n})?.
+				out = wrapAtom(out, atom, "(?:", string(q)+")?")
+				i++
+			case next == '?':
+				out = append(append(out, q...), '?')
+				i++
+			default:
 				out = append(out, q...)
-				if i+1 < len(rs) && rs[i+1] == '?' {
-					out = append(out, '?')
-					i++
-				}
 			}
 			atom = -1
 		case c == '|':
@@ -165,6 +180,13 @@ func translateRegex(p string) (string, error) {
 		return "", fmt.Errorf("unterminated character class")
 	}
 	return string(out), nil
+}
+
+// wrapAtom encloses out[atom:] in open ... closing.
+func wrapAtom(out []rune, atom int, open, closing string) []rune {
+	w := append([]rune(open), out[atom:]...)
+	w = append(w, []rune(closing)...)
+	return append(out[:atom], w...)
 }
 
 // intervalLen returns the length of an interval quantifier {n}, {n,},
@@ -210,6 +232,26 @@ func translateEscape(rs []rune, inClass bool) ([]rune, int, error) {
 			}
 			return codePointEscape(rune(v)), end + 1, nil
 		}
+	case 'w', 'W':
+		switch {
+		case !inClass && rs[0] == 'w':
+			return []rune("[" + wordClass + "]"), 1, nil
+		case !inClass:
+			return []rune("[^" + wordClass + "]"), 1, nil
+		case rs[0] == 'w':
+			return []rune(wordClass), 1, nil
+		default:
+			return nil, 0, fmt.Errorf("\\W inside a character class is not supported")
+		}
+	case 'b', 'B':
+		if inClass {
+			break // backspace in a class, as in .NET
+		}
+		w := "[" + wordClass + "]"
+		if rs[0] == 'b' {
+			return []rune("(?:(?<=" + w + ")(?!" + w + ")|(?<!" + w + ")(?=" + w + "))"), 1, nil
+		}
+		return []rune("(?:(?<=" + w + ")(?=" + w + ")|(?<!" + w + ")(?!" + w + "))"), 1, nil
 	case 'h', 'H':
 		cls := "0-9a-fA-F"
 		switch {
@@ -281,6 +323,12 @@ func countHex(rs []rune, max int) int {
 	}
 	return n
 }
+
+// wordClass is Oniguruma's Unicode \w, as the contents of a character
+// class: letters, marks, numbers (all of N, so '²' and 'Ⅻ' are word
+// characters) and connector punctuation. regexp2's own \w lacks Mc, Me,
+// Nl and No; \b and \B are rebuilt on this class for the same reason.
+const wordClass = `\p{L}\p{M}\p{N}\p{Pc}`
 
 // codePointEscape spells code point r in .NET syntax.
 func codePointEscape(r rune) []rune {

@@ -10,43 +10,59 @@ const (
 	// of every token, then lossy UTF-8"; text is emitted up to the last
 	// complete character.
 	streamBytes streamMode = iota
-	// streamText: any other chain whose output only grows at the end as
-	// ids are appended; the text of all ids is decoded again on each Add,
-	// holding back trailing U+FFFD (a character that may still complete)
-	// and the text of a trailing run of byte-fallback tokens.
+	// streamText: a chain whose text only grows at the end as ids are
+	// appended. The text of all ids is decoded again on each Add, holding
+	// back trailing U+FFFD (a character that may still complete) and the
+	// text of a trailing run of byte-fallback tokens (a run decodes as a
+	// whole).
 	streamText
-	// streamAtFlush: a chain that may rewrite the end of the text (Strip
-	// with stop > 0); nothing is emitted before Flush.
+	// streamAtFlush: a chain that may rewrite text already decoded when
+	// ids are appended (BPEDecoder, whose last token differs, or Replace
+	// or Strip with stop > 0 after the tokens were fused into one); all
+	// text is returned by Flush.
 	streamAtFlush
 )
 
 // streamKind classifies a decoder chain.
 func streamKind(d decoder) streamMode {
-	switch d := d.(type) {
-	case byteLevelDec:
-		return streamBytes
-	case decSequence:
-		if len(d) == 1 {
-			return streamKind(d[0])
+	chain := flatten(nil, d)
+	if len(chain) == 1 {
+		if _, ok := chain[0].(byteLevelDec); ok {
+			return streamBytes
 		}
 	}
-	if anyDecoder(d, func(d decoder) bool { s, ok := d.(stripDec); return ok && s.stop > 0 }) {
-		return streamAtFlush
+	fused := false // the tokens have become one string
+	for _, d := range chain {
+		switch d := d.(type) {
+		case byteLevelDec, fuseDec:
+			fused = true
+		case bpeDec:
+			return streamAtFlush
+		case replaceDec:
+			if fused {
+				return streamAtFlush
+			}
+		case stripDec:
+			if fused && d.stop > 0 {
+				return streamAtFlush
+			}
+		}
 	}
 	return streamText
 }
 
-// anyDecoder reports whether f holds for d or any decoder in it.
-func anyDecoder(d decoder, f func(decoder) bool) bool {
+// flatten appends the decoders of d, sequences expanded, to dst.
+func flatten(dst []decoder, d decoder) []decoder {
 	if seq, ok := d.(decSequence); ok {
 		for _, x := range seq {
-			if anyDecoder(x, f) {
-				return true
-			}
+			dst = flatten(dst, x)
 		}
-		return false
+		return dst
 	}
-	return d != nil && f(d)
+	if d != nil {
+		dst = append(dst, d)
+	}
+	return dst
 }
 
 // StreamDecoder turns ids into text one id at a time, for streaming
@@ -91,7 +107,7 @@ func (d *StreamDecoder) Add(id int) string {
 	}
 	d.ids = append(d.ids, id)
 	k := len(d.ids)
-	if anyDecoder(d.t.decoder, isByteFallback) {
+	if d.t.byteFallbackDec {
 		for k > 0 && d.isFallbackByte(d.ids[k-1]) {
 			k--
 		}
@@ -117,8 +133,6 @@ func (d *StreamDecoder) Flush() string {
 	d.pending, d.ids, d.emitted = d.pending[:0], d.ids[:0], ""
 	return out
 }
-
-func isByteFallback(d decoder) bool { _, ok := d.(byteFallbackDec); return ok }
 
 func (d *StreamDecoder) isFallbackByte(id int) bool {
 	tok, ok := d.t.token(id)

@@ -33,7 +33,8 @@ type Tokenizer struct {
 	rawAdded   *addedMatcher // tokens matched in the raw text
 	normAdded  *addedMatcher // tokens matched in the normalized text
 
-	stream streamMode
+	stream          streamMode
+	byteFallbackDec bool // the decoder chain has ByteFallback
 }
 
 // Load reads and parses a tokenizer.json file.
@@ -42,7 +43,7 @@ func Load(path string) (*Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer: %w", err)
 	}
-	t, err := parse(data)
+	t, err := Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer %s: %w", path, err)
 	}
