@@ -245,6 +245,8 @@ type Request struct {
 	// it returns (the engine's own pick is still reported to it): a
 	// teacher-forced replay of a recorded trace.
 	Teacher Teacher
+	// Record, when set, receives every intermediate of the turn.
+	Record *Recorder
 }
 
 // Teacher observes each pick with its logits and returns what to use
@@ -423,6 +425,7 @@ type turn struct {
 	token  int
 	frame  []int
 	hidden []float32 // the backbone row the depthformer samples from
+	audioN int       // audio steps so far
 
 	dec  *tokenizer.StreamDecoder
 	text strings.Builder

@@ -11,6 +11,7 @@ import (
 	"github.com/reugn/go-streams/extension"
 	"github.com/reugn/go-streams/flow"
 
+	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/stages/chat"
 	"github.com/omni-pipe/omni-pipe/stages/depth"
@@ -55,13 +56,32 @@ func (f *frontend) close() {
 	<-f.done
 }
 
-// mel computes the clip's log-mel features (resampling to 16 kHz first).
+// mel computes the clip's log-mel features (resampling to the front end's
+// rate first).
 func (f *frontend) mel(t *turn) *turn {
 	if t.failed() != nil {
 		return t
 	}
 	start := time.Now()
-	feats, err := f.e.m.Mel.ComputeClip(t.req.Audio)
+	m, rec := f.e.m.Mel, t.req.Record
+	clip := t.req.Audio
+	x := clip.Samples
+	if rec != nil {
+		rec.SetFloats("input_wav", x, 1, len(x))
+		rec.SetInts("input_sample_rate", []int{clip.SampleRate}, 1)
+	}
+	if clip.SampleRate != m.SampleRate() {
+		r, err := audio.NewResampler(clip.SampleRate, m.SampleRate())
+		if err != nil {
+			t.err = fmt.Errorf("resample: %w", err)
+			return t
+		}
+		x = r.Resample(x)
+		if rec != nil {
+			rec.SetFloats("wav_16k", x, 1, len(x))
+		}
+	}
+	feats, err := m.Compute(x)
 	if err == nil && feats.Frames != t.clip.MelFrames {
 		err = fmt.Errorf("log-mel gave %d frames, expected %d", feats.Frames, t.clip.MelFrames)
 	}
@@ -69,12 +89,30 @@ func (f *frontend) mel(t *turn) *turn {
 		t.err = fmt.Errorf("log-mel: %w", err)
 		return t
 	}
+	if rec != nil {
+		rec.SetFloats("mel_f32", transpose(feats.Data, feats.Frames, feats.Bins), feats.Bins, feats.Frames)
+	}
 	if f.e.opts.Precision == nn.BF16 {
 		feats.RoundBF16() // ChatState feeds the encoder bf16 features
+	}
+	if rec != nil {
+		rec.SetFloats("mel", transpose(feats.Data, feats.Frames, feats.Bins), feats.Bins, feats.Frames)
+		rec.SetInts("prompt_audio_in_lens", []int{feats.Frames}, 1)
 	}
 	t.mel = feats
 	f.e.record(StageFrontend, []*turn{t}, start, "clip")
 	return t
+}
+
+// transpose returns the [cols, rows] transpose of a [rows, cols] matrix.
+func transpose(v []float32, rows, cols int) []float32 {
+	out := make([]float32, len(v))
+	for r := 0; r < rows; r++ {
+		for c := 0; c < cols; c++ {
+			out[c*rows+r] = v[r*cols+c]
+		}
+	}
+	return out
 }
 
 // encode runs the conformer and the adapter; the rows land in the clip.
@@ -87,7 +125,14 @@ func (f *frontend) encode(c *nn.Ctx, t *turn) *turn {
 	feats := t.mel
 	mel := c.Tmp(feats.Frames, feats.Bins)
 	c.Q.Write(mel, feats.Data)
-	rows := f.e.m.Encoder.Forward(c, mel)
+	enc := f.e.m.Encoder.Encode(c, mel)
+	if rec := t.req.Record; rec != nil {
+		v := make([]float32, enc.Len())
+		if err := c.Q.Read(v, enc); err == nil {
+			rec.SetFloats("encoder_out", v, enc.Rows, enc.Cols)
+		}
+	}
+	rows := f.e.m.Encoder.Adapt(c, enc)
 	host := make([]float32, rows.Len())
 	if err := c.Q.Read(host, rows); err != nil {
 		t.err = fmt.Errorf("encoder: %w", err)
@@ -96,6 +141,9 @@ func (f *frontend) encode(c *nn.Ctx, t *turn) *turn {
 	if rows.Rows != chat.Rows(t.clip.MelFrames) {
 		t.err = fmt.Errorf("encoder gave %d rows for %d mel frames", rows.Rows, t.clip.MelFrames)
 		return t
+	}
+	if rec := t.req.Record; rec != nil {
+		rec.SetFloats("adapter_out", host, rows.Rows, rows.Cols)
 	}
 	t.clip.Features = host
 	t.mel = nil
@@ -222,11 +270,19 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next []*turn) {
 			}
 		}
 	}
-	for _, i := range audios {
-		t := live[i]
-		t.hidden = make([]float32, H)
-		if err := c.Q.Read(t.hidden, h.Row(lasts[i])); err != nil {
-			t.err = err
+	for i, t := range live {
+		if t.kind == AudioStep || t.req.Record != nil {
+			t.hidden = make([]float32, H)
+			if err := c.Q.Read(t.hidden, h.Row(lasts[i])); err != nil {
+				t.err = err
+			}
+		}
+		if t.input == inPrompt && t.req.Record != nil {
+			n := seqs[i].Rows
+			v := make([]float32, n*H)
+			if err := c.Q.Read(v, h.Slice(lasts[i]+1-n, lasts[i]+1)); err == nil {
+				e.recordPrompt(t, v, n)
+			}
 		}
 	}
 	e.record(StageBackbone, live, start, "step")
@@ -255,6 +311,30 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next []*turn) {
 		e.depthIn <- t
 	}
 	return next
+}
+
+// recordPrompt records the prompt's rows as ChatState holds them and the
+// backbone's output for every one.
+func (e *Engine) recordPrompt(t *turn, hidden []float32, n int) {
+	rec, ch := t.req.Record, t.sess.chat
+	rec.SetFloats("prefill_hidden", hidden, n, len(hidden)/n)
+	ids := ch.TextIDs()
+	rec.SetInts("prompt_text_ids", ids, len(ids))
+	mods := ch.Modalities()
+	mi := make([]int, len(mods))
+	for i, m := range mods {
+		mi[i] = int(m)
+	}
+	rec.SetInts("prompt_modality", mi, len(mi))
+	frames := ch.AudioOut()
+	cb := e.m.Cfg.Codebooks
+	out := make([]int, cb*len(frames))
+	for f, codes := range frames {
+		for c, v := range codes {
+			out[c*len(frames)+f] = v
+		}
+	}
+	rec.SetInts("prompt_audio_out", out, cb, len(frames))
 }
 
 // embedRows writes the embeddings of chat rows into x (one row each), as
@@ -304,11 +384,18 @@ func (e *Engine) embedFrame(c *nn.Ctx, dst gpu.Tensor, codes []int) {
 func (e *Engine) onText(t *turn, logits []float32) bool {
 	step := t.sm.Steps() - 1
 	pick := t.textS.Pick(logits, t.textH)
+	own := pick
 	if t.req.Teacher != nil {
 		pick = t.req.Teacher.Text(step, pick, logits)
 	}
 	o := t.sm.OnText(pick)
 	t.tm.Steps++
+	if rec := t.req.Record; rec != nil {
+		if t.input == inPrompt {
+			rec.SetFloats("prefill_text_logits", logits, len(logits))
+		}
+		rec.textStep(t.hidden, logits, own, o.Emit)
+	}
 	if o.Emit {
 		t.sess.chat.AppendToken(pick)
 		t.textH = append(t.textH, pick)
@@ -380,9 +467,22 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) {
 	for r, t := range live {
 		c.Q.Write(h.Row(r), t.hidden)
 	}
+	CB := e.m.Cfg.Codebooks
+	own := make([][]int, len(live))
+	logs := make([][][]float32, len(live))
+	for r := range live {
+		own[r] = make([]int, CB)
+		if live[r].req.Record != nil {
+			logs[r] = make([][]float32, CB)
+		}
+	}
 	codes, err := e.m.Depth.Frame(c, h, func(r, i int, logits []float32) int {
 		t := live[r]
 		pick := t.audioS.Pick(logits, t.audioH[i])
+		own[r][i] = pick
+		if logs[r] != nil {
+			logs[r][i] = slices.Clone(logits)
+		}
 		if t.req.Teacher != nil {
 			pick = t.req.Teacher.AudioCode(t.sm.Steps()-1, i, pick, logits)
 		}
@@ -395,6 +495,11 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) {
 			continue
 		}
 		frame := codes[r]
+		if rec := t.req.Record; rec != nil {
+			rec.audioStep(t.hidden, own[r], logs[r])
+		}
+		audioStep := t.audioN
+		t.audioN++
 		t.sm.OnAudio(frame) // forces an end-of-audio frame to all EOA
 		t.tm.Steps++
 		t.tm.Frames++
@@ -405,7 +510,7 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) {
 		// Mimi decodes codes 0..2047 only: a frame holding the end-of-audio
 		// code anywhere is not decoded (as demo/chat.py skips it).
 		if !slices.Contains(frame, depth.EOA) {
-			e.codecIn <- codecMsg{t: t, frame: slices.Clone(frame)}
+			e.codecIn <- codecMsg{t: t, frame: slices.Clone(frame), audioStep: audioStep}
 		}
 		t.input, t.frame = inFrame, frame
 		if e.advance(t) {
@@ -416,10 +521,11 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) {
 
 // codecMsg is a frame to decode for t, or (final) the end of t.
 type codecMsg struct {
-	t     *turn
-	frame []int
-	final bool
-	err   error
+	t         *turn
+	frame     []int
+	audioStep int // the frame's index among the turn's audio steps
+	final     bool
+	err       error
 }
 
 type codecState struct {
@@ -467,22 +573,22 @@ func (e *Engine) codecLoop() {
 				continue
 			}
 			j := i
-			var frames [][mimi.NumCodebooks]int
 			for j < len(pending) && pending[j].t == t && !pending[j].final {
-				var f [mimi.NumCodebooks]int
-				copy(f[:], pending[j].frame)
-				frames = append(frames, f)
 				j++
 			}
-			e.decode(t, frames)
+			e.decode(t, pending[i:j])
 			i = j
 		}
 	}
 }
 
-func (e *Engine) decode(t *turn, frames [][mimi.NumCodebooks]int) {
+func (e *Engine) decode(t *turn, msgs []codecMsg) {
 	if t.failed() != nil {
 		return // cancelled: no more audio
+	}
+	frames := make([][mimi.NumCodebooks]int, len(msgs))
+	for k, m := range msgs {
+		copy(frames[k][:], m.frame)
 	}
 	start := time.Now()
 	if t.codec.stream == nil {
@@ -499,6 +605,9 @@ func (e *Engine) decode(t *turn, frames [][mimi.NumCodebooks]int) {
 	n := e.m.Codec.FrameSamples()
 	rate := e.m.Codec.SampleRate()
 	for k := 0; k*n < len(pcm); k++ {
+		if rec := t.req.Record; rec != nil {
+			rec.decoded(msgs[k].audioStep, msgs[k].frame, pcm[k*n:(k+1)*n])
+		}
 		if t.tm.FirstAudio == 0 {
 			t.tm.FirstAudio = time.Since(t.start)
 		}

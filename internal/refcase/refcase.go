@@ -67,6 +67,16 @@ func Open(path string) (*Case, error) {
 	return c, nil
 }
 
+// OpenTensors opens a file of reference tensors without a recorded
+// conversation (such as a float64 companion).
+func OpenTensors(path string) (*Case, error) {
+	f, err := safetensors.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Case{Path: path, F: f}, nil
+}
+
 // Close releases the file.
 func (c *Case) Close() error { return c.F.Close() }
 
