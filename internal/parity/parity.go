@@ -94,11 +94,11 @@ func Run(ctx context.Context, m *lfm2audio.Model, dev gpu.Device, ref *refcase.C
 	if ref.Gen.Mode != "" && ref.Gen.Mode != "interleaved" && ref.Gen.Mode != "sequential" {
 		return nil, fmt.Errorf("%s: unknown generation mode %q", ref.Path, ref.Gen.Mode)
 	}
-	bf, err := replay(ctx, m, dev, ref, nn.BF16)
+	bf, err := Replay(ctx, m, dev, ref, nn.BF16)
 	if err != nil {
 		return nil, fmt.Errorf("bf16 run: %w", err)
 	}
-	f32, err := replay(ctx, m, dev, ref, nn.F32)
+	f32, err := Replay(ctx, m, dev, ref, nn.F32)
 	if err != nil {
 		return nil, fmt.Errorf("f32 run: %w", err)
 	}
@@ -116,9 +116,9 @@ func Run(ctx context.Context, m *lfm2audio.Model, dev gpu.Device, ref *refcase.C
 	return rep, nil
 }
 
-// replay runs the conversation: earlier turns as recorded, then the file's
+// Replay runs the conversation: earlier turns as recorded, then the file's
 // own assistant turn teacher-forced with its trace, recorded.
-func replay(ctx context.Context, m *lfm2audio.Model, dev gpu.Device, ref *refcase.Case, p nn.Precision) (*pipeline.Recorder, error) {
+func Replay(ctx context.Context, m *lfm2audio.Model, dev gpu.Device, ref *refcase.Case, p nn.Precision) (*pipeline.Recorder, error) {
 	e := pipeline.New(m, dev, pipeline.Options{Precision: p, MaxTurns: 1})
 	defer e.Close()
 	s := e.NewSession()

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"os/signal"
+
+	"github.com/omni-pipe/omni-pipe/internal/parity"
+	"github.com/omni-pipe/omni-pipe/internal/refcase"
+)
+
+func init() {
+	register(&command{
+		name: "parity",
+		summary: `Replay a reference case (made with the official code) and compare every stage with it:
+mel, encoder, adapter, prompt, prefill rows, text logits, teacher-forced text top-1, depthformer
+greedy codes, codes through the loop, codec. Exits 1 if a stage is outside its tolerance.`,
+		usage: "--model DIR --reference REF.safetensors",
+		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
+			var mf modelFlags
+			mf.register(fs, e)
+			refPath := fs.String("reference", "", "reference case file (safetensors with the case in its metadata)")
+			return func(args []string) error {
+				if err := noArgs(args); err != nil {
+					return err
+				}
+				if *refPath == "" {
+					return usageError{"--reference is required"}
+				}
+				ref, err := refcase.Open(*refPath)
+				if err != nil {
+					return err
+				}
+				defer ref.Close()
+				m, dev, _, err := mf.open()
+				if err != nil {
+					return err
+				}
+				defer dev.Close()
+				defer m.Close()
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+				defer stop()
+				rep, err := parity.Run(ctx, m, dev, ref)
+				if err != nil {
+					return err
+				}
+				rep.Print(e.stdout)
+				if !rep.OK() {
+					return errors.New("a stage is outside its tolerance")
+				}
+				return nil
+			}
+		},
+	})
+}

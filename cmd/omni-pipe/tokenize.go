@@ -1,0 +1,65 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"github.com/omni-pipe/omni-pipe/stages/tokenizer"
+)
+
+func init() {
+	register(&command{
+		name:    "tokenize",
+		summary: "Read text from stdin and print its token ids (like llama-tokenize): encode(text, add_special_tokens=False).",
+		usage:   "(--model DIR | --tokenizer FILE) [--json]",
+		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
+			model := fs.String("model", "", "checkpoint folder (its tokenizer.json)")
+			file := fs.String("tokenizer", "", "a tokenizer.json file")
+			asJSON := fs.Bool("json", false, "print a JSON array")
+			pieces := fs.Bool("pieces", false, "print each id with its token")
+			return func(args []string) error {
+				if err := noArgs(args); err != nil {
+					return err
+				}
+				path := *file
+				switch {
+				case path == "" && *model == "":
+					return usageError{"one of --model or --tokenizer is required"}
+				case path != "" && *model != "":
+					return usageError{"--model and --tokenizer are exclusive"}
+				case path == "":
+					path = filepath.Join(*model, "tokenizer.json")
+				}
+				tok, err := tokenizer.Load(path)
+				if err != nil {
+					return err
+				}
+				in, err := io.ReadAll(e.stdin)
+				if err != nil {
+					return err
+				}
+				ids := tok.Encode(string(in))
+				switch {
+				case *asJSON:
+					b, _ := json.Marshal(ids)
+					fmt.Fprintln(e.stdout, string(b))
+				case *pieces:
+					for _, id := range ids {
+						fmt.Fprintf(e.stdout, "%6d -> %q\n", id, tok.Token(id))
+					}
+				default:
+					s := make([]string, len(ids))
+					for i, id := range ids {
+						s[i] = fmt.Sprint(id)
+					}
+					fmt.Fprintln(e.stdout, strings.Join(s, " "))
+				}
+				return nil
+			}
+		},
+	})
+}
