@@ -188,7 +188,11 @@ func New(dev gpu.Device, f *safetensors.File, cfg Config) (*Decoder, error) {
 		if len(extra) > 5 {
 			extra = append(extra[:5:5], fmt.Sprintf("… %d more", len(extra)-5))
 		}
-		err = fmt.Errorf("%s: tensors the configuration does not use: %s", f.Path, strings.Join(extra, ", "))
+		label := f.Path
+		if label == "" {
+			label = "checkpoint"
+		}
+		err = fmt.Errorf("%s: tensors the configuration does not use: %s", label, strings.Join(extra, ", "))
 	}
 	if err != nil {
 		d.free()

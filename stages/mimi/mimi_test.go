@@ -337,6 +337,15 @@ func TestLoadPath(t *testing.T) {
 			t.Errorf("Load(%q) succeeded", p)
 		}
 	}
+	// A weights file path picks up the configuration beside it.
+	d, err := Load(dev, fixtureDir+"/"+WeightsName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if got := d.Config().SEANet.NFilters; got != 2 {
+		t.Errorf("n_filters %d: %s not applied", got, ConfigName)
+	}
 }
 
 // TestStreamedEqualsWholeFullWidth repeats the bitwise check at the
