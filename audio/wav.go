@@ -414,54 +414,56 @@ func (d *decoder) tooLong(frames uint64, exact bool) error {
 // converter returns the function that appends the mono samples of whole
 // frames in b to out.
 func converter(f *format) func(out []float32, b []byte) []float32 {
-	c := f.channels
-	le := binary.LittleEndian
-	// intFrames sums each frame's channels exactly in int64 and divides once
-	// in float64, so the mono value is the correctly rounded mean.
-	intFrames := func(width int, scale float64, sample func(p []byte) int64) func([]float32, []byte) []float32 {
+	c, w := f.channels, f.width
+	if f.tag == tagPCM {
+		// Each frame's channels are summed exactly in int64 and divided
+		// once in float64, so the mono value is the correctly rounded mean
+		// (for one channel, v/2^(N-1) rounded once, as numpy's float64
+		// division then the cast to float32).
+		scale := float64(int64(1) << (8*w - 1))
 		div := scale * float64(c)
 		return func(out []float32, b []byte) []float32 {
-			for p := 0; p+width*c <= len(b); p += width * c {
+			for p := 0; p+w*c <= len(b); p += w * c {
 				var s int64
 				for k := range c {
-					s += sample(b[p+k*width:])
+					s += pcmSample(b[p+k*w:], w)
 				}
 				out = append(out, float32(float64(s)/div))
 			}
 			return out
 		}
 	}
-	switch {
-	case f.tag == tagPCM && f.width == 1:
-		return intFrames(1, 128, func(p []byte) int64 { return int64(p[0]) - 128 })
-	case f.tag == tagPCM && f.width == 2:
-		return intFrames(2, 1<<15, func(p []byte) int64 { return int64(int16(le.Uint16(p))) })
-	case f.tag == tagPCM && f.width == 3:
-		return intFrames(3, 1<<23, func(p []byte) int64 {
-			return int64(int32(uint32(p[0])<<8|uint32(p[1])<<16|uint32(p[2])<<24) >> 8)
-		})
-	case f.tag == tagPCM:
-		return intFrames(4, 1<<31, func(p []byte) int64 { return int64(int32(le.Uint32(p))) })
-	}
-	var sample func(p []byte) float64
-	if f.width == 4 {
-		sample = func(p []byte) float64 { return float64(math.Float32frombits(le.Uint32(p))) }
-	} else {
-		sample = func(p []byte) float64 { return math.Float64frombits(le.Uint64(p)) }
-	}
-	w := f.width
 	return func(out []float32, b []byte) []float32 {
 		for p := 0; p+w*c <= len(b); p += w * c {
-			if c == 1 {
-				out = append(out, float32(sample(b[p:])))
-				continue
-			}
 			var s float64
 			for k := range c {
-				s += sample(b[p+k*w:])
+				s += floatSample(b[p+k*w:], w)
 			}
 			out = append(out, float32(s/float64(c)))
 		}
 		return out
 	}
+}
+
+// pcmSample decodes one little-endian integer sample of width bytes
+// (unsigned when 1 byte, centred on 128).
+func pcmSample(p []byte, width int) int64 {
+	switch width {
+	case 1:
+		return int64(p[0]) - 128
+	case 2:
+		return int64(int16(binary.LittleEndian.Uint16(p)))
+	case 3:
+		return int64(int32(uint32(p[0])<<8|uint32(p[1])<<16|uint32(p[2])<<24) >> 8)
+	default:
+		return int64(int32(binary.LittleEndian.Uint32(p)))
+	}
+}
+
+// floatSample decodes one little-endian IEEE float of width 4 or 8.
+func floatSample(p []byte, width int) float64 {
+	if width == 4 {
+		return float64(math.Float32frombits(binary.LittleEndian.Uint32(p)))
+	}
+	return math.Float64frombits(binary.LittleEndian.Uint64(p))
 }
