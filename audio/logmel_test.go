@@ -139,7 +139,7 @@ func melBound(m *LogMel, x []float32, dx []float64, f *Features) []float64 {
 			ss += d * d
 			dss += 2*math.Abs(d)*e + e*e
 		}
-		dss += (nv+3)*u*ss
+		dss += (nv + 3) * u * ss
 		std := math.Sqrt(ss/(nv-1)) + float64(stdGuard)
 		stdHi := math.Sqrt((ss+dss)/(nv-1)) + float64(stdGuard)
 		stdLo := math.Sqrt(max(0, ss-dss)/(nv-1)) + float64(stdGuard)
