@@ -272,11 +272,12 @@ func bindRVQ(bl *builder, wb *weights.Binder, qc *QuantizerConfig, total, used i
 			cb.SkipPrefix("")
 			continue
 		}
-		cb.Skip("_initialized")
+		cb.Skip("_initialized", "inited")
 		// EuclideanCodebook.embedding: embedding_sum / clamp(cluster_usage,
-		// min=epsilon), in float32.
-		sum := cb.Values("embedding_sum", bins, dim)
-		usage := cb.Values("cluster_usage", bins)
+		// min=epsilon), in float32. Older names are the ones moshi's load
+		// hook renames.
+		sum := cb.Values(alias(cb, "embedding_sum", "embed_sum", "embed_avg"), bins, dim)
+		usage := cb.Values(alias(cb, "cluster_usage", "cluster_size"), bins)
 		const epsilon = float32(1e-5)
 		for b := 0; b < bins; b++ {
 			u := max(usage[b], epsilon)
@@ -289,6 +290,16 @@ func bindRVQ(bl *builder, wb *weights.Binder, qc *QuantizerConfig, total, used i
 	wb.Skip("input_proj.weight") // encoder side
 	r.proj = wb.Tensor("output_proj.weight", qc.OutputDimension, dim, 1)
 	return r
+}
+
+// alias returns the first of names the checkpoint holds, or the first.
+func alias(b *weights.Binder, names ...string) string {
+	for _, n := range names {
+		if b.Has(n) {
+			return n
+		}
+	}
+	return names[0]
 }
 
 // Config returns the decoder's configuration.

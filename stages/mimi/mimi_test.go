@@ -349,13 +349,13 @@ func TestLoadPath(t *testing.T) {
 }
 
 // TestStreamedEqualsWholeFullWidth repeats the bitwise check at the
-// official widths (2 transformer layers instead of 8: the layer count does
-// not change which kernel paths run), where the matrix kernels take other
-// blocking paths than at the tiny sizes.
+// official widths, where the matrix kernels take other blocking paths than
+// at the tiny sizes (one transformer layer instead of 8 and 256 codes per
+// codebook instead of 2048: neither changes which kernel paths run).
 func TestStreamedEqualsWholeFullWidth(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Quantizer.NQ = NumCodebooks
-	cfg.Transformer.NumLayers = 2
+	cfg.Quantizer.NQ, cfg.Quantizer.Bins = NumCodebooks, 256
+	cfg.Transformer.NumLayers = 1
 	d, _ := newTestDecoder(t, cfg, 12, synthOpts{skipEncoder: true})
 	codes := randomCodes(rand.New(rand.NewPCG(13, 13)), 5, cfg.Quantizer.Bins)
 	d.maxChunk = 1 << 20
