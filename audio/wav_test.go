@@ -44,7 +44,6 @@ type wavSpec struct {
 	noData     bool
 }
 
-func le16(v uint16) []byte   { return binary.LittleEndian.AppendUint16(nil, v) }
 func le32(v uint32) []byte   { return binary.LittleEndian.AppendUint32(nil, v) }
 func ptr32(v uint32) *uint32 { return &v }
 
