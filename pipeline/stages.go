@@ -653,18 +653,20 @@ func (e *Engine) complete(t *turn, err error) {
 		tm.Busy[k] = v
 	}
 	t.busyMu.Unlock()
+	var last Event
 	if err == nil {
 		if tail := t.dec.Flush(); tail != "" {
 			t.text.WriteString(tail)
 			t.emit(&TextEvent{Delta: tail, Token: -1})
 		}
-		t.emitLast(&DoneEvent{Text: t.text.String(), Stop: t.sm.Stopped(), Timings: tm})
+		last = &DoneEvent{Text: t.text.String(), Stop: t.sm.Stopped(), Timings: tm}
 	} else {
-		t.emitLast(&ErrorEvent{Err: err, Timings: tm})
+		last = &ErrorEvent{Err: err, Timings: tm}
 	}
-	close(t.events)
 	t.stopWatch()
 	t.cancelF(nil)
+	// Free the slot and the session before the client learns the turn is
+	// over, so that it can start the next turn at once.
 	e.mu.Lock()
 	delete(e.turns, t)
 	e.running--
@@ -675,6 +677,8 @@ func (e *Engine) complete(t *turn, err error) {
 	}
 	s.mu.Unlock()
 	s.release()
+	t.emitLast(last)
+	close(t.events)
 }
 
 // record attributes a stage's batch time to its turns and to the trace.

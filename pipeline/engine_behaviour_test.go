@@ -1,0 +1,235 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/omni-pipe/omni-pipe/internal/refcase"
+	"github.com/omni-pipe/omni-pipe/stages/nn"
+)
+
+const fixtureDir = tinyModel + "/"
+
+// TestFreeRunningGreedyFollowsReference: with nothing forced, the greedy
+// engine reproduces the reference trace step by step until the first step
+// where the reference itself had an exact tie or a one-ulp margin.
+func TestFreeRunningGreedyFollowsReference(t *testing.T) {
+	m, dev := loadTiny(t)
+	e := New(m, dev, Options{})
+	defer e.Close()
+	for _, name := range []string{"case1_question_16k", "case3_text_only"} {
+		t.Run(name, func(t *testing.T) {
+			ref, err := refcase.Open(fixtureDir + name + ".safetensors")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			tr, _ := ref.Trace("")
+			req := Request{System: ref.System, MaxNewTokens: tr.Steps(), Record: NewRecorder()}
+			for _, turn := range ref.Turns {
+				if turn.Audio != "" {
+					req.Audio, _ = ref.Clip(turn.Audio)
+				}
+				req.Text += turn.Text
+			}
+			st, err := e.Start(context.Background(), e.NewSession(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := collect(t, st, time.Minute); c.err != nil {
+				t.Fatal(c.err)
+			}
+			toks, _, _ := req.Record.Ints("step_text_token")
+			codes, _, _ := req.Record.Ints("step_codes")
+			tm, _ := ref.Floats("step_text_margin")
+			am, _ := ref.Floats("step_audio_margin")
+			// A near-tie: a margin of at most one bf16 ulp at the logits'
+			// magnitude (|logit| < 16 here: 0.0625).
+			const nearTie = 0.0625
+			for s := range tr.Steps() {
+				if tr.Modality[s] == 1 {
+					if toks[s] != tr.Tokens[s] {
+						t.Logf("first divergence at step %d (text): ours %d, reference %d, reference margin %g", s, toks[s], tr.Tokens[s], tm[s])
+						if float64(tm[s]) > nearTie {
+							t.Errorf("diverged at a step the reference won by %g", tm[s])
+						}
+						return
+					}
+					continue
+				}
+				for i, want := range tr.Codes[s] {
+					if got := codes[s*8+i]; got != want {
+						t.Logf("first divergence at step %d codebook %d: ours %d, reference %d, reference margin %g", s, i, got, want, am[s*8+i])
+						if float64(am[s*8+i]) > nearTie {
+							t.Errorf("diverged at a code the reference won by %g", am[s*8+i])
+						}
+						return
+					}
+				}
+			}
+			t.Logf("all %d steps identical to the reference", tr.Steps())
+		})
+	}
+}
+
+func run(t *testing.T, e *Engine, s *Session, req Request) collected {
+	t.Helper()
+	st, err := e.Start(context.Background(), s, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := collect(t, st, time.Minute)
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	return c
+}
+
+func flat(frames [][]float32) []float32 {
+	var out []float32
+	for _, f := range frames {
+		out = append(out, f...)
+	}
+	return out
+}
+
+func TestDeterminism(t *testing.T) {
+	m, dev := loadTiny(t)
+	e := New(m, dev, Options{})
+	defer e.Close()
+	greedy := Request{Text: "What is the capital of France?", MaxNewTokens: 40}
+	a, b := run(t, e, e.NewSession(), greedy), run(t, e, e.NewSession(), greedy)
+	if a.text != b.text || !slices.Equal(flat(a.audio), flat(b.audio)) {
+		t.Error("two greedy runs differ")
+	}
+	sampled := Request{Text: "What is the capital of France?", MaxNewTokens: 40,
+		TextSampling: Sampling{Temperature: 0.8, TopK: 50}, AudioSampling: DefaultAudio, Seed: 1234}
+	c, d := run(t, e, e.NewSession(), sampled), run(t, e, e.NewSession(), sampled)
+	if c.text != d.text || !slices.Equal(flat(c.audio), flat(d.audio)) {
+		t.Error("two sampled runs with the same seed differ")
+	}
+	sampled.Seed = 99
+	f := run(t, e, e.NewSession(), sampled)
+	if f.text == c.text && slices.Equal(flat(f.audio), flat(c.audio)) {
+		t.Error("a different seed gave the identical reply")
+	}
+}
+
+// TestMultiTurnPrefillsOnlyNewRows: the second turn prefills the history's
+// unfed rows only, and gives the same reply as a fresh session that is fed
+// the whole conversation at once.
+func TestMultiTurnPrefillsOnlyNewRows(t *testing.T) {
+	m, dev := loadTiny(t)
+	e := New(m, dev, Options{})
+	defer e.Close()
+	s := e.NewSession()
+	first := run(t, e, s, Request{Text: "What is the capital of France?", MaxNewTokens: 20})
+	rows1 := s.chat.Len()
+	second := run(t, e, s, Request{Text: "Now answer in one short sentence.", MaxNewTokens: 20})
+	if second.done.Timings.PromptRows >= rows1 {
+		t.Errorf("second turn prefilled %d rows; the history had %d", second.done.Timings.PromptRows, rows1)
+	}
+	t.Logf("turn 1: %d prompt rows; turn 2: %d new rows of %d", first.done.Timings.PromptRows, second.done.Timings.PromptRows, s.chat.Len())
+	if s.Turns() != 2 {
+		t.Errorf("session counts %d turns", s.Turns())
+	}
+}
+
+// TestStagesOverlap: on a real generation, the codec decodes frame N while
+// the backbone computes a later step (their busy intervals intersect).
+func TestStagesOverlap(t *testing.T) {
+	m, dev := loadTiny(t)
+	tr := &Trace{}
+	e := New(m, dev, Options{Trace: tr})
+	defer e.Close()
+	run(t, e, e.NewSession(), Request{Text: "What is the capital of France?", MaxNewTokens: 60})
+	ivs := tr.Intervals()
+	var codec, backbone []Interval
+	for _, iv := range ivs {
+		switch iv.Stage {
+		case StageCodec:
+			codec = append(codec, iv)
+		case StageBackbone:
+			backbone = append(backbone, iv)
+		}
+	}
+	overlaps := 0
+	for _, c := range codec {
+		for _, b := range backbone {
+			if b.Start.Before(c.End) && c.Start.Before(b.End) {
+				overlaps++
+			}
+		}
+	}
+	t.Logf("%d codec intervals, %d backbone intervals, %d overlapping pairs", len(codec), len(backbone), overlaps)
+	if overlaps == 0 {
+		t.Error("the codec never ran while the backbone did")
+	}
+}
+
+// TestCancelStopsAtFrameBoundary: cancelling a turn ends its stream with
+// context.Canceled, frees its slot and session, and leaks no goroutine.
+func TestCancelStopsAtFrameBoundary(t *testing.T) {
+	m, dev := loadTiny(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	e := New(m, dev, Options{MaxTurns: 2, Precision: nn.BF16})
+	s := e.NewSession()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := e.Start(ctx, s, Request{Text: "What is the capital of France?", MaxNewTokens: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read until the first audio frame, then hang up.
+	for ev := range st.Events {
+		if _, ok := ev.(*AudioEvent); ok {
+			break
+		}
+	}
+	cancel()
+	c := collect(t, st, time.Minute)
+	if !errors.Is(c.err, context.Canceled) {
+		t.Fatalf("stream ended with %v, want context.Canceled", c.err)
+	}
+	if e.Running() != 0 || s.Busy() {
+		t.Errorf("running %d, session busy %v after cancel", e.Running(), s.Busy())
+	}
+	// The session stays usable.
+	run(t, e, s, Request{Text: "Again.", MaxNewTokens: 8})
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+}
+
+func TestStartErrors(t *testing.T) {
+	m, dev := loadTiny(t)
+	e := New(m, dev, Options{MaxTurns: 1, MaxContext: 200})
+	defer e.Close()
+	if _, err := e.Start(context.Background(), e.NewSession(), Request{}); !errors.Is(err, ErrEmptyRequest) {
+		t.Errorf("empty request: %v", err)
+	}
+	if _, err := e.Start(context.Background(), e.NewSession(), Request{Text: "hi", MaxNewTokens: 500}); !errors.Is(err, ErrContextFull) {
+		t.Errorf("context overflow: %v", err)
+	}
+	if _, err := e.Start(context.Background(), e.NewSession(), Request{Text: "hi", TextSampling: Sampling{TopP: 3}}); err == nil {
+		t.Error("top_p 3 accepted")
+	}
+	s := e.NewSession()
+	st, err := e.Start(context.Background(), s, Request{Text: "hi", MaxNewTokens: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Start(context.Background(), s, Request{Text: "again"}); !errors.Is(err, ErrSessionBusy) {
+		t.Errorf("second turn on a busy session: %v", err)
+	}
+	if _, err := e.Start(context.Background(), e.NewSession(), Request{Text: "other"}); !errors.Is(err, ErrBusy) {
+		t.Errorf("turn beyond MaxTurns: %v", err)
+	}
+	st.Cancel()
+	collect(t, st, time.Minute)
+}
