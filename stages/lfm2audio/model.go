@@ -117,8 +117,8 @@ func (s fsSource) exists(name string) bool {
 	return err == nil
 }
 
-func load(dev gpu.Device, src source) (m *Model, err error) {
-	m = &Model{}
+func load(dev gpu.Device, src source) (_ *Model, err error) {
+	m := &Model{}
 	defer func() {
 		if err != nil {
 			m.Close()
