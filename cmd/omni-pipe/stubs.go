@@ -5,7 +5,6 @@ import "flag"
 // Commands whose engine lands in later work say so plainly.
 func init() {
 	for _, c := range []struct{ name, summary, usage string }{
-		{"serve", "Run the HTTP server.", "[flags]"},
 		{"mic", "Talk to the model live: microphone in, speaker out.", "[flags]"},
 		{"bench", "Measure where the time goes, stage by stage.", "[flags]"},
 	} {

@@ -1,0 +1,147 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/omni-pipe/omni-pipe/pipeline"
+)
+
+// conversation is a stored pipeline session.
+type conversation struct {
+	id    string
+	sess  *pipeline.Session
+	inUse bool      // a request holds it
+	used  time.Time // when the last request let it go
+}
+
+// conversations maps conversation ids to sessions: at most max of them,
+// each forgotten (and its cache freed) after ttl without a request. One
+// request at a time holds a conversation.
+type conversations struct {
+	mu   sync.Mutex
+	byID map[string]*conversation
+	max  int
+	ttl  time.Duration
+	now  func() time.Time
+}
+
+func newConversations(max int, ttl time.Duration) *conversations {
+	return &conversations{byID: map[string]*conversation{}, max: max, ttl: ttl, now: time.Now}
+}
+
+// acquire holds the conversation id, or a new one made with newSession
+// when id is empty.
+func (cs *conversations) acquire(id string, newSession func() *pipeline.Session) (*conversation, *apiError) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	now := cs.now()
+	if id != "" {
+		c, ok := cs.byID[id]
+		if ok && !c.inUse && now.Sub(c.used) > cs.ttl {
+			cs.dropLocked(c)
+			ok = false
+		}
+		if !ok {
+			return nil, newError(http.StatusNotFound, typeInvalidRequest, codeUnknownConversation, "conversation_id",
+				"unknown conversation "+quote(id)+" (conversations are forgotten after "+cs.ttl.String()+" without a request, and when the server restarts)")
+		}
+		if c.inUse {
+			return nil, newError(http.StatusConflict, typeInvalidRequest, codeConversationBusy, "conversation_id",
+				"conversation "+quote(id)+" already has a turn running; wait for its done event")
+		}
+		c.inUse = true
+		return c, nil
+	}
+	if len(cs.byID) >= cs.max && !cs.evictLocked(now) {
+		return nil, newError(http.StatusServiceUnavailable, typeServer, codeTooManyConvs, "",
+			"every conversation slot is in use; retry later")
+	}
+	c := &conversation{id: newID("conv_"), sess: newSession(), inUse: true, used: now}
+	cs.byID[c.id] = c
+	return c, nil
+}
+
+// release lets c go. A conversation whose first turn never started (keep
+// false) is forgotten.
+func (cs *conversations) release(c *conversation, keep bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	c.inUse = false
+	c.used = cs.now()
+	if !keep {
+		cs.dropLocked(c)
+	}
+}
+
+// evictLocked forgets the least recently used idle conversation; it
+// reports whether there was one.
+func (cs *conversations) evictLocked(now time.Time) bool {
+	var oldest *conversation
+	for _, c := range cs.byID {
+		if !c.inUse && (oldest == nil || c.used.Before(oldest.used)) {
+			oldest = c
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	cs.dropLocked(oldest)
+	return true
+}
+
+func (cs *conversations) dropLocked(c *conversation) {
+	delete(cs.byID, c.id)
+	c.sess.Close()
+}
+
+// sweep forgets the conversations idle for longer than the ttl and
+// returns how many.
+func (cs *conversations) sweep() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	now := cs.now()
+	n := 0
+	for _, c := range cs.byID {
+		if !c.inUse && now.Sub(c.used) > cs.ttl {
+			cs.dropLocked(c)
+			n++
+		}
+	}
+	return n
+}
+
+// closeAll forgets every conversation.
+func (cs *conversations) closeAll() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, c := range cs.byID {
+		cs.dropLocked(c)
+	}
+}
+
+// count returns the number of stored conversations.
+func (cs *conversations) count() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return len(cs.byID)
+}
+
+// newID returns prefix and 24 random hex digits: ids a client cannot guess.
+func newID(prefix string) string {
+	var b [12]byte
+	rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// quote quotes an id from a request for a message, cut short if long.
+func quote(s string) string {
+	if len(s) > 64 {
+		return strconv.Quote(s[:64]) + "…"
+	}
+	return strconv.Quote(s)
+}

@@ -1,0 +1,499 @@
+// Package server is omni-pipe's HTTP API, on echo v4:
+//
+//	POST /v1/audio/chat         one turn: speech and/or text in; SSE text and 24 kHz PCM out (or one JSON)
+//	POST /v1/chat/completions   the same, in OpenAI's Chat Completions audio format
+//	GET  /v1/models             the served model
+//	GET  /health                readiness, model, backend, version, sessions in use
+//	GET  /metrics               Prometheus metrics
+//
+// A Server admits at most Config.MaxConcurrent turns at once, queues at
+// most Config.MaxQueue more, and turns the rest away with 429 and
+// Retry-After. Conversations (pipeline sessions) are kept by id for
+// Config.ConversationTTL. Every turn runs under its request's context: a
+// client that hangs up stops its turn at the next frame. docs/api.md
+// describes the wire formats.
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/omni-pipe/omni-pipe/pipeline"
+)
+
+// Config configures a Server. Zero values take the defaults.
+type Config struct {
+	// MaxConcurrent is the number of turns that generate at once (default
+	// 4). The engine's MaxTurns must be at least this.
+	MaxConcurrent int
+	// MaxQueue is the number of requests that may wait for a turn slot
+	// (default 16; negative: none wait). Beyond it requests get 429.
+	MaxQueue int
+	// QueueTimeout bounds a request's wait for a slot (default 30 s).
+	QueueTimeout time.Duration
+	// RetryAfter is what 429 replies ask clients to wait (default 1 s).
+	RetryAfter time.Duration
+	// MaxBodyBytes bounds a request body (default 32 MiB).
+	MaxBodyBytes int64
+	// BodyTimeout bounds the upload of a request body (default 60 s).
+	BodyTimeout time.Duration
+	// MaxAudio bounds an input clip's duration (default 120 s).
+	MaxAudio time.Duration
+	// MaxNewTokens bounds a request's max_new_tokens (default 2048 steps,
+	// at most about 2.7 minutes of speech).
+	MaxNewTokens int
+	// MaxConversations bounds the conversations kept (default 256); a new
+	// one then evicts the least recently used idle one.
+	MaxConversations int
+	// ConversationTTL is how long an idle conversation is kept (default
+	// 30 min).
+	ConversationTTL time.Duration
+	// ShutdownGrace is how long running turns may go on after a shutdown
+	// begins before they are cancelled (default 30 s).
+	ShutdownGrace time.Duration
+	// WriteStall drops a streaming client whose connection takes no
+	// event for this long (default 30 s). Streams themselves have no
+	// deadline.
+	WriteStall time.Duration
+	// CORSOrigins, when set, allows browser requests from these origins
+	// ("*" for any). CORS is off by default.
+	CORSOrigins []string
+	// APIKeys, when set, are the bearer tokens the /v1 routes accept.
+	APIKeys []string
+	// Version is reported by /health and /metrics.
+	Version string
+	// Logger receives structured logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if c.MaxConcurrent <= 0 {
+		c.MaxConcurrent = 4
+	}
+	switch {
+	case c.MaxQueue == 0:
+		c.MaxQueue = 16
+	case c.MaxQueue < 0:
+		c.MaxQueue = 0
+	}
+	def(&c.QueueTimeout, 30*time.Second)
+	def(&c.RetryAfter, time.Second)
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 32 << 20
+	}
+	def(&c.BodyTimeout, 60*time.Second)
+	def(&c.MaxAudio, 120*time.Second)
+	if c.MaxNewTokens <= 0 {
+		c.MaxNewTokens = 2048
+	}
+	if c.MaxConversations <= 0 {
+		c.MaxConversations = 256
+	}
+	def(&c.ConversationTTL, 30*time.Minute)
+	def(&c.ShutdownGrace, 30*time.Second)
+	def(&c.WriteStall, 30*time.Second)
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Backend is what the server runs turns on.
+type Backend struct {
+	Engine *pipeline.Engine
+	Model  string // the model's name, as /v1/models lists it
+	Device string // the backend in words, e.g. "cpu (2 workers, bf16)"
+}
+
+// Server is the HTTP API. Create it with New, hand it the model with
+// SetBackend once loaded (until then /health answers 503), and run it with
+// Serve or mount it as an http.Handler.
+type Server struct {
+	cfg      Config
+	e        *echo.Echo
+	log      *slog.Logger
+	lim      *limiter
+	convs    *conversations
+	met      *metrics
+	limits   limits
+	backend  atomic.Pointer[Backend]
+	draining atomic.Bool
+	inflight atomic.Int64 // requests being handled
+	started  time.Time
+	seed     func() int64 // random seeds for requests without one
+}
+
+// New returns a server whose model is still loading.
+func New(cfg Config) *Server {
+	cfg.defaults()
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		lim:     newLimiter(cfg.MaxConcurrent, cfg.MaxQueue, cfg.QueueTimeout),
+		convs:   newConversations(cfg.MaxConversations, cfg.ConversationTTL),
+		limits:  limits{maxAudio: cfg.MaxAudio, maxNewTokens: cfg.MaxNewTokens},
+		started: time.Now(),
+		seed:    randomSeed,
+	}
+	s.met = newMetrics(
+		func() float64 { return float64(s.lim.active()) },
+		func() float64 { return float64(s.lim.queued()) },
+		func() float64 { return float64(s.convs.count()) })
+	s.e = s.routes()
+	return s
+}
+
+// SetBackend makes the server ready: from now on turns run on b.
+func (s *Server) SetBackend(b *Backend) {
+	s.backend.Store(b)
+	s.met.info.WithLabelValues(b.Model, b.Device, s.cfg.Version).Set(1)
+	s.log.Info("ready", "model", b.Model, "backend", b.Device)
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.e.ServeHTTP(w, r) }
+
+// errShutdown is the cause of the turns cancelled when the shutdown grace
+// period ends.
+var errShutdown = errors.New("the server shut down")
+
+// Serve serves HTTP on ln until ctx is done, then shuts down gracefully:
+// it stops accepting requests, lets running turns finish for up to
+// Config.ShutdownGrace, then cancels those left (they stop at their next
+// frame) and waits for their handlers. It returns nil after a clean
+// shutdown. The caller closes the engine afterwards.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	base, cancelAll := context.WithCancelCause(context.Background())
+	defer cancelAll(nil)
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	stopSweep := s.sweepConversations()
+	defer stopSweep()
+	defer s.convs.closeAll()
+
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	s.draining.Store(true)
+	s.log.Info("shutting down: refusing new turns, letting running ones finish",
+		"active", s.lim.active(), "queued", s.lim.queued(), "grace", s.cfg.ShutdownGrace)
+	gctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(gctx); err != nil {
+		s.log.Warn("grace period over: cancelling the turns still running", "active", s.lim.active())
+		cancelAll(errShutdown)
+		// Cancelled turns end at their next frame; their handlers then
+		// drain and return.
+		for deadline := time.Now().Add(10 * time.Second); s.inflight.Load() > 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := s.inflight.Load(); n > 0 {
+			s.log.Error("requests still running after cancellation", "requests", n)
+		}
+		hs.Close()
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	}
+	s.log.Info("shut down")
+	return nil
+}
+
+// sweepConversations forgets idle conversations periodically until the
+// returned function is called.
+func (s *Server) sweepConversations() (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	every := min(s.cfg.ConversationTTL/4, time.Minute)
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				if n := s.convs.sweep(); n > 0 {
+					s.log.Info("forgot idle conversations", "count", n)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// routes builds the echo router and its middleware.
+func (s *Server) routes() *echo.Echo {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.Logger.SetOutput(io.Discard) // logs go through slog
+	e.IPExtractor = echo.ExtractIPDirect()
+	e.HTTPErrorHandler = s.handleError
+
+	e.Use(s.requestID, s.track)
+	e.Use(middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
+		LogLatency: true, LogRemoteIP: true, LogMethod: true, LogURI: true, LogRoutePath: true,
+		LogRequestID: true, LogStatus: true, LogError: true, LogResponseSize: true, LogUserAgent: true,
+		HandleError: true,
+		LogValuesFunc: func(c echo.Context, v middleware.RequestLoggerValues) error {
+			route := v.RoutePath
+			if route == "" || strings.HasSuffix(route, "*") {
+				route = "unmatched"
+			}
+			s.met.request(route, v.Status)
+			level := slog.LevelInfo
+			if v.Status >= 500 {
+				level = slog.LevelError
+			}
+			attrs := []slog.Attr{slog.String("request_id", v.RequestID), slog.String("method", v.Method),
+				slog.String("uri", v.URI), slog.Int("status", v.Status), slog.Duration("latency", v.Latency),
+				slog.Int64("bytes_out", v.ResponseSize), slog.String("remote_ip", v.RemoteIP),
+				slog.String("user_agent", v.UserAgent)}
+			if v.Error != nil {
+				attrs = append(attrs, slog.String("error", v.Error.Error()))
+			}
+			s.log.LogAttrs(context.Background(), level, "request", attrs...)
+			return nil
+		},
+	}))
+	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
+		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
+			s.logger(c).Error("panic in handler", "panic", err, "stack", string(stack))
+			return newError(http.StatusInternalServerError, typeServer, codeInternal, "", "internal error (logged with this request id)")
+		},
+	}))
+	if len(s.cfg.CORSOrigins) > 0 {
+		e.Use(middleware.CORSWithConfig(middleware.CORSConfig{
+			AllowOrigins:  s.cfg.CORSOrigins,
+			AllowMethods:  []string{http.MethodGet, http.MethodPost, http.MethodOptions},
+			AllowHeaders:  []string{echo.HeaderContentType, echo.HeaderAuthorization, echo.HeaderXRequestID},
+			ExposeHeaders: []string{echo.HeaderXRequestID, headerConversationID, echo.HeaderRetryAfter},
+		}))
+	}
+
+	e.GET("/health", s.health)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{})))
+	v1 := e.Group("/v1", s.auth)
+	v1.GET("/models", s.models)
+	v1.POST("/audio/chat", s.audioChat)
+	v1.POST("/chat/completions", s.chatCompletions)
+	return e
+}
+
+const headerConversationID = "X-Conversation-Id"
+
+// requestID gives every request an id: the client's X-Request-Id when it
+// is a sane token, else a new one. It is echoed in the response header,
+// the logs and error bodies.
+func (s *Server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := c.Request().Header.Get(echo.HeaderXRequestID)
+		if !saneID(id) {
+			id = newID("req_")
+			c.Request().Header.Set(echo.HeaderXRequestID, id)
+		}
+		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		return next(c)
+	}
+}
+
+// saneID accepts 1 to 128 characters of [A-Za-z0-9._:-].
+func saneID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._:-", r)) {
+			return false
+		}
+	}
+	return true
+}
+
+func requestID(c echo.Context) string { return c.Response().Header().Get(echo.HeaderXRequestID) }
+
+// logger returns the server's logger with the request's id.
+func (s *Server) logger(c echo.Context) *slog.Logger {
+	return s.log.With("request_id", requestID(c))
+}
+
+// track counts the requests in flight, for shutdown.
+func (s *Server) track(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		s.inflight.Add(1)
+		defer s.inflight.Add(-1)
+		return next(c)
+	}
+}
+
+// auth checks the bearer token when API keys are configured.
+func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if len(s.cfg.APIKeys) == 0 {
+			return next(c)
+		}
+		token, ok := strings.CutPrefix(c.Request().Header.Get(echo.HeaderAuthorization), "Bearer ")
+		if ok {
+			for _, k := range s.cfg.APIKeys {
+				if subtle.ConstantTimeCompare([]byte(token), []byte(k)) == 1 {
+					return next(c)
+				}
+			}
+		}
+		return newError(http.StatusUnauthorized, typeInvalidRequest, "invalid_api_key", "", "missing or wrong API key (Authorization: Bearer KEY)")
+	}
+}
+
+// handleError writes a handler's error as an OpenAI-style error body.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var ae *apiError
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &he) && he.Code == http.StatusNotFound:
+		ae = newError(he.Code, typeInvalidRequest, codeNotFound, "", fmt.Sprintf("no route %s %s (see docs/api.md)", c.Request().Method, c.Request().URL.Path))
+	case errors.As(err, &he) && he.Code == http.StatusMethodNotAllowed:
+		ae = newError(he.Code, typeInvalidRequest, codeMethodNotAllowed, "", fmt.Sprintf("%s is not allowed on %s", c.Request().Method, c.Request().URL.Path))
+	case errors.As(err, &he):
+		ae = newError(he.Code, typeInvalidRequest, "http_"+fmt.Sprint(he.Code), "", fmt.Sprint(he.Message))
+	default:
+		s.logger(c).Error("handler error", "err", err)
+		ae = newError(http.StatusInternalServerError, typeServer, codeInternal, "", "internal error (logged with this request id)")
+	}
+	s.met.errors.WithLabelValues(ae.Code).Inc()
+	if err := writeError(c, ae); err != nil {
+		s.logger(c).Warn("write error response", "err", err)
+	}
+}
+
+// ready returns the backend, or a 503 while the model loads or the server
+// shuts down.
+func (s *Server) ready() (*Backend, *apiError) {
+	if s.draining.Load() {
+		return nil, newError(http.StatusServiceUnavailable, typeServer, codeShuttingDown, "", "the server is shutting down")
+	}
+	b := s.backend.Load()
+	if b == nil {
+		e := newError(http.StatusServiceUnavailable, typeServer, codeModelLoading, "", "the model is still loading; retry shortly")
+		e.retryAfter = s.cfg.RetryAfter
+		return nil, e
+	}
+	return b, nil
+}
+
+// readBody reads a request body within the size and time limits.
+func (s *Server) readBody(c echo.Context) ([]byte, *apiError) {
+	r := c.Request()
+	tooLarge := func() *apiError {
+		return newError(http.StatusRequestEntityTooLarge, typeInvalidRequest, codeBodyTooLarge, "",
+			fmt.Sprintf("the request body exceeds %d bytes", s.cfg.MaxBodyBytes))
+	}
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		return nil, tooLarge()
+	}
+	rc := http.NewResponseController(c.Response())
+	rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	defer rc.SetReadDeadline(time.Time{})
+	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes))
+	var mbe *http.MaxBytesError
+	switch {
+	case err == nil:
+		return body, nil
+	case errors.As(err, &mbe):
+		return nil, tooLarge()
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, newError(http.StatusRequestTimeout, typeInvalidRequest, "request_timeout", "",
+			fmt.Sprintf("the request body took longer than %s to arrive", s.cfg.BodyTimeout))
+	}
+	return nil, badRequest(codeInvalidJSON, "", "read the request body: %v", err)
+}
+
+// health reports readiness: 200 with the model once it is loaded, 503
+// while it loads or the server shuts down.
+func (s *Server) health(c echo.Context) error {
+	type sessions struct {
+		Active        int `json:"active"`
+		Queued        int `json:"queued"`
+		MaxActive     int `json:"max_active"`
+		MaxQueued     int `json:"max_queued"`
+		Conversations int `json:"conversations"`
+	}
+	h := struct {
+		Status   string   `json:"status"`
+		Model    string   `json:"model,omitempty"`
+		Backend  string   `json:"backend,omitempty"`
+		Version  string   `json:"version"`
+		Uptime   float64  `json:"uptime_seconds"`
+		Sessions sessions `json:"sessions"`
+	}{
+		Status: "ok", Version: s.cfg.Version, Uptime: round3(time.Since(s.started).Seconds()),
+		Sessions: sessions{Active: s.lim.active(), Queued: s.lim.queued(), MaxActive: s.cfg.MaxConcurrent,
+			MaxQueued: s.cfg.MaxQueue, Conversations: s.convs.count()},
+	}
+	code := http.StatusOK
+	if b := s.backend.Load(); b != nil {
+		h.Model, h.Backend = b.Model, b.Device
+	} else {
+		h.Status, code = "loading", http.StatusServiceUnavailable
+	}
+	if s.draining.Load() {
+		h.Status, code = "shutting_down", http.StatusServiceUnavailable
+	}
+	return c.JSON(code, h)
+}
+
+// models lists the served model, as OpenAI's GET /v1/models.
+func (s *Server) models(c echo.Context) error {
+	b, err := s.ready()
+	if err != nil {
+		return err
+	}
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	return c.JSON(http.StatusOK, struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{"list", []model{{ID: b.Model, Object: "model", Created: s.started.Unix(), OwnedBy: "omni-pipe"}}})
+}
+
+// randomSeed returns a non-negative random seed.
+func randomSeed() int64 { return rand.Int64() }
