@@ -97,11 +97,6 @@ func componentType(raw json.RawMessage) (string, error) {
 	return *c.Type, nil
 }
 
-// strictUnmarshal decodes a component's fields.
-func strictUnmarshal(raw json.RawMessage, v any) error {
-	return json.Unmarshal(raw, v)
-}
-
 // Parse builds a Tokenizer from the contents of a tokenizer.json file. An
 // error names the component at fault ("pre_tokenizer: Sequence[1]:
 // unsupported type \"Metaspace\""); the caller adds which file it was.
@@ -157,7 +152,7 @@ func parseModel(raw json.RawMessage) (*bpe, error) {
 		return nil, fmt.Errorf("unsupported type %q (only BPE is implemented)", typ)
 	}
 	var cfg bpeConfig
-	if err := strictUnmarshal(raw, &cfg); err != nil {
+	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return nil, fmt.Errorf("BPE: %w", err)
 	}
 	if cfg.Dropout != nil && *cfg.Dropout != 0 {
@@ -272,7 +267,7 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 			Left  bool `json:"strip_left"`
 			Right bool `json:"strip_right"`
 		}
-		if err := strictUnmarshal(raw, &c); err != nil {
+		if err := json.Unmarshal(raw, &c); err != nil {
 			return nil, fmt.Errorf("Strip: %w", err)
 		}
 		return stripNorm{c.Left, c.Right}, nil
@@ -280,7 +275,7 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 		var c struct {
 			Prepend *string `json:"prepend"`
 		}
-		if err := strictUnmarshal(raw, &c); err != nil || c.Prepend == nil {
+		if err := json.Unmarshal(raw, &c); err != nil || c.Prepend == nil {
 			return nil, fmt.Errorf(`Prepend: want {"prepend": string}`)
 		}
 		return prependNorm{*c.Prepend}, nil
@@ -289,7 +284,7 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 			Pattern *pattern `json:"pattern"`
 			Content *string  `json:"content"`
 		}
-		if err := strictUnmarshal(raw, &c); err != nil || c.Content == nil {
+		if err := json.Unmarshal(raw, &c); err != nil || c.Content == nil {
 			return nil, fmt.Errorf(`Replace: want {"pattern": {...}, "content": string}`)
 		}
 		re, err := c.Pattern.compile()
@@ -301,7 +296,7 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 		var c struct {
 			Normalizers []json.RawMessage `json:"normalizers"`
 		}
-		if err := strictUnmarshal(raw, &c); err != nil {
+		if err := json.Unmarshal(raw, &c); err != nil {
 			return nil, fmt.Errorf("Sequence: %w", err)
 		}
 		seq := make(normSequence, 0, len(c.Normalizers))
@@ -328,7 +323,7 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 			AddPrefixSpace *bool `json:"add_prefix_space"`
 			UseRegex       *bool `json:"use_regex"`
 		}{}
-		if err := strictUnmarshal(raw, &c); err != nil {
+		if err := json.Unmarshal(raw, &c); err != nil {
 			return nil, fmt.Errorf("ByteLevel: %w", err)
 		}
 		p := byteLevelPreTok{addPrefixSpace: true, useRegex: true}
@@ -345,7 +340,7 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 			Behavior string   `json:"behavior"`
 			Invert   bool     `json:"invert"`
 		}
-		if err := strictUnmarshal(raw, &c); err != nil {
+		if err := json.Unmarshal(raw, &c); err != nil {
 			return nil, fmt.Errorf("Split: %w", err)
 		}
 		b, err := parseBehavior(c.Behavior)
@@ -361,7 +356,7 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 		var c struct {
 			Individual bool `json:"individual_digits"`
 		}
-		if err := strictUnmarshal(raw, &c); err != nil {
+		if err := json.Unmarshal(raw, &c); err != nil {
 			return nil, fmt.Errorf("Digits: %w", err)
 		}
 		if c.Individual {
@@ -372,7 +367,7 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 		c := struct {
 			Behavior *string `json:"behavior"`
 		}{}
-		if err := strictUnmarshal(raw, &c); err != nil {
+		if err := json.Unmarshal(raw, &c); err != nil {
 			return nil, fmt.Errorf("Punctuation: %w", err)
 		}
 		b := isolated
@@ -392,7 +387,7 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 		var c struct {
 			Delimiter string `json:"delimiter"`
 		}
-		if err := strictUnmarshal(raw, &c); err != nil || utf8.RuneCountInString(c.Delimiter) != 1 {
+		if err := json.Unmarshal(raw, &c); err != nil || utf8.RuneCountInString(c.Delimiter) != 1 {
 			return nil, errors.New(`CharDelimiterSplit: want {"delimiter": one character}`)
 		}
 		d, _ := utf8.DecodeRuneInString(c.Delimiter)
@@ -401,7 +396,7 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 		var c struct {
 			PreTokenizers []json.RawMessage `json:"pretokenizers"`
 		}
-		if err := strictUnmarshal(raw, &c); err != nil {
+		if err := json.Unmarshal(raw, &c); err != nil {
 			return nil, fmt.Errorf("Sequence: %w", err)
 		}
 		seq := make(preTokSequence, 0, len(c.PreTokenizers))
@@ -435,7 +430,7 @@ func parseDecoder(raw json.RawMessage) (decoder, error) {
 			Start   int     `json:"start"`
 			Stop    int     `json:"stop"`
 		}
-		if err := strictUnmarshal(raw, &c); err != nil || c.Content == nil ||
+		if err := json.Unmarshal(raw, &c); err != nil || c.Content == nil ||
 			utf8.RuneCountInString(*c.Content) != 1 || c.Start < 0 || c.Stop < 0 {
 			return nil, errors.New(`Strip: want {"content": one character, "start": n, "stop": n}`)
 		}
@@ -446,7 +441,7 @@ func parseDecoder(raw json.RawMessage) (decoder, error) {
 			Pattern *pattern `json:"pattern"`
 			Content *string  `json:"content"`
 		}
-		if err := strictUnmarshal(raw, &c); err != nil || c.Content == nil {
+		if err := json.Unmarshal(raw, &c); err != nil || c.Content == nil {
 			return nil, fmt.Errorf(`Replace: want {"pattern": {...}, "content": string}`)
 		}
 		re, err := c.Pattern.compile()
@@ -458,7 +453,7 @@ func parseDecoder(raw json.RawMessage) (decoder, error) {
 		c := struct {
 			Suffix *string `json:"suffix"`
 		}{}
-		if err := strictUnmarshal(raw, &c); err != nil {
+		if err := json.Unmarshal(raw, &c); err != nil {
 			return nil, fmt.Errorf("BPEDecoder: %w", err)
 		}
 		d := bpeDec{suffix: "</w>"}
@@ -470,7 +465,7 @@ func parseDecoder(raw json.RawMessage) (decoder, error) {
 		var c struct {
 			Decoders []json.RawMessage `json:"decoders"`
 		}
-		if err := strictUnmarshal(raw, &c); err != nil {
+		if err := json.Unmarshal(raw, &c); err != nil {
 			return nil, fmt.Errorf("Sequence: %w", err)
 		}
 		seq := make(decSequence, 0, len(c.Decoders))

@@ -22,13 +22,18 @@ import (
 //   - \p{^Name} becomes \P{Name};
 //   - the inline option m becomes s.
 //
-// POSIX bracket expressions ([[:alpha:]]) and class set operations (&&) are
-// refused with an error rather than silently read differently, and so is
-// whatever regexp2 cannot compile (\K, \R, absent groups, ...).
+// Oniguruma's \w is letters, marks, numbers and connector punctuation;
+// regexp2's lacks some of those, so \w, \W, \b and \B are rebuilt on an
+// explicit class (wordClass).
 //
-// One known difference remains: under (?i), Oniguruma folds case with the
-// Unicode CaseFolding table while regexp2 compares lower-case forms, so
-// (?i:s) matches U+017F LATIN SMALL LETTER LONG S in Oniguruma only.
+// Nested character classes ([a[bc]]), POSIX bracket expressions
+// ([[:alpha:]]) and class set operations (&&) are refused with an error
+// rather than silently read differently, and so is whatever regexp2
+// cannot compile (\K, \R, absent groups, ...).
+//
+// Case-insensitive groups compare simple lower-case forms in regexp2 and
+// case-fold in Oniguruma; the conformance texts ('ſ, 'S, the Kelvin sign
+// under (?i:'s|...)) match alike.
 
 // regexOptions make regexp2's '^' and '$' line anchors, as in Oniguruma.
 const regexOptions = regexp2.Multiline
@@ -56,7 +61,6 @@ func translateRegex(p string) (string, error) {
 	var groups []int // start in out of each open group
 	atom := -1       // start in out of the last complete atom, or -1
 	classStart := -1 // start in out of the open character class, or -1
-	depth := 0       // character-class nesting depth
 	for i := 0; i < len(rs); i++ {
 		c := rs[i]
 		start := len(out)
@@ -65,35 +69,30 @@ func translateRegex(p string) (string, error) {
 			if i+1 >= len(rs) {
 				return "", fmt.Errorf("trailing backslash")
 			}
-			esc, n, err := translateEscape(rs[i+1:], depth > 0)
+			esc, n, err := translateEscape(rs[i+1:], classStart >= 0)
 			if err != nil {
 				return "", err
 			}
 			out = append(out, esc...)
 			i += n
-			if depth == 0 {
+			if classStart < 0 {
 				atom = start
 			}
-		case depth > 0:
+		case classStart >= 0:
 			switch {
-			case c == '[' && i+1 < len(rs) && rs[i+1] == ':':
-				if j := strings.Index(string(rs[i+2:]), ":]"); j >= 0 {
-					return "", fmt.Errorf("POSIX bracket expression [:%s:] is not supported", string(rs[i+2:])[:j])
-				}
-				depth++
+			case c == '[' && i+1 < len(rs) && rs[i+1] == ':' && strings.Contains(string(rs[i+2:]), ":]"):
+				return "", fmt.Errorf("POSIX bracket expression at %q is not supported", string(rs[i:]))
 			case c == '[':
-				depth++
+				// Oniguruma nests classes; .NET reads '[' as a literal.
+				return "", fmt.Errorf("nested character class at %q is not supported", string(rs[i:]))
 			case c == '&' && i+1 < len(rs) && rs[i+1] == '&':
 				return "", fmt.Errorf("character class set operation && is not supported")
 			case c == ']':
-				depth--
-				if depth == 0 {
-					atom = classStart
-				}
+				atom, classStart = classStart, -1
 			}
 			out = append(out, c)
 		case c == '[':
-			depth, classStart = 1, start
+			classStart = start
 			out = append(out, c)
 			if i+1 < len(rs) && rs[i+1] == '^' {
 				out = append(out, '^')
@@ -176,7 +175,7 @@ func translateRegex(p string) (string, error) {
 			out = append(out, c)
 		}
 	}
-	if depth > 0 {
+	if classStart >= 0 {
 		return "", fmt.Errorf("unterminated character class")
 	}
 	return string(out), nil
