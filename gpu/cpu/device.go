@@ -38,6 +38,7 @@ func (b *buffer) Len() int {
 type Device struct {
 	pool *pool
 	name string
+	asm  bool // run the assembly kernels
 	mu   sync.Mutex
 	shut bool
 }
@@ -45,14 +46,20 @@ type Device struct {
 var _ gpu.Device = (*Device)(nil)
 
 // New returns a CPU device whose worker pool has workers goroutines
-// (runtime.NumCPU() when workers ≤ 0).
-func New(workers int) *Device {
+// (runtime.NumCPU() when workers ≤ 0). It runs the AVX2+FMA assembly
+// kernels where the CPU has them, unless the environment variable
+// OMNIPIPE_CPU_KERNELS is "go".
+func New(workers int) *Device { return newDevice(workers, defaultAsm()) }
+
+func newDevice(workers int, asm bool) *Device {
 	if workers <= 0 {
 		workers = runtime.NumCPU()
 	}
+	asm = asm && haveAsm
 	return &Device{
 		pool: newPool(workers),
-		name: fmt.Sprintf("cpu (%d workers, %s)", workers, kernelName()),
+		asm:  asm,
+		name: fmt.Sprintf("cpu (%d workers, %s)", workers, kernelName(asm)),
 	}
 }
 
@@ -128,7 +135,9 @@ func (d *Device) Free(t gpu.Tensor) {
 }
 
 // NewQueue implements gpu.Device.
-func (d *Device) NewQueue(name string) gpu.Queue { return &Queue{dev: d, name: name} }
+func (d *Device) NewQueue(name string) gpu.Queue {
+	return &Queue{dev: d, name: name, asm: d.asm}
+}
 
 // Close implements gpu.Device: it stops the worker pool. Queues of a closed
 // device run their ops on the calling goroutine.

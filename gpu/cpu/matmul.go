@@ -2,12 +2,79 @@ package cpu
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 )
 
-// kernelName describes the matmul kernels in use.
-func kernelName() string { return "pure Go" }
+// The summation order of a matrix product, shared by every path (GEMV and
+// GEMM, assembly and Go, any tile and any worker split), so that an output
+// element depends only on its own row of x and column of w:
+//
+//  1. Eight lane sums over the first K8 = K &^ 7 terms: lane l accumulates
+//     x[k]·w[k] for k ≡ l (mod 8) in increasing k, starting from zero.
+//  2. Their reduction s = ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)).
+//  3. The tail: s += x[k]·w[k] for k = K8 … K−1, the product rounded first.
+//  4. The bias: s += b[n].
+//
+// The assembly kernels fuse step 1's multiply and add (FMA, one rounding);
+// the Go kernels round the product and then the sum. A process uses one
+// kernel set, so within it results are reproducible bit for bit. K is never
+// split across workers; the assembly GEMM may cut K into blocks, carrying the
+// raw 8-lane accumulators between them, which changes nothing.
+
+// Blocking of the assembly GEMM (four rows or more). The x micro-panel of a
+// tile (4 rows × kcBlock floats, 8 KB) stays in L1 while the tile walks a
+// column block; the w block (ncBlock rows × kcBlock) stays in L2 while the
+// tiles walk the row block; the spilled accumulators of a row block × column
+// block (mcBlock/4 · ncBlock/3 · 384 bytes) live in L2 as well.
+const (
+	kcBlock = 512 // multiple of 8
+	mcBlock = 64  // multiple of 4
+	ncBlock = 96  // multiple of 12 (whole 3- and 4-column tiles)
+)
+
+// work is the scratch of one parallel chunk of an op. A Queue keeps one per
+// worker and reuses them, so ops do not allocate.
+type work struct {
+	args tileArgs
+	acc  []float32 // spilled dot accumulators
+	row  []float32 // a widened weight row (Go kernels)
+	col  []float32 // im2col rows (convolutions)
+	vec  []float32 // a per-op vector (widened bias, scores)
+}
+
+// workspace returns n chunk scratches.
+func (q *Queue) workspace(n int) []*work {
+	for len(q.work) < n {
+		q.work = append(q.work, new(work))
+	}
+	return q.work[:n]
+}
+
+// grow returns s resliced to n elements, reallocated when too small.
+func grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n, n+n/4)
+	}
+	return s[:n]
+}
+
+// mm is one matrix product dst[M,N] = x[M,K]·w[N,K]ᵀ (+ bias) over host
+// memory. Row r of x starts at x[r·xs], row n of w at w[n·ws], row r of dst
+// at dst[r·ds].
+type mm struct {
+	x       []float32
+	xs      int
+	wt      gpu.DType
+	w32     []float32 // F32 weights
+	w16     []uint16  // BF16 or F16 weights
+	ws      int
+	dst     []float32
+	ds      int
+	bias    []float32 // nil: none
+	M, N, K int
+}
 
 // MatMul implements gpu.Queue.
 func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
@@ -18,56 +85,260 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 	if dst.Buf == x.Buf || dst.Buf == w.Buf {
 		panic("cpu: matmul dst aliases an operand")
 	}
-	var bs []float32
-	if !bias.IsNil() {
-		bs = vector(bias, N)
-	}
 	if M == 0 || N == 0 {
 		return
 	}
-	xs, ds := f32s(x), f32s(dst)
-	wb := buf(w)
-	q.dev.pool.For(N, max(1, 4096/max(K, 1)), func(lo, hi int) {
-		wrow := make([]float32, K)
-		for n := lo; n < hi; n++ {
-			o := w.Off + n*w.Stride
-			switch wb.dt {
-			case gpu.F32:
-				copy(wrow, wb.f32[o:o+K])
-			case gpu.BF16:
-				for i, h := range wb.u16[o : o+K] {
-					wrow[i] = gpu.BF16ToF32(h)
-				}
-			case gpu.F16:
-				for i, h := range wb.u16[o : o+K] {
-					wrow[i] = gpu.F16ToF32(h)
-				}
-			default:
-				panic(fmt.Sprintf("cpu: matmul weight %v", w))
-			}
-			var b float32
-			if bs != nil {
-				b = bs[n]
-			}
-			for m := 0; m < M; m++ {
-				xr := xs[m*x.Stride : m*x.Stride+K]
-				ds[m*dst.Stride+n] = dot(xr, wrow) + b
-			}
-		}
-	})
+	g := mm{x: f32s(x), xs: x.Stride, dst: f32s(dst), ds: dst.Stride, M: M, N: N, K: K}
+	g.setWeight(w)
+	ws := q.workspace(1)
+	if !bias.IsNil() {
+		g.bias = vectorInto(&ws[0].vec, bias, N)
+	}
+	q.gemm(&g)
 }
 
-func dot(a, b []float32) float32 {
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
+// setWeight points g at w's elements.
+func (g *mm) setWeight(w gpu.Tensor) {
+	b := buf(w)
+	g.wt, g.ws = b.dt, w.Stride
+	if w.Rows == 0 || w.Cols == 0 {
+		return
 	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
+	end := w.Off + (w.Rows-1)*w.Stride + w.Cols
+	switch b.dt {
+	case gpu.F32:
+		g.w32 = b.f32[w.Off:end:end]
+	case gpu.BF16, gpu.F16:
+		g.w16 = b.u16[w.Off:end:end]
+	default:
+		panic(fmt.Sprintf("cpu: matmul weight %v", w))
 	}
-	return (s0 + s1) + (s2 + s3)
+}
+
+// gemm runs g on the worker pool. The outputs are cut into column chunks
+// when there are enough columns (each participant streams its own weight
+// rows: the GEMV of a decode step), else into row chunks; participants take
+// chunks as they become free. The cut never changes a result.
+func (q *Queue) gemm(g *mm) {
+	p := q.dev.pool
+	ws := q.workspace(p.workers)
+	asm := q.asm
+	switch {
+	case p.workers == 1 || g.M*g.N*max(g.K, 8) < 1<<16:
+		g.run(ws[0], 0, g.M, 0, g.N, asm)
+	case g.N >= 24:
+		// Chunks of about 192 KB of weights for the GEMV, whole column
+		// blocks for the GEMM; a multiple of 12 columns (whole tiles).
+		grain := ncBlock
+		if g.M <= 3 {
+			grain = max(12, (192<<10)/(max(g.K, 1)*g.wt.Size())/12*12)
+		}
+		grain = min(grain, max(12, (g.N+2*p.workers-1)/(2*p.workers)/12*12))
+		p.ForW(g.N, grain, func(w, lo, hi int) { g.run(ws[w], 0, g.M, lo, hi, asm) })
+	case g.M >= 8:
+		grain := min(mcBlock, max(4, (g.M+2*p.workers-1)/(2*p.workers)/4*4))
+		p.ForW(g.M, grain, func(w, lo, hi int) { g.run(ws[w], lo, hi, 0, g.N, asm) })
+	default:
+		g.run(ws[0], 0, g.M, 0, g.N, asm)
+	}
+}
+
+// run computes the outputs [m0,m1) × [n0,n1) on the calling goroutine.
+func (g *mm) run(wk *work, m0, m1, n0, n1 int, asm bool) {
+	if m0 >= m1 || n0 >= n1 {
+		return
+	}
+	if asm {
+		g.runAsm(wk, m0, m1, n0, n1)
+	} else {
+		g.runGo(wk, m0, m1, n0, n1)
+	}
+	g.finish(m0, m1, n0, n1)
+}
+
+// runAsm computes steps 1 and 2 of the summation order with the tile
+// kernels. Up to three rows (the decode step) take one pass over K with
+// tiles of every row × 4 (or 3) weight rows, streaming each weight row once.
+// More rows take the blocked GEMM: 4×3 tiles, K cut into kcBlock blocks.
+func (g *mm) runAsm(wk *work, m0, m1, n0, n1 int) {
+	K8 := g.K &^ 7
+	if K8 == 0 {
+		return
+	}
+	rows := m1 - m0
+	mr, nr := 4, 3
+	kc, mc, nc := kcBlock, mcBlock, ncBlock
+	switch {
+	case rows <= 2:
+		mr, nr, kc, mc, nc = rows, 4, K8, rows, n1-n0
+	case rows == 3:
+		mr, nr, kc, mc, nc = 3, 3, K8, 3, n1-n0
+	}
+	if kc >= K8 {
+		kc = K8
+	} else {
+		// Tiles of a block × 96 floats (the largest tile's accumulators).
+		wk.acc = grow(wk.acc, ((min(mc, rows)+mr-1)/mr)*((min(nc, n1-n0)+nr-1)/nr)*96)
+	}
+	di := dtIndex(g.wt)
+	es := uintptr(g.wt.Size())
+	a := &wk.args
+	a.xs = uintptr(g.xs) * 4
+	a.ws = uintptr(g.ws) * es
+	a.os = uintptr(g.ds) * 4
+	for nb := n0; nb < n1; nb += nc {
+		nbe := min(nb+nc, n1)
+		for mb := m0; mb < m1; mb += mc {
+			mbe := min(mb+mc, m1)
+			for kb := 0; kb < K8; kb += kc {
+				kbe := min(kb+kc, K8)
+				a.k = uintptr(kbe-kb) / 8
+				a.mode = 0
+				if kb > 0 {
+					a.mode |= modeLoad
+				}
+				if kbe < K8 {
+					a.mode |= modeStore
+				}
+				slot := 0
+				for m := mb; m < mbe; m += mr {
+					tm := min(mr, mbe-m)
+					for n := nb; n < nbe; n += nr {
+						tn := min(nr, nbe-n)
+						a.x = unsafe.Pointer(&g.x[m*g.xs+kb])
+						if g.w32 != nil {
+							a.w = unsafe.Pointer(&g.w32[n*g.ws+kb])
+						} else {
+							a.w = unsafe.Pointer(&g.w16[n*g.ws+kb])
+						}
+						if a.mode != 0 {
+							a.acc = unsafe.Pointer(&wk.acc[slot*96])
+						}
+						a.out = unsafe.Pointer(&g.dst[m*g.ds+n])
+						dotTiles[di][tm][tn](a)
+						slot++
+					}
+				}
+			}
+		}
+	}
+}
+
+// runGo computes steps 1 and 2 of the summation order in Go: each weight
+// row is widened once and dotted with every row of x.
+func (g *mm) runGo(wk *work, m0, m1, n0, n1 int) {
+	K8 := g.K &^ 7
+	if K8 == 0 {
+		return
+	}
+	wk.row = grow(wk.row, K8)
+	wr := wk.row
+	for n := n0; n < n1; n++ {
+		o := n * g.ws
+		switch g.wt {
+		case gpu.F32:
+			wr = g.w32[o : o+K8]
+		case gpu.BF16:
+			widenBF16(wr, g.w16[o:o+K8])
+		case gpu.F16:
+			widenF16(wr, g.w16[o:o+K8])
+		}
+		for m := m0; m < m1; m++ {
+			g.dst[m*g.ds+n] = dot8(g.x[m*g.xs:m*g.xs+K8], wr)
+		}
+	}
+}
+
+// finish applies steps 3 and 4 of the summation order (tail and bias).
+func (g *mm) finish(m0, m1, n0, n1 int) {
+	K8 := g.K &^ 7
+	if K8 == g.K && g.bias == nil {
+		return
+	}
+	for m := m0; m < m1; m++ {
+		xr := g.x[m*g.xs : m*g.xs+g.K]
+		d := g.dst[m*g.ds : m*g.ds+n1]
+		for n := n0; n < n1; n++ {
+			var s float32
+			if K8 > 0 {
+				s = d[n]
+			}
+			o := n * g.ws
+			for k := K8; k < g.K; k++ {
+				s += float32(xr[k] * g.weight(o+k))
+			}
+			if g.bias != nil {
+				s += g.bias[n]
+			}
+			d[n] = s
+		}
+	}
+}
+
+// weight returns weight element i as float32.
+func (g *mm) weight(i int) float32 {
+	switch g.wt {
+	case gpu.BF16:
+		return gpu.BF16ToF32(g.w16[i])
+	case gpu.F16:
+		return gpu.F16ToF32(g.w16[i])
+	}
+	return g.w32[i]
+}
+
+// dot8 returns steps 1 and 2 of the summation order for len(x) = len(w), a
+// multiple of 8, with each product rounded before it is added (the explicit
+// conversions forbid the compiler from fusing them, on every architecture).
+func dot8(x, w []float32) float32 {
+	var a0, a1, a2, a3, a4, a5, a6, a7 float32
+	w = w[:len(x)]
+	for i := 0; i+8 <= len(x); i += 8 {
+		xs, ws := x[i:i+8:i+8], w[i:i+8:i+8]
+		a0 += float32(xs[0] * ws[0])
+		a1 += float32(xs[1] * ws[1])
+		a2 += float32(xs[2] * ws[2])
+		a3 += float32(xs[3] * ws[3])
+		a4 += float32(xs[4] * ws[4])
+		a5 += float32(xs[5] * ws[5])
+		a6 += float32(xs[6] * ws[6])
+		a7 += float32(xs[7] * ws[7])
+	}
+	return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+}
+
+func widenBF16(dst []float32, src []uint16) {
+	dst = dst[:len(src)]
+	for i, h := range src {
+		dst[i] = gpu.BF16ToF32(h)
+	}
+}
+
+func widenF16(dst []float32, src []uint16) {
+	dst = dst[:len(src)]
+	for i, h := range src {
+		dst[i] = gpu.F16ToF32(h)
+	}
+}
+
+// vectorInto returns a [1, n] tensor of any float dtype as float32 values:
+// the tensor's own slice for F32, else a conversion into *scratch (grown as
+// needed).
+func vectorInto(scratch *[]float32, v gpu.Tensor, n int) []float32 {
+	if v.Rows != 1 || v.Cols != n {
+		panic(fmt.Sprintf("cpu: want a [1,%d] vector, got %v", n, v))
+	}
+	b := buf(v)
+	switch b.dt {
+	case gpu.F32:
+		return b.f32[v.Off : v.Off+n]
+	case gpu.BF16:
+		*scratch = grow(*scratch, n)
+		widenBF16(*scratch, b.u16[v.Off:v.Off+n])
+		return *scratch
+	case gpu.F16:
+		*scratch = grow(*scratch, n)
+		widenF16(*scratch, b.u16[v.Off:v.Off+n])
+		return *scratch
+	}
+	panic(fmt.Sprintf("cpu: vector of %v", v))
 }

@@ -1,38 +1,95 @@
 package cpu
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
-// pool runs parallel loops on a fixed set of worker goroutines that live as
-// long as the device. The submitting goroutine always takes part, so a loop
-// makes progress even when every worker is busy with another stage's op.
+// pool runs parallel loops on a fixed set of helper goroutines that live as
+// long as the device. A loop is cut into chunks that the participants take
+// one at a time from an atomic counter, so a core that is busy elsewhere
+// (another stage's op, another process) simply takes fewer chunks. The
+// submitting goroutine always takes part, so a loop makes progress even when
+// every helper is busy; helpers that are busy when a loop is posted skip it.
+//
+// Participant 0 is the submitting goroutine and participant i ≥ 1 is helper
+// i, which runs one loop at a time: per-participant scratch indexed by that
+// number is never shared.
 type pool struct {
 	workers int
-	tasks   chan task
+	helpers []chan *job // helper i+1's inbox; buffered so posting never blocks
 	wg      sync.WaitGroup
 	mu      sync.RWMutex // held for reading while submitting, for writing by close
 	shut    bool
 }
 
-type task struct {
-	fn     func(lo, hi int)
-	lo, hi int
-	done   *sync.WaitGroup
+// job is one parallel loop. A fresh one is allocated per loop: a helper may
+// find it in its inbox after the loop ended, and must then see it closed.
+type job struct {
+	fn       func(w, lo, hi int)
+	fn2      func(lo, hi int)
+	n, grain int
+	next     atomic.Int64
+	state    atomic.Int64 // closed bit | helpers inside
+	done     chan struct{}
 }
 
+const closed = 1 << 62
+
 func newPool(workers int) *pool {
-	p := &pool{workers: workers, tasks: make(chan task, 4*workers)}
-	for i := 0; i < workers-1; i++ { // the caller is the last worker
+	p := &pool{workers: workers}
+	for i := 1; i < workers; i++ { // the submitter is the last worker
+		ch := make(chan *job, 1)
+		p.helpers = append(p.helpers, ch)
 		p.wg.Add(1)
-		go p.work()
+		go p.help(i, ch)
 	}
 	return p
 }
 
-func (p *pool) work() {
+func (p *pool) help(id int, inbox chan *job) {
 	defer p.wg.Done()
-	for t := range p.tasks {
-		t.fn(t.lo, t.hi)
-		t.done.Done()
+	for j := range inbox {
+		if j.join() {
+			j.work(id)
+			j.leave()
+		}
+	}
+}
+
+// join admits a helper unless the loop has already ended.
+func (j *job) join() bool {
+	for {
+		s := j.state.Load()
+		if s&closed != 0 {
+			return false
+		}
+		if j.state.CompareAndSwap(s, s+1) {
+			return true
+		}
+	}
+}
+
+func (j *job) leave() {
+	if j.state.Add(-1) == closed {
+		j.done <- struct{}{}
+	}
+}
+
+// work takes chunks until none is left.
+func (j *job) work(w int) {
+	g := int64(j.grain)
+	for {
+		lo := int(j.next.Add(g) - g)
+		if lo >= j.n {
+			return
+		}
+		hi := min(lo+j.grain, j.n)
+		if j.fn != nil {
+			j.fn(w, lo, hi)
+		} else {
+			j.fn2(lo, hi)
+		}
 	}
 }
 
@@ -40,50 +97,51 @@ func (p *pool) close() {
 	p.mu.Lock()
 	if !p.shut {
 		p.shut = true
-		close(p.tasks)
+		for _, ch := range p.helpers {
+			close(ch)
+		}
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
 }
 
-// For calls fn over [0, n) split into contiguous chunks of at least grain
-// items, in parallel, and returns when all have finished.
+// For calls fn over [0, n) cut into chunks of grain items (the last may be
+// shorter), in parallel, and returns when all have finished.
 func (p *pool) For(n, grain int, fn func(lo, hi int)) {
+	p.run(n, grain, nil, fn)
+}
+
+// ForW is For whose fn also receives the participant number w, in
+// [0, workers), for per-participant scratch.
+func (p *pool) ForW(n, grain int, fn func(w, lo, hi int)) {
+	p.run(n, grain, fn, nil)
+}
+
+func (p *pool) run(n, grain int, fn func(w, lo, hi int), fn2 func(lo, hi int)) {
 	if n <= 0 {
 		return
 	}
-	if grain < 1 {
-		grain = 1
-	}
-	chunks := p.workers
-	if c := n / grain; c < chunks {
-		chunks = c
-	}
+	grain = max(grain, 1)
+	chunks := (n + grain - 1) / grain
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	if chunks <= 1 || p.shut {
-		fn(0, n)
+	if chunks <= 1 || p.shut || len(p.helpers) == 0 {
+		if fn != nil {
+			fn(0, 0, n)
+		} else {
+			fn2(0, n)
+		}
 		return
 	}
-	var done sync.WaitGroup
-	step := (n + chunks - 1) / chunks
-	lo := 0
-	first := 0
-	for i := 0; i < chunks && lo < n; i++ {
-		hi := min(lo+step, n)
-		if i == 0 {
-			first = hi // the caller runs [0, first)
-		} else {
-			done.Add(1)
-			select {
-			case p.tasks <- task{fn: fn, lo: lo, hi: hi, done: &done}:
-			default: // queue full: run it here
-				fn(lo, hi)
-				done.Done()
-			}
+	j := &job{fn: fn, fn2: fn2, n: n, grain: grain, done: make(chan struct{}, 1)}
+	for _, ch := range p.helpers[:min(len(p.helpers), chunks-1)] {
+		select {
+		case ch <- j:
+		default: // busy with a loop posted earlier: it will find this one closed
 		}
-		lo = hi
 	}
-	fn(0, first)
-	done.Wait()
+	j.work(0)
+	if j.state.Or(closed) != 0 {
+		<-j.done // helpers still inside: the last one out signals
+	}
 }

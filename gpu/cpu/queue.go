@@ -13,6 +13,8 @@ import (
 type Queue struct {
 	dev  *Device
 	name string
+	asm  bool
+	work []*work // per-chunk scratch of the parallel ops, grown on demand
 }
 
 var _ gpu.Queue = (*Queue)(nil)
