@@ -135,7 +135,10 @@ func DecodeBytes(b []byte, opts DecodeOptions) (*Clip, error) {
 // Allocation is bounded by the bytes actually present and by the limits in
 // opts, never by a header field alone.
 func Decode(r io.Reader, opts DecodeOptions) (*Clip, error) {
-	d := &decoder{r: bufio.NewReaderSize(r, 64<<10), opts: opts}
+	d := &decoder{r: bufio.NewReaderSize(r, 64<<10), opts: opts, avail: -1}
+	if l, ok := r.(interface{ Len() int }); ok { // bytes.Reader and the like
+		d.avail = l.Len()
+	}
 	clip, err := d.decode()
 	if err != nil {
 		return nil, fmt.Errorf("decode wav: %w", err)
@@ -150,6 +153,9 @@ type decoder struct {
 	rf64 bool
 	ds64 uint64 // data size from an RF64 ds64 chunk (0: none)
 	fmt  *format
+	// avail is the input's total length when the reader tells it (-1
+	// otherwise); with off it bounds the data actually present.
+	avail int
 }
 
 // read fills b, reporting a short read as ErrTruncated naming what was read.
@@ -361,9 +367,14 @@ func (d *decoder) readData(size uint64, known bool) (*Clip, error) {
 	} else {
 		size = (uint64(limit) + 1) * ba // read at most one frame past the limit
 	}
-	// Samples grow with the data actually read; the header's size only
-	// caps the first allocation.
-	out := make([]float32, 0, min(size/ba, 1<<16))
+	// Samples grow with the data actually read: the first allocation is
+	// capped by what the reader holds, if it says, else by 64 Ki samples;
+	// never by the header's size alone.
+	first := uint64(1 << 16)
+	if d.avail >= 0 {
+		first = uint64(max(0, int64(d.avail)-d.off)) / ba
+	}
+	out := make([]float32, 0, min(size/ba, first))
 	buf := make([]byte, max(ba, (64<<10)/ba*ba))
 	conv := converter(f)
 	var got uint64
@@ -390,9 +401,11 @@ func (d *decoder) readData(size uint64, known bool) (*Clip, error) {
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w: data chunk holds no whole sample frame", ErrEmpty)
 	}
-	for i, v := range out {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return nil, fmt.Errorf("%w: non-finite sample %v at frame %d", ErrMalformed, v, i)
+	if f.tag == tagFloat {
+		for i, v := range out {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return nil, fmt.Errorf("%w: non-finite sample %v at frame %d", ErrMalformed, v, i)
+			}
 		}
 	}
 	return &Clip{SampleRate: f.rate, Samples: out}, nil
