@@ -77,3 +77,30 @@ func TestGolden(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentEncode encodes the golden texts from several goroutines at
+// once (run with -race): the word cache and the regexes are shared.
+func TestConcurrentEncode(t *testing.T) {
+	dir := filepath.Join(fixtures, "tokenizers", "llama3split")
+	cases := loadGolden(t, filepath.Join(dir, "golden.json"))
+	tok := mustLoad(t, filepath.Join(dir, "tokenizer.json"))
+	errs := make(chan string, 4*len(cases))
+	done := make(chan struct{})
+	for g := 0; g < 4; g++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for _, c := range cases {
+				if got := tok.Encode(c.Text); !sameIDs(got, c.IDs) {
+					errs <- c.Text
+				}
+			}
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		<-done
+	}
+	close(errs)
+	for text := range errs {
+		t.Errorf("concurrent Encode(%q) differs", text)
+	}
+}

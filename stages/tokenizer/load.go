@@ -144,16 +144,17 @@ func Parse(data []byte) (*Tokenizer, error) {
 }
 
 func parseModel(raw json.RawMessage) (*bpe, error) {
-	typ, err := componentType(raw)
-	if err != nil {
-		return nil, err
-	}
-	if typ != "BPE" {
-		return nil, fmt.Errorf("unsupported type %q (only BPE is implemented)", typ)
-	}
+	// One pass over the (large) model object: "type" is read with the rest.
 	var cfg bpeConfig
 	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return nil, fmt.Errorf("BPE: %w", err)
+		return nil, err
+	}
+	switch cfg.Type {
+	case "BPE":
+	case "":
+		return nil, errors.New(`missing "type"`)
+	default:
+		return nil, fmt.Errorf("unsupported type %q (only BPE is implemented)", cfg.Type)
 	}
 	if cfg.Dropout != nil && *cfg.Dropout != 0 {
 		if *cfg.Dropout < 0 || *cfg.Dropout > 1 {
@@ -164,7 +165,7 @@ func parseModel(raw json.RawMessage) (*bpe, error) {
 	if isNull(cfg.Vocab) || isNull(cfg.Merges) {
 		return nil, errors.New("BPE: missing vocab or merges")
 	}
-	vocab, err := parseVocab(cfg.Vocab)
+	vocab, tokens, err := parseVocab(cfg.Vocab)
 	if err != nil {
 		return nil, fmt.Errorf("BPE vocab: %w", err)
 	}
@@ -172,70 +173,65 @@ func parseModel(raw json.RawMessage) (*bpe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("BPE merges: %w", err)
 	}
-	m, err := newBPE(vocab.ids, merges, cfg)
+	m, err := newBPE(vocab, merges, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("BPE: %w", err)
 	}
-	m.tokens = vocab.tokens
+	m.tokens = tokens
 	return m, nil
 }
 
-type vocabulary struct {
-	ids    map[string]int
-	tokens map[int]string // for an id given twice, the later token
-}
-
-// parseVocab reads the vocabulary object in file order.
-func parseVocab(raw json.RawMessage) (vocabulary, error) {
-	v := vocabulary{ids: make(map[string]int), tokens: make(map[int]string)}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return v, errors.New("want an object of token: id")
+// parseVocab reads the vocabulary object and its reverse. Where two
+// tokens share an id (tokenizers then keeps an arbitrary one), the
+// lexically smaller token is kept, so the choice is at least stable.
+func parseVocab(raw json.RawMessage) (map[string]int, map[int]string, error) {
+	var v map[string]json.Number
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, nil, errors.New("want an object of token: id")
 	}
-	for dec.More() {
-		kt, err := dec.Token()
-		if err != nil {
-			return v, err
-		}
-		key := kt.(string) // object keys are always strings
-		var num json.Number
-		if err := dec.Decode(&num); err != nil {
-			return v, fmt.Errorf("token %q: %w", key, err)
-		}
+	ids := make(map[string]int, len(v))
+	tokens := make(map[int]string, len(v))
+	for tok, num := range v {
 		id, err := num.Int64()
 		if err != nil || id < 0 || id > math.MaxInt32 {
-			return v, fmt.Errorf("token %q: id %s is not an integer in [0, %d]", key, num, math.MaxInt32)
+			return nil, nil, fmt.Errorf("token %q: id %s is not an integer in [0, %d]", tok, num, math.MaxInt32)
 		}
-		if old, ok := v.ids[key]; ok && v.tokens[old] == key {
-			delete(v.tokens, old)
+		ids[tok] = int(id)
+		if old, ok := tokens[int(id)]; !ok || tok < old {
+			tokens[int(id)] = tok
 		}
-		v.ids[key] = int(id)
-		v.tokens[int(id)] = key
 	}
-	return v, nil
+	return ids, tokens, nil
 }
 
 // parseMerges reads merges as ["a b", ...] or [["a", "b"], ...].
 func parseMerges(raw json.RawMessage) ([][2]string, error) {
-	var pairs [][2]string
-	if err := json.Unmarshal(raw, &pairs); err == nil {
+	const want = `want a list of "a b" strings or of ["a", "b"] pairs`
+	body := bytes.TrimSpace(raw)
+	if len(body) < 2 || body[0] != '[' {
+		return nil, errors.New(want)
+	}
+	if first := bytes.TrimSpace(body[1:]); len(first) > 0 && first[0] == '[' {
+		var pairs [][2]string
+		if err := json.Unmarshal(raw, &pairs); err != nil {
+			return nil, errors.New(want)
+		}
 		return pairs, nil
 	}
 	var lines []string
 	if err := json.Unmarshal(raw, &lines); err != nil {
-		return nil, errors.New(`want a list of "a b" strings or of ["a", "b"] pairs`)
+		return nil, errors.New(want)
 	}
-	pairs = make([][2]string, 0, len(lines))
+	pairs := make([][2]string, 0, len(lines))
 	for _, l := range lines {
 		if strings.HasPrefix(l, "#version") {
 			continue
 		}
-		parts := strings.Split(l, " ")
-		if len(parts) != 2 {
+		a, b, ok := strings.Cut(l, " ")
+		if !ok || strings.Contains(b, " ") {
 			return nil, fmt.Errorf("merge %d %q is not two tokens separated by one space", len(pairs)+1, l)
 		}
-		pairs = append(pairs, [2]string{parts[0], parts[1]})
+		pairs = append(pairs, [2]string{a, b})
 	}
 	return pairs, nil
 }
