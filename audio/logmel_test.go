@@ -632,3 +632,73 @@ func TestMelFilterbank(t *testing.T) {
 	}
 	t.Logf("worst |Δ|/bound vs torchaudio: %.3f", worst)
 }
+
+// The packed two-frame FFT gives each frame's |X|² as a direct float64 DFT
+// does, for power-of-two and Bluestein (n_fft 400) sizes.
+func TestPowerSpectraDFT(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, nfft := range []int{512, 400} {
+		p := lfm2Preprocessor()
+		p.NFFT = nfft
+		p.WindowSize = 0.02 // 320 samples
+		m, err := NewLogMel(p, LogMelOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := make([]float32, 4000)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		x[1000] = 40 // one loud frame next to quiet ones
+		s := m.newScratch()
+		var worst float64
+		exact, total := 0, 0
+		for tt := 0; tt+1 < 4000/m.hop; tt += 2 {
+			m.powerSpectra(x, tt, 2, s)
+			for p := range 2 {
+				start := (tt+p)*m.hop - nfft/2
+				frame := make([]float64, nfft)
+				var norm2 float64
+				for k := m.winLo; k < m.winHi; k++ {
+					if i := start + k; i >= 0 && i < len(x) {
+						frame[k] = float64(float32(x[i] * m.window[k]))
+						norm2 += frame[k] * frame[k]
+					}
+					// The frame sharing the FFT counts too.
+					if i := start + k + m.hop*(1-2*p); i >= 0 && i < len(x) {
+						v := float64(x[i] * m.window[k])
+						norm2 += v * v
+					}
+				}
+				for k := range m.nBins {
+					var re, im float64
+					for n, v := range frame {
+						sn, cs := math.Sincos(-2 * math.Pi * float64(k*n%nfft) / float64(nfft))
+						re += v * cs
+						im += v * sn
+					}
+					want := powerOf(complex(re, im))
+					got := s.power[p*m.nBins+k]
+					// Both sides round the same float32 steps (≤ 4u·P
+					// apart when their float64 inputs differ); a float64
+					// FFT is within log2(N)·7.7·2^-53·‖X‖ < 1e-14·‖X‖ per
+					// bin (Higham Thm 24.2, ‖X‖² = N·‖frame‖², and the
+					// packed frame at most doubles it), so |X|² within
+					// 2|X|ε + ε².
+					eps := 2e-14 * math.Sqrt(float64(nfft)*norm2)
+					d := math.Abs(float64(got - want))
+					b := 4*u*float64(want) + 2*math.Sqrt(float64(want))*eps + eps*eps
+					worst = max(worst, d/b)
+					if d == 0 {
+						exact++
+					}
+					total++
+					if d > b {
+						t.Fatalf("n_fft %d frame %d bin %d: %v, DFT %v", nfft, tt+p, k, got, want)
+					}
+				}
+			}
+		}
+		t.Logf("n_fft %d: %d of %d powers bit-exact, worst |Δ|/bound %.3f", nfft, exact, total, worst)
+	}
+}
