@@ -124,7 +124,10 @@ func DecodeBytes(b []byte, opts DecodeOptions) (*Clip, error) {
 }
 
 // Decode reads a WAV stream and returns its audio down-mixed to mono (the
-// mean over channels) as float32. Integer PCM is scaled by 2^-(N-1) for an
+// mean over channels, the usual torchaudio idiom wav.mean(0); liquid-audio
+// itself takes only mono: ChatState.add_audio asserts a [1, L] wave, its
+// README passes torchaudio.load's output straight in, and the demo gets mono
+// int16 from fastrtc) as float32. Integer PCM is scaled by 2^-(N-1) for an
 // N-bit container (int16/32768 as liquid-audio's demo does; unsigned 8-bit:
 // (v-128)/128); float samples are taken as they are and must be finite.
 //
