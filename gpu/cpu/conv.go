@@ -6,7 +6,17 @@ import (
 	"github.com/omni-pipe/omni-pipe/gpu"
 )
 
-func checkConv(op string, dst, x, w gpu.Tensor, p gpu.ConvParams, cin, cout int) {
+// Convolutions are matrix products over gathered input rows (im2col) or,
+// for transposed convolutions, matrix products followed by a gather of
+// partial rows. An output row's value depends only on the input rows it
+// reads, never on how many rows one call computes or how they are split:
+// streamed decoding equals whole decoding. Which path computes an element
+// depends on the shapes of the weight only.
+
+// colBudget is the size in floats of a chunk's gathered rows (1 MB).
+const colBudget = 1 << 18
+
+func checkConv(op string, dst, x gpu.Tensor, p gpu.ConvParams, cin, cout int) {
 	if p.K < 1 || p.Stride < 1 || p.Dilation < 1 || p.Groups < 1 || cin%p.Groups != 0 || cout%p.Groups != 0 || p.PadLeft < 0 {
 		panic(fmt.Sprintf("cpu: %s params %+v for %d->%d channels", op, p, cin, cout))
 	}
@@ -15,103 +25,317 @@ func checkConv(op string, dst, x, w gpu.Tensor, p gpu.ConvParams, cin, cout int)
 	}
 }
 
+// convBias returns the bias of a convolution as float32 (nil when absent),
+// converted into participant 0's vec scratch when it is not F32.
+func (q *Queue) convBias(bias gpu.Tensor, n int) []float32 {
+	if bias.IsNil() {
+		return nil
+	}
+	return vectorInto(&q.workspace(1)[0].vec, bias, n)
+}
+
+// minChunk is the fewest rows a participant computes at a time, so that
+// streaming the weight once per chunk stays cheap next to the arithmetic.
+// Calls with fewer than two such chunks per worker split the output
+// channels instead.
+const minChunk = 16
+
+// rowChunk returns how many rows a participant computes at a time when each
+// row needs perRow floats of scratch: as many as fit colBudget (at least 4),
+// and few enough to give every worker two chunks, but at least minChunk.
+func rowChunk(rows, perRow, workers int) int {
+	c := max(4, colBudget/max(perRow, 1))
+	return min(c, max(minChunk, (rows+2*workers-1)/(2*workers)))
+}
+
+// fewRows reports whether a call of rows rows is better split by output
+// channels than by rows.
+func (q *Queue) fewRows(rows int) bool {
+	w := q.dev.pool.workers
+	return w > 1 && rows < 2*w*minChunk
+}
+
+// forChunks runs fn over [0, n) in chunks of at most chunk items, in
+// parallel; w is the participant number.
+func (q *Queue) forChunks(n, chunk int, fn func(w, lo, hi int)) {
+	q.dev.pool.ForW(n, chunk, func(w, lo, hi int) {
+		for c := lo; c < hi; c += chunk {
+			fn(w, c, min(c+chunk, hi))
+		}
+	})
+}
+
 // Conv1D implements gpu.Queue.
 func (q *Queue) Conv1D(dst, x, w, bias gpu.Tensor, p gpu.ConvParams) {
 	cin, cout := x.Cols, dst.Cols
-	checkConv("conv1d", dst, x, w, p, cin, cout)
+	checkConv("conv1d", dst, x, p, cin, cout)
 	cg := cin / p.Groups // input channels per group
 	og := cout / p.Groups
 	if w.Rows != cout || w.Cols != cg*p.K {
 		panic(fmt.Sprintf("cpu: conv1d weight %v for %d->%d k %d groups %d", w, cin, cout, p.K, p.Groups))
 	}
-	ws := weightF32(w)
-	var bs []float32
-	if !bias.IsNil() {
-		bs = vector(bias, cout)
+	T := dst.Rows
+	if T == 0 || cout == 0 {
+		return
 	}
+	bs := q.convBias(bias, cout)
 	xs, ds := f32s(x), f32s(dst)
-	Tin := x.Rows
-	q.dev.pool.For(dst.Rows, 1, func(lo, hi int) {
-		col := make([]float32, cg*p.K)
-		for t := lo; t < hi; t++ {
+	kk := cg * p.K // one group's gathered row
+	if kk < 8 || og < 4 {
+		q.conv1dDirect(dst, x, w, bs, p)
+		return
+	}
+	// im2col: col[t, g·kk + c·K + k] = x[t·stride + k·dilation − pad, g·cg + c].
+	width := p.Groups * kk
+	gather := func(col []float32, t0, t1 int) {
+		for t := t0; t < t1; t++ {
+			r := col[(t-t0)*width : (t-t0+1)*width]
+			for k := 0; k < p.K; k++ {
+				src := t*p.Stride + k*p.Dilation - p.PadLeft
+				if src < 0 || src >= x.Rows {
+					for c := 0; c < cin; c++ {
+						r[c/cg*kk+c%cg*p.K+k] = 0
+					}
+					continue
+				}
+				xr := xs[src*x.Stride : src*x.Stride+cin]
+				for g := 0; g < p.Groups; g++ {
+					rg := r[g*kk : (g+1)*kk]
+					for c, v := range xr[g*cg : (g+1)*cg] {
+						rg[c*p.K+k] = v
+					}
+				}
+			}
+		}
+	}
+	var g mm
+	g.setWeight(w)
+	g.K, g.xs, g.ds, g.bias = kk, width, dst.Stride, bs
+	workers := q.dev.pool.workers
+	ws := q.workspace(workers)
+	if q.fewRows(T) {
+		// Few rows (a streaming step): gather them all, then let the GEMM
+		// split the output channels across the pool.
+		ws[0].col = grow(ws[0].col, T*width)
+		gather(ws[0].col, 0, T)
+		for gi := 0; gi < p.Groups; gi++ {
+			gg := g
+			gg.x = ws[0].col[gi*kk:]
+			gg.w32, gg.w16 = sliceRows(g.w32, g.w16, gi*og, g.ws)
+			gg.dst = ds[gi*og:]
+			gg.M, gg.N = T, og
+			if bs != nil {
+				gg.bias = bs[gi*og : (gi+1)*og]
+			}
+			q.gemm(&gg)
+		}
+		return
+	}
+	asm := q.asm
+	q.forChunks(T, rowChunk(T, width, workers), func(wi, t0, t1 int) {
+		wk := ws[wi]
+		wk.col = grow(wk.col, (t1-t0)*width)
+		gather(wk.col, t0, t1)
+		for gi := 0; gi < p.Groups; gi++ {
+			gg := g
+			gg.x = wk.col[gi*kk:]
+			gg.w32, gg.w16 = sliceRows(g.w32, g.w16, gi*og, g.ws)
+			gg.dst = ds[t0*dst.Stride+gi*og:]
+			gg.M, gg.N = t1-t0, og
+			if bs != nil {
+				gg.bias = bs[gi*og : (gi+1)*og]
+			}
+			gg.run(wk, 0, gg.M, 0, gg.N, asm)
+		}
+	})
+}
+
+// sliceRows returns the weight elements from row r on (whichever slice is
+// set).
+func sliceRows(w32 []float32, w16 []uint16, r, stride int) ([]float32, []uint16) {
+	if w32 != nil {
+		return w32[r*stride:], nil
+	}
+	return nil, w16[r*stride:]
+}
+
+// conv1dDirect computes a convolution with few taps per output (depthwise,
+// or one input channel): s = 0, then s += w·x over c and k in increasing
+// order (the product rounded first), then the bias.
+func (q *Queue) conv1dDirect(dst, x, w gpu.Tensor, bs []float32, p gpu.ConvParams) {
+	cin, cout := x.Cols, dst.Cols
+	cg, og := cin/p.Groups, cout/p.Groups
+	kk := cg * p.K
+	xs, ds := f32s(x), f32s(dst)
+	var g mm
+	g.setWeight(w)
+	q.dev.pool.For(dst.Rows, max(1, 4096/(cout*kk)), func(t0, t1 int) {
+		for t := t0; t < t1; t++ {
 			out := ds[t*dst.Stride : t*dst.Stride+cout]
-			for g := 0; g < p.Groups; g++ {
-				for k := 0; k < p.K; k++ {
-					src := t*p.Stride + k*p.Dilation - p.PadLeft
-					for c := 0; c < cg; c++ {
-						var v float32
-						if src >= 0 && src < Tin {
-							v = xs[src*x.Stride+g*cg+c]
+			for o := range out {
+				gi := o / og
+				var s float32
+				for c := 0; c < cg; c++ {
+					for k := 0; k < p.K; k++ {
+						src := t*p.Stride + k*p.Dilation - p.PadLeft
+						if src < 0 || src >= x.Rows {
+							continue
 						}
-						col[c*p.K+k] = v
+						s += float32(g.weight(o*w.Stride+c*p.K+k) * xs[src*x.Stride+gi*cg+c])
 					}
 				}
-				for o := g * og; o < (g+1)*og; o++ {
-					s := dot(ws[o*cg*p.K:(o+1)*cg*p.K], col)
-					if bs != nil {
-						s += bs[o]
-					}
-					out[o] = s
+				if bs != nil {
+					s += bs[o]
 				}
+				out[o] = s
 			}
 		}
 	})
 }
 
-// ConvTranspose1D implements gpu.Queue.
+// ConvTranspose1D implements gpu.Queue. Per group, z = x·w is a product
+// with w's rows along the input channels ([cg, og·K]); output row u then
+// gathers out[u, o] = b[o] + Σ z[t, o·K + k] over k = 0 … K−1 with
+// t·stride + k = u, in increasing k.
 func (q *Queue) ConvTranspose1D(dst, x, w, bias gpu.Tensor, p gpu.ConvParams) {
 	cin, cout := x.Cols, dst.Cols
-	checkConv("convtranspose1d", dst, x, w, p, cin, cout)
+	checkConv("convtranspose1d", dst, x, p, cin, cout)
 	cg := cin / p.Groups
 	og := cout / p.Groups
 	if w.Rows != cin || w.Cols != og*p.K {
 		panic(fmt.Sprintf("cpu: convtranspose1d weight %v for %d->%d k %d groups %d", w, cin, cout, p.K, p.Groups))
 	}
-	ws := weightF32(w)
-	var bs []float32
-	if !bias.IsNil() {
-		bs = vector(bias, cout)
+	R := dst.Rows
+	if R == 0 || cout == 0 {
+		return
 	}
+	bs := q.convBias(bias, cout)
 	xs, ds := f32s(x), f32s(dst)
-	Tin := x.Rows
-	q.dev.pool.For(dst.Rows, 1, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			u := r + p.PadLeft // row of the full output
+	K, S := p.K, p.Stride
+	zw := cout * K // a row of z, all groups: column o·K + k
+	// Input rows that output rows [r0, r1) read.
+	tRange := func(r0, r1 int) (int, int) {
+		u0, u1 := r0+p.PadLeft, r1+p.PadLeft
+		t0 := 0
+		if u0-K+1 > 0 {
+			t0 = (u0 - K + 1 + S - 1) / S
+		}
+		return t0, min(x.Rows, (u1-1)/S+1)
+	}
+	var base xw
+	base.setWeight(w)
+	base.xs, base.ds, base.K, base.N = x.Stride, zw, cg, og*K
+	// product computes z rows [t0, t1) columns [n0, n1) of every group into
+	// z (row t at (t−t0)·zw).
+	product := func(wk *work, z []float32, t0, t1, n0, n1 int, asm bool) {
+		for gi := 0; gi < p.Groups; gi++ {
+			g := base
+			g.x = xs[t0*x.Stride+gi*cg:]
+			g.w32, g.w16 = sliceRows(base.w32, base.w16, gi*cg, base.ws)
+			g.dst = z[gi*og*K:]
+			g.M = t1 - t0
+			g.run(wk, 0, g.M, n0, n1, asm)
+		}
+	}
+	gatherRows := func(z []float32, zt0, r0, r1 int) {
+		for r := r0; r < r1; r++ {
+			u := r + p.PadLeft
 			out := ds[r*dst.Stride : r*dst.Stride+cout]
-			for o := range out {
-				if bs != nil {
-					out[o] = bs[o]
-				} else {
-					out[o] = 0
+			if bs != nil {
+				copy(out, bs)
+			} else {
+				clear(out)
+			}
+			for k := 0; k < K && k <= u; k++ {
+				if (u-k)%S != 0 {
+					continue
+				}
+				t := (u - k) / S
+				if t >= x.Rows {
+					continue
+				}
+				zr := z[(t-zt0)*zw:]
+				for o := range out {
+					out[o] += zr[o*K+k]
 				}
 			}
-			for k := 0; k < p.K; k++ {
-				if (u-k)%p.Stride != 0 || u-k < 0 {
-					continue
+		}
+	}
+	if cg == 1 && og == 1 {
+		q.convTransposeDepthwise(dst, x, w, bs, p)
+		return
+	}
+	workers := q.dev.pool.workers
+	ws := q.workspace(workers)
+	asm := q.asm
+	if q.fewRows(R) {
+		// Few rows: compute their z with the columns split across the pool.
+		t0, t1 := tRange(0, R)
+		if t1 <= t0 {
+			gatherRows(nil, 0, 0, R)
+			return
+		}
+		ws[0].col = grow(ws[0].col, (t1-t0)*zw)
+		z := ws[0].col
+		n := og * K
+		q.dev.pool.ForW(n, max(24, (n+2*workers-1)/(2*workers)/24*24), func(wi, n0, n1 int) {
+			product(ws[wi], z, t0, t1, n0, n1, asm)
+		})
+		q.dev.pool.For(R, max(1, 4096/cout), func(r0, r1 int) { gatherRows(z, t0, r0, r1) })
+		return
+	}
+	q.forChunks(R, rowChunk(R, zw/S+1, workers), func(wi, r0, r1 int) {
+		t0, t1 := tRange(r0, r1)
+		if t1 <= t0 {
+			gatherRows(nil, 0, r0, r1)
+			return
+		}
+		wk := ws[wi]
+		wk.col = grow(wk.col, (t1-t0)*zw)
+		product(wk, wk.col, t0, t1, 0, og*K, asm)
+		gatherRows(wk.col, t0, r0, r1)
+	})
+}
+
+// convTransposeDepthwise is ConvTranspose1D with one channel per group:
+// out[u, c] = b[c] + Σ x[t, c]·w[c, k] over k = 0 … K−1 with t·stride + k =
+// u, in increasing k, each product rounded first.
+func (q *Queue) convTransposeDepthwise(dst, x, w gpu.Tensor, bs []float32, p gpu.ConvParams) {
+	C := dst.Cols
+	xs, ds := f32s(x), f32s(dst)
+	var g mm
+	g.setWeight(w)
+	q.dev.pool.For(dst.Rows, max(1, 4096/(C*p.K)), func(r0, r1 int) {
+		for r := r0; r < r1; r++ {
+			u := r + p.PadLeft
+			out := ds[r*dst.Stride : r*dst.Stride+C]
+			for c := range out {
+				var s float32
+				if bs != nil {
+					s = bs[c]
 				}
-				t := (u - k) / p.Stride
-				if t >= Tin {
-					continue
-				}
-				xr := xs[t*x.Stride : t*x.Stride+cin]
-				for o := 0; o < cout; o++ {
-					g := o / og
-					oi := o % og
-					var s float32
-					for c := 0; c < cg; c++ {
-						s += xr[g*cg+c] * ws[(g*cg+c)*og*p.K+oi*p.K+k]
+				for k := 0; k < p.K && k <= u; k++ {
+					if (u-k)%p.Stride != 0 {
+						continue
 					}
-					out[o] += s
+					t := (u - k) / p.Stride
+					if t >= x.Rows {
+						continue
+					}
+					s += float32(xs[t*x.Stride+c] * g.weight(c*w.Stride+k))
 				}
+				out[c] = s
 			}
 		}
 	})
 }
 
-// Conv2D implements gpu.Queue.
+// Conv2D implements gpu.Queue. Output row oh is a product of its gathered
+// patches ([Wout, cg·KH·KW] per group) with the weight, transposed into the
+// [Cout·Wout] layout.
 func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, p gpu.Conv2DParams) {
 	if p.Cin < 1 || p.W < 1 || p.KH < 1 || p.KW < 1 || p.StrideH < 1 || p.StrideW < 1 || p.Groups < 1 ||
-		p.Cin%p.Groups != 0 || x.Cols != p.Cin*p.W || p.Wout < 1 || dst.Cols%p.Wout != 0 {
+		p.Cin%p.Groups != 0 || x.Cols != p.Cin*p.W || p.Wout < 1 || dst.Cols%p.Wout != 0 || p.PadH < 0 || p.PadW < 0 {
 		panic(fmt.Sprintf("cpu: conv2d x %v dst %v params %+v", x, dst, p))
 	}
 	if dst.Buf == x.Buf {
@@ -119,60 +343,118 @@ func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, p gpu.Conv2DParams) {
 	}
 	cout := dst.Cols / p.Wout
 	cg, og := p.Cin/p.Groups, cout/p.Groups
-	if cout%p.Groups != 0 || w.Rows != cout || w.Cols != cg*p.KH*p.KW {
+	kk := cg * p.KH * p.KW
+	if cout%p.Groups != 0 || w.Rows != cout || w.Cols != kk {
 		panic(fmt.Sprintf("cpu: conv2d weight %v for %d->%d channels k %dx%d groups %d", w, p.Cin, cout, p.KH, p.KW, p.Groups))
 	}
-	ws := weightF32(w)
-	var bs []float32
-	if !bias.IsNil() {
-		bs = vector(bias, cout)
+	if dst.Rows == 0 || cout == 0 {
+		return
+	}
+	bs := q.convBias(bias, cout)
+	if kk < 8 || og < 4 {
+		q.conv2dDirect(dst, x, w, bs, p)
+		return
 	}
 	xs, ds := f32s(x), f32s(dst)
 	H := x.Rows
-	kk := p.KH * p.KW
-	q.dev.pool.For(dst.Rows, 1, func(lo, hi int) {
-		col := make([]float32, cg*kk)
-		for oh := lo; oh < hi; oh++ {
-			out := ds[oh*dst.Stride : oh*dst.Stride+dst.Cols]
+	width := p.Groups * kk
+	rowsOf := p.Wout // gathered rows per output row
+	var base mm
+	base.setWeight(w)
+	base.K, base.xs, base.ds = kk, width, cout
+	workers := q.dev.pool.workers
+	ws := q.workspace(workers)
+	asm := q.asm
+	chunk := max(1, rowChunk(dst.Rows*rowsOf, width+cout, workers)/rowsOf)
+	q.forChunks(dst.Rows, chunk, func(wi, h0, h1 int) {
+		wk := ws[wi]
+		M := (h1 - h0) * rowsOf
+		wk.col = grow(wk.col, M*(width+cout))
+		col, out := wk.col[:M*width], wk.col[M*width:]
+		// col[(oh−h0)·Wout + ow, g·kk + c·KH·KW + i·KW + j]
+		for oh := h0; oh < h1; oh++ {
 			for ow := 0; ow < p.Wout; ow++ {
-				for g := 0; g < p.Groups; g++ {
-					for c := 0; c < cg; c++ {
-						for i := 0; i < p.KH; i++ {
-							h := oh*p.StrideH + i - p.PadH
-							for j := 0; j < p.KW; j++ {
-								wi := ow*p.StrideW + j - p.PadW
-								var v float32
-								if h >= 0 && h < H && wi >= 0 && wi < p.W {
-									v = xs[h*x.Stride+(g*cg+c)*p.W+wi]
-								}
-								col[c*kk+i*p.KW+j] = v
+				r := col[((oh-h0)*rowsOf+ow)*width:][:width]
+				for ci := 0; ci < p.Cin; ci++ {
+					gi, c := ci/cg, ci%cg
+					rc := r[gi*kk+c*p.KH*p.KW:]
+					for i := 0; i < p.KH; i++ {
+						h := oh*p.StrideH + i - p.PadH
+						for j := 0; j < p.KW; j++ {
+							wi := ow*p.StrideW + j - p.PadW
+							var v float32
+							if h >= 0 && h < H && wi >= 0 && wi < p.W {
+								v = xs[h*x.Stride+ci*p.W+wi]
 							}
+							rc[i*p.KW+j] = v
 						}
 					}
-					for o := g * og; o < (g+1)*og; o++ {
-						s := dot(ws[o*cg*kk:(o+1)*cg*kk], col)
-						if bs != nil {
-							s += bs[o]
-						}
-						out[o*p.Wout+ow] = s
-					}
+				}
+			}
+		}
+		for gi := 0; gi < p.Groups; gi++ {
+			g := base
+			g.x = col[gi*kk:]
+			g.w32, g.w16 = sliceRows(base.w32, base.w16, gi*og, base.ws)
+			g.dst = out[gi*og:]
+			g.M, g.N = M, og
+			if bs != nil {
+				g.bias = bs[gi*og : (gi+1)*og]
+			}
+			g.run(wk, 0, M, 0, og, asm)
+		}
+		for oh := h0; oh < h1; oh++ {
+			d := ds[oh*dst.Stride : oh*dst.Stride+cout*p.Wout]
+			for ow := 0; ow < p.Wout; ow++ {
+				o := out[((oh-h0)*rowsOf+ow)*cout:][:cout]
+				for c, v := range o {
+					d[c*p.Wout+ow] = v
 				}
 			}
 		}
 	})
 }
 
-func dot(a, b []float32) float32 {
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
+// conv2dDirect computes a 2-D convolution with few taps or few output
+// channels per group: s = 0, then s += w·x over c, i, j in increasing order
+// (the product rounded first), then the bias.
+func (q *Queue) conv2dDirect(dst, x, w gpu.Tensor, bs []float32, p gpu.Conv2DParams) {
+	cout := dst.Cols / p.Wout
+	cg, og := p.Cin/p.Groups, cout/p.Groups
+	xs, ds := f32s(x), f32s(dst)
+	H := x.Rows
+	var g mm
+	g.setWeight(w)
+	q.dev.pool.For(dst.Rows, max(1, 4096/(dst.Cols*cg*p.KH*p.KW)), func(h0, h1 int) {
+		for oh := h0; oh < h1; oh++ {
+			out := ds[oh*dst.Stride : oh*dst.Stride+dst.Cols]
+			for o := 0; o < cout; o++ {
+				gi := o / og
+				wo := o * w.Stride
+				for ow := 0; ow < p.Wout; ow++ {
+					var s float32
+					for c := 0; c < cg; c++ {
+						xc := (gi*cg + c) * p.W
+						for i := 0; i < p.KH; i++ {
+							h := oh*p.StrideH + i - p.PadH
+							if h < 0 || h >= H {
+								continue
+							}
+							for j := 0; j < p.KW; j++ {
+								wi := ow*p.StrideW + j - p.PadW
+								if wi < 0 || wi >= p.W {
+									continue
+								}
+								s += float32(g.weight(wo+(c*p.KH+i)*p.KW+j) * xs[h*x.Stride+xc+wi])
+							}
+						}
+					}
+					if bs != nil {
+						s += bs[o]
+					}
+					out[o*p.Wout+ow] = s
+				}
+			}
+		}
+	})
 }
