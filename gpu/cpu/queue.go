@@ -359,58 +359,6 @@ func (q *Queue) RoPE(dst gpu.Tensor, p gpu.RoPEParams) {
 	})
 }
 
-// Attention implements gpu.Queue.
-func (q *Queue) Attention(dst, qt, k, v gpu.Tensor, p gpu.AttnParams) {
-	hd := p.HeadDim
-	if qt.Cols != p.Heads*hd || dst.Cols != qt.Cols || dst.Rows != qt.Rows ||
-		k.Cols != p.KVHeads*hd || v.Cols != k.Cols || v.Rows != k.Rows || p.Heads%p.KVHeads != 0 {
-		panic(fmt.Sprintf("cpu: attention q %v k %v v %v dst %v heads %d/%d dim %d", qt, k, v, dst, p.Heads, p.KVHeads, hd))
-	}
-	qs, ks, vs, ds := f32s(qt), f32s(k), f32s(v), f32s(dst)
-	group := p.Heads / p.KVHeads
-	n := qt.Rows * p.Heads
-	q.dev.pool.For(n, 1, func(lo, hi int) {
-		scores := make([]float32, k.Rows)
-		for idx := lo; idx < hi; idx++ {
-			i, h := idx/p.Heads, idx%p.Heads
-			pos := p.QPos0 + i
-			first, last := 0, k.Rows-1
-			if p.Causal {
-				last = min(last, pos)
-			}
-			if p.Window > 0 {
-				first = max(first, pos-p.Window+1)
-			}
-			out := ds[i*dst.Stride+h*hd : i*dst.Stride+(h+1)*hd]
-			for c := range out {
-				out[c] = 0
-			}
-			if last < first {
-				continue
-			}
-			qv := qs[i*qt.Stride+h*hd : i*qt.Stride+(h+1)*hd]
-			kh := (h / group) * hd
-			sc := scores[:last-first+1]
-			for j := first; j <= last; j++ {
-				kv := ks[j*k.Stride+kh : j*k.Stride+kh+hd]
-				var dot float32
-				for c, x := range qv {
-					dot += x * kv[c]
-				}
-				sc[j-first] = dot * p.Scale
-			}
-			softmax(sc)
-			for j := first; j <= last; j++ {
-				w := sc[j-first]
-				vv := vs[j*v.Stride+kh : j*v.Stride+kh+hd]
-				for c := range out {
-					out[c] += w * vv[c]
-				}
-			}
-		}
-	})
-}
-
 // ShortConv implements gpu.Queue.
 func (q *Queue) ShortConv(dst, x, w, state gpu.Tensor) {
 	sameShape("shortconv", dst, x)
