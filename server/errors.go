@@ -134,10 +134,16 @@ func eventError(err error) *apiError {
 	switch {
 	case errors.Is(err, pipeline.ErrSlowConsumer):
 		return newError(http.StatusInternalServerError, typeServer, codeSlowClient, "", err.Error())
-	case errors.Is(err, context.Canceled), errors.Is(err, pipeline.ErrEngineClosed):
+	case cancelled(err):
 		return newError(http.StatusServiceUnavailable, typeServer, codeCancelled, "", "the turn was cancelled: "+err.Error())
 	}
 	return newError(http.StatusInternalServerError, typeServer, codeGeneration, "", err.Error())
+}
+
+// cancelled reports whether a turn ended because it was cancelled: its
+// client hung up, or the server shut down.
+func cancelled(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, errShutdown) || errors.Is(err, pipeline.ErrEngineClosed)
 }
 
 // writeError sends e as the response (a request that has not started its

@@ -166,6 +166,7 @@ func unmarshal(body []byte, v any) *apiError {
 	case errors.As(err, &syn):
 		return badRequest(codeInvalidJSON, "", "malformed JSON at byte %d: %v", syn.Offset, syn)
 	case errors.As(err, &typ):
+		typ.Field = strings.TrimPrefix(typ.Field, "samplingFields.") // the embedded struct's fields are top-level in JSON
 		if typ.Field == "" {
 			return badRequest(codeInvalidJSON, "", "the body must be a JSON object, not %s", typ.Value)
 		}

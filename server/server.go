@@ -305,10 +305,11 @@ func (s *Server) routes() *echo.Echo {
 
 	e.GET("/health", s.health)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{})))
-	v1 := e.Group("/v1", s.auth)
-	v1.GET("/models", s.models)
-	v1.POST("/audio/chat", s.audioChat)
-	v1.POST("/chat/completions", s.chatCompletions)
+	// Per-route middleware: an echo Group with middleware would answer 404
+	// instead of 405 for a wrong method.
+	e.GET("/v1/models", s.models, s.auth)
+	e.POST("/v1/audio/chat", s.audioChat, s.auth)
+	e.POST("/v1/chat/completions", s.chatCompletions, s.auth)
 	return e
 }
 

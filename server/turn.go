@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -120,7 +119,7 @@ func (t *turn) finish(done *pipeline.DoneEvent, fail *pipeline.ErrorEvent, sinkE
 			"first_audio", tm.FirstAudio, "total", tm.Total, "rtf", round3(tm.RTF))
 	default:
 		tm, outcome = fail.Timings, "failed"
-		if errors.Is(fail.Err, context.Canceled) || sinkErr != nil {
+		if cancelled(fail.Err) || sinkErr != nil {
 			outcome = "cancelled"
 			t.log.Info("turn cancelled", "cause", fail.Err, "client_error", sinkErr, "steps", tm.Steps)
 		} else {

@@ -1,0 +1,171 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// TestHangUpsLeakNothing abandons 50 streams in every way a client can
+// (hanging up mid-stream, cancelling while queued or uploading) and checks
+// that each turn stopped and every goroutine it started returned, first
+// while the server runs, then after it and the engine shut down.
+func TestHangUpsLeakNothing(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) }) // runs after the server's own cleanup
+	ts := startServer(t, Config{MaxConcurrent: 4, MaxQueue: 64})
+	question := questionWAV(t)
+
+	// Warm up: one whole turn, so that lazily started goroutines are in
+	// the baseline.
+	if s, _ := streamAudioChat(t, ts, map[string]any{"audio": question, "max_new_tokens": 20}); s.err != nil {
+		t.Fatal(s.err.Error)
+	}
+	ts.client.CloseIdleConnections()
+	running := goleak.IgnoreCurrent()
+
+	const streams, clients = 50, 10
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	gotEvent := 0
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := c; i < streams; i += clients {
+				req := map[string]any{"text": "Tell me a long story.", "max_new_tokens": 2000}
+				if i%2 == 0 {
+					req = map[string]any{"audio": question, "max_new_tokens": 2000}
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%3 == 2 { // gone before, while queued, or just after admission
+					time.AfterFunc(time.Duration(i%7)*time.Millisecond, cancel)
+				}
+				resp, err := ts.doErr(ctx, http.MethodPost, "/v1/audio/chat", req)
+				if err != nil { // cancelled before the reply began
+					cancel()
+					continue
+				}
+				if _, ok := newSSEReader(resp.Body).next(); ok {
+					mu.Lock()
+					gotEvent++
+					mu.Unlock()
+				}
+				if i%3 == 0 {
+					resp.Body.Close() // hang up mid-stream
+				}
+				cancel()
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	waitFor(t, "every abandoned turn to stop", time.Minute, func() bool {
+		return ts.lim.active() == 0 && ts.lim.queued() == 0 && ts.eng.Running() == 0
+	})
+	ts.client.CloseIdleConnections()
+	if err := goleak.Find(running); err != nil {
+		t.Fatalf("goroutines outlived their abandoned streams: %v", err)
+	}
+	cancelled := strings.Count(ts.logs.String(), `"msg":"turn cancelled"`)
+	t.Logf("%d of %d streams got an event before the hang-up; %d turns cancelled", gotEvent, streams, cancelled)
+	if gotEvent < streams/2 || cancelled < gotEvent {
+		t.Errorf("%d streams began and %d turns were cancelled; want every begun stream cancelled", gotEvent, cancelled)
+	}
+	// The server still serves whole turns.
+	if s, _ := streamAudioChat(t, ts, map[string]any{"text": "Still there?", "max_new_tokens": 10}); s.err != nil {
+		t.Fatal(s.err.Error)
+	}
+}
+
+// doErr is do without t.Fatal, for goroutines.
+func (ts *testServer) doErr(ctx context.Context, method, path string, body map[string]any) (*http.Response, error) {
+	data, err := marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, ts.url+path, strings.NewReader(string(data)))
+	if err != nil {
+		return nil, err
+	}
+	return ts.client.Do(req)
+}
+
+// A shutdown lets a running stream finish, refusing new work meanwhile.
+func TestGracefulShutdown(t *testing.T) {
+	ts := startServer(t, Config{ShutdownGrace: time.Minute})
+	resp := ts.post(t, "/v1/audio/chat", map[string]any{"text": "Speak for a while.", "max_new_tokens": 150})
+	defer resp.Body.Close()
+	r := newSSEReader(resp.Body)
+	first, ok := r.next()
+	if !ok {
+		t.Fatal("no first event")
+	}
+	served := make(chan error, 1)
+	go func() { served <- ts.shutdown() }()
+	waitFor(t, "the drain to begin", 30*time.Second, ts.draining.Load)
+
+	// While draining: not ready, and no new turns.
+	rec := httptest.NewRecorder()
+	ts.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/health", nil))
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), `"status":"shutting_down"`) {
+		t.Errorf("/health while draining: %d %s", rec.Code, rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	ts.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/audio/chat", strings.NewReader(`{"text":"hi"}`)))
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), codeShuttingDown) {
+		t.Errorf("new turn while draining: %d %s", rec.Code, rec.Body)
+	}
+
+	evs := []sseEvent{first}
+	for ev, ok := r.next(); ok; ev, ok = r.next() {
+		evs = append(evs, ev)
+	}
+	s := parseStream(t, evs)
+	if s.done == nil {
+		t.Fatalf("the running stream did not finish: %+v", s.err.Error)
+	}
+	if s.done.Timings.Steps != 150 && s.done.Stop != "end_of_turn" {
+		t.Errorf("finished after %d steps (%s)", s.done.Timings.Steps, s.done.Stop)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+}
+
+// After the grace period, running turns are cancelled and the stream
+// ends with an error event.
+func TestShutdownCancelsAfterGrace(t *testing.T) {
+	ts := startServer(t, Config{ShutdownGrace: 100 * time.Millisecond, MaxNewTokens: 30000})
+	resp := ts.post(t, "/v1/audio/chat", map[string]any{"text": "Speak for ever.", "max_new_tokens": 30000})
+	defer resp.Body.Close()
+	r := newSSEReader(resp.Body)
+	first, ok := r.next()
+	if !ok {
+		t.Fatal("no first event")
+	}
+	start := time.Now()
+	if err := ts.shutdown(); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	t.Logf("shutdown took %v with a 100 ms grace period", time.Since(start))
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := append([]sseEvent{first}, readAll(t, strings.NewReader(string(rest)))...)
+	s := parseStream(t, evs)
+	if s.err == nil || s.err.Error.Code != codeCancelled {
+		t.Fatalf("stream end: done %+v, error %+v", s.done, s.err)
+	}
+	if !strings.Contains(s.err.Error.Message, errShutdown.Error()) {
+		t.Errorf("error event %q does not say the server shut down", s.err.Error.Message)
+	}
+}
