@@ -13,7 +13,7 @@ import (
 //
 //   - the rates are reduced by their gcd to orig/new;
 //   - the kernel is built in float32 the way torch evaluates it on the GPU
-//     (see newResampler): one row of 2·width+orig taps per output phase;
+//     (see NewResampler): one row of 2·width+orig taps per output phase;
 //   - the input is zero-padded by width on the left and width+orig on the
 //     right and convolved with stride orig (conv1d), the phases interleaved;
 //   - the output keeps ceil(new·L/orig) samples.
