@@ -56,11 +56,13 @@ func (p Preprocessor) Preemphasis() float64 {
 	return *p.Preemph
 }
 
-// WinLength returns the window length in samples.
-func (p Preprocessor) WinLength() int { return int(p.WindowSize*float64(p.SampleRate) + 0.5) }
+// WinLength returns the window length in samples, truncated as NeMo's
+// int(window_size * sample_rate).
+func (p Preprocessor) WinLength() int { return int(p.WindowSize * float64(p.SampleRate)) }
 
-// HopLength returns the hop in samples.
-func (p Preprocessor) HopLength() int { return int(p.WindowStride*float64(p.SampleRate) + 0.5) }
+// HopLength returns the hop in samples, truncated as NeMo's
+// int(window_stride * sample_rate).
+func (p Preprocessor) HopLength() int { return int(p.WindowStride * float64(p.SampleRate)) }
 
 // Encoder is the FastConformer encoder configuration (NeMo names).
 type Encoder struct {
