@@ -6,7 +6,6 @@ import "flag"
 func init() {
 	for _, c := range []struct{ name, summary, usage string }{
 		{"mic", "Talk to the model live: microphone in, speaker out.", "[flags]"},
-		{"bench", "Measure where the time goes, stage by stage.", "[flags]"},
 	} {
 		register(&command{name: c.name, summary: c.summary, usage: c.usage,
 			setup: func(fs *flag.FlagSet, e *env) func([]string) error {
