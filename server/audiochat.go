@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"encoding/base64"
-	"net/http"
 	"strconv"
 
 	"github.com/labstack/echo/v4"
@@ -94,7 +93,7 @@ func (s *Server) audioChatJSON(c echo.Context, be *Backend, t *turn, job *turnJo
 		return err
 	}
 	c.Response().Header().Set(headerConversationID, t.conv.id)
-	return c.JSONBlob(http.StatusOK, data)
+	return s.writeReply(c, data)
 }
 
 // appendAudioEvent appends {"seq":N,"pcm":"<base64 PCM16LE>"}.

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -447,5 +446,5 @@ func (s *Server) chatCompletionJSON(c echo.Context, be *Backend, t *turn, job *c
 		return err
 	}
 	c.Response().Header().Set(headerConversationID, t.conv.id)
-	return c.JSONBlob(http.StatusOK, data)
+	return s.writeReply(c, data)
 }

@@ -83,3 +83,12 @@ func marshal(v any) ([]byte, error) {
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'}), nil // Encode ends with a newline
 }
+
+// writeReply sends a whole JSON reply; like a stream's events, it must
+// reach the client within the write-stall limit.
+func (s *Server) writeReply(c echo.Context, data []byte) error {
+	rc := http.NewResponseController(c.Response())
+	rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteStall))
+	defer rc.SetWriteDeadline(time.Time{})
+	return c.JSONBlob(http.StatusOK, data)
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a goroutine-safe stderr.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestServeQuickStart runs the README's first command (serve with no
+// --model: the embedded demo model) on a free port, sends the first curl
+// example of docs/api.md, checks that the reply streams, then stops the
+// server with SIGTERM and expects exit status 0.
+func TestServeQuickStart(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`curl -N http://127\.0\.0\.1:8080(/v1/audio/chat) -d '([^']+)'`).FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/api.md has no `curl -N http://127.0.0.1:8080/v1/audio/chat -d '…'` example")
+	}
+	path, body := string(m[1]), string(m[2])
+
+	stderr := &lockedBuffer{}
+	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: stderr, getenv: func(string) string { return "" }}
+	exit := make(chan int, 1)
+	go func() { exit <- run([]string{"serve", "--addr", "127.0.0.1:0", "--workers", "2"}, e) }()
+
+	var addr string
+	re := regexp.MustCompile(`msg=listening addr=(\S+)`)
+	for deadline := time.Now().Add(30 * time.Second); addr == ""; time.Sleep(5 * time.Millisecond) {
+		select {
+		case code := <-exit:
+			t.Fatalf("serve exited with %d:\n%s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start:\n%s", stderr.String())
+		}
+		if m := re.FindStringSubmatch(stderr.String()); m != nil {
+			addr = m[1]
+		}
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			syscall.Kill(os.Getpid(), syscall.SIGTERM)
+			<-exit
+		}
+	}()
+	if !strings.Contains(stderr.String(), "DEMO model") || !strings.Contains(stderr.String(), "NOISE") {
+		t.Errorf("no loud demo-model warning:\n%s", stderr.String())
+	}
+	base := "http://" + addr
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := http.Get(base + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never healthy:\n%s", stderr.String())
+		}
+	}
+
+	resp, err := http.Post(base+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("status %d, Content-Type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	counts := map[string]int{}
+	var done struct {
+		Text    string
+		Timings struct{ Steps int }
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	event := ""
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = line[len("event: "):]
+			counts[event]++
+		case strings.HasPrefix(line, "data: ") && event == "done":
+			if err := json.Unmarshal([]byte(line[len("data: "):]), &done); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Logf("events %v, %d steps, text %q", counts, done.Timings.Steps, done.Text)
+	if counts["text"] == 0 || counts["audio"] == 0 || counts["done"] != 1 || counts["error"] != 0 || done.Timings.Steps == 0 {
+		t.Errorf("events %v: want text, audio and one done", counts)
+	}
+
+	stopped = true
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-exit:
+		if code != exitOK {
+			t.Errorf("exit status %d after SIGTERM, want 0:\n%s", code, stderr.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("serve did not stop after SIGTERM")
+	}
+	if !strings.Contains(stderr.String(), "shut down") {
+		t.Errorf("no shutdown log:\n%s", stderr.String())
+	}
+}
+
+func TestServeBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"serve", "--device", "cuda"}, nil, "cpu only"},
+		{[]string{"serve", "--precision", "fp8"}, nil, "--precision"},
+		{[]string{"serve", "--max-concurrent", "0"}, nil, "--max-concurrent"},
+		{[]string{"serve", "--log-format", "xml"}, nil, "--log-format"},
+		{[]string{"serve"}, map[string]string{"OMNI_PIPE_MAX_QUEUE": "many"}, "OMNI_PIPE_MAX_QUEUE"},
+		{[]string{"serve"}, map[string]string{"OMNI_PIPE_QUEUE_TIMEOUT": "soon"}, "OMNI_PIPE_QUEUE_TIMEOUT"},
+		{[]string{"serve", "extra"}, nil, "unexpected argument"},
+	} {
+		var stderr bytes.Buffer
+		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr, getenv: func(k string) string { return tc.env[k] }}
+		if code := run(tc.args, e); code != exitUsage || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v %v: exit %d, stderr %q; want %d mentioning %q", tc.args, tc.env, code, stderr.String(), exitUsage, tc.want)
+		}
+	}
+	// The environment sets defaults; a flag wins.
+	var stdout bytes.Buffer
+	e := &env{stdout: &stdout, stderr: io.Discard, getenv: func(k string) string {
+		return map[string]string{"OMNI_PIPE_ADDR": "0.0.0.0:9999"}[k]
+	}}
+	if code := run([]string{"help", "serve"}, e); code != exitOK || !strings.Contains(stdout.String(), `"0.0.0.0:9999"`) {
+		t.Errorf("help with OMNI_PIPE_ADDR set: exit %d\n%s", code, stdout.String())
+	}
+}
