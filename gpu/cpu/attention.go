@@ -59,10 +59,8 @@ func (q *Queue) Attention(dst, qt, k, v gpu.Tensor, p gpu.AttnParams) {
 			s.run(wk, 0, G, 0, L, asm)
 			for g := 0; g < G; g++ {
 				row := sc[g*L : (g+1)*L]
-				for j := range row {
-					row[j] *= p.Scale
-				}
-				softmax(row)
+				vScale(asm, row, row, p.Scale)
+				softmax(asm, row)
 			}
 			// out[g, :] = Σ_j sc[g, j] · v[first+j, kh·hd : …]
 			o := xw{

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"go/format"
 	"log"
+	"math"
 	"os"
 	"strings"
 )
@@ -299,7 +300,394 @@ func (g *gen) axpy(dt dtype, s shape) {
 	g.p("")
 }
 
+// ---- Elementwise kernels (elem.go holds their Go twins) ----
+//
+// Every kernel processes n elements, n a multiple of 8, and performs exactly
+// the float32 operations of its Go twin, in the same order and without FMA
+// (except vfma), so that both agree bit for bit.
+
+// constants are 8 replicated 32-bit values in read-only memory, used as
+// memory operands.
+var constants = []struct {
+	name string
+	bits uint32
+}{
+	{"one", f32bits(1)},
+	{"signbit", 0x80000000},
+	{"absmask", 0x7fffffff},
+	{"explo", f32bits(-104)},
+	{"exphi", f32bits(89)},
+	{"log2e", f32bits(1.44269504088896341)},
+	{"c1", f32bits(0.693359375)},
+	{"c2", f32bits(-2.12194440e-4)},
+	{"p0", f32bits(1.9875691500e-4)},
+	{"p1", f32bits(1.3981999507e-3)},
+	{"p2", f32bits(8.3334519073e-3)},
+	{"p3", f32bits(4.1665795894e-2)},
+	{"p4", f32bits(1.6666665459e-1)},
+	{"p5", f32bits(5.0000001201e-1)},
+	{"bias127", 127},
+	{"expm1cut", f32bits(0.3465736)},
+	{"e2", f32bits(1.0 / 2)},
+	{"e3", f32bits(1.0 / 6)},
+	{"e4", f32bits(1.0 / 24)},
+	{"e5", f32bits(1.0 / 120)},
+	{"e6", f32bits(1.0 / 720)},
+	{"e7", f32bits(1.0 / 5040)},
+	{"e8", f32bits(1.0 / 40320)},
+	{"ione", 1},
+	{"i7fff", 0x7fff},
+	{"hi16", 0xffff0000},
+	{"inf", 0x7f800000},
+	{"quiet", 0x00400000},
+	{"neginf", 0xff800000},
+}
+
+func f32bits(v float64) uint32 { return math.Float32bits(float32(v)) }
+
+func c(name string) string { return "·" + name + "<>(SB)" }
+
+func (g *gen) consts() {
+	for _, k := range constants {
+		for i := 0; i < 8; i++ {
+			g.p("DATA ·%s<>+%d(SB)/4, $0x%08x", k.name, 4*i, k.bits)
+		}
+		g.p("GLOBL ·%s<>(SB), RODATA|NOPTR, $32", k.name)
+	}
+	g.p("")
+}
+
+// exp8 sets register x to exp(x) (exp32 in elem.go); n, r, t are
+// temporaries.
+func (g *gen) exp8(x, n, r, t string) {
+	g.p("\tVMOVUPS %s, %s", c("explo"), t)
+	g.p("\tVMAXPS %s, %s, %s", x, t, x) // max(lo, x): a NaN x stays
+	g.p("\tVMOVUPS %s, %s", c("exphi"), t)
+	g.p("\tVMINPS %s, %s, %s", x, t, x)
+	g.p("\tVMULPS %s, %s, %s", c("log2e"), x, n)
+	g.p("\tVROUNDPS $0, %s, %s", n, n)
+	g.p("\tVMULPS %s, %s, %s", c("c1"), n, r)
+	g.p("\tVSUBPS %s, %s, %s", r, x, r) // r = x − n·C1
+	g.p("\tVMULPS %s, %s, %s", c("c2"), n, t)
+	g.p("\tVSUBPS %s, %s, %s", t, r, r) // r −= n·C2
+	g.p("\tVMULPS %s, %s, %s", r, r, t) // z = r²
+	g.p("\tVMULPS %s, %s, %s", c("p0"), r, x)
+	for _, k := range []string{"p1", "p2", "p3", "p4"} {
+		g.p("\tVADDPS %s, %s, %s", c(k), x, x)
+		g.p("\tVMULPS %s, %s, %s", r, x, x)
+	}
+	g.p("\tVADDPS %s, %s, %s", c("p5"), x, x)
+	g.p("\tVMULPS %s, %s, %s", t, x, x) // p·z
+	g.p("\tVADDPS %s, %s, %s", r, x, x) // + r
+	g.p("\tVADDPS %s, %s, %s", c("one"), x, x)
+	g.p("\tVCVTPS2DQ %s, %s", n, n)
+	g.p("\tVPSRAD $1, %s, %s", n, t)    // na = n >> 1
+	g.p("\tVPSUBD %s, %s, %s", t, n, n) // nb = n − na
+	g.p("\tVPADDD %s, %s, %s", c("bias127"), t, t)
+	g.p("\tVPSLLD $23, %s, %s", t, t)
+	g.p("\tVMULPS %s, %s, %s", t, x, x)
+	g.p("\tVPADDD %s, %s, %s", c("bias127"), n, n)
+	g.p("\tVPSLLD $23, %s, %s", n, n)
+	g.p("\tVMULPS %s, %s, %s", n, x, x)
+}
+
+// elemLoop emits a loop over CX/8 blocks: body uses SI, DX, R8 (inputs)
+// and DI (output), advanced by 32 bytes each.
+func (g *gen) elemLoop(name string, ptrs []string, body func()) {
+	g.p("\tSHRQ $3, CX")
+	g.p("\tJZ %s_done", name)
+	g.p("%s_loop:", name)
+	body()
+	for _, r := range ptrs {
+		g.p("\tADDQ $32, %s", r)
+	}
+	g.p("\tDECQ CX")
+	g.p("\tJNZ %s_loop", name)
+	g.p("%s_done:", name)
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("")
+}
+
+type elemFn struct {
+	name, sig string
+	frame     int
+	args      []string // asm loads, in order
+	ptrs      []string
+	body      func(g *gen)
+	pre       func(g *gen)
+	post      func(g *gen)
+}
+
+func (g *gen) elem(f elemFn) {
+	g.p("// func %s%s", f.name, f.sig)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-%d", f.name, f.frame)
+	for _, a := range f.args {
+		g.p("\t%s", a)
+	}
+	if f.pre != nil {
+		f.pre(g)
+	}
+	if f.post == nil {
+		g.elemLoop(f.name, f.ptrs, func() { f.body(g) })
+		return
+	}
+	g.p("\tSHRQ $3, CX")
+	g.p("\tJZ %s_done", f.name)
+	g.p("%s_loop:", f.name)
+	f.body(g)
+	for _, r := range f.ptrs {
+		g.p("\tADDQ $32, %s", r)
+	}
+	g.p("\tDECQ CX")
+	g.p("\tJNZ %s_loop", f.name)
+	g.p("%s_done:", f.name)
+	f.post(g)
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("")
+}
+
+// reduce8 emits the sum ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)) of Y0 into X0.
+func (g *gen) reduce8() {
+	g.p("\tVHADDPS Y0, Y0, Y0")
+	g.p("\tVHADDPS Y0, Y0, Y0")
+	g.p("\tVEXTRACTF128 $1, Y0, X1")
+	g.p("\tVADDPS X1, X0, X0")
+}
+
+func elemFns() []elemFn {
+	dab := []string{"MOVQ d+0(FP), DI", "MOVQ a+8(FP), SI", "MOVQ b+16(FP), DX", "MOVQ n+24(FP), CX"}
+	da := []string{"MOVQ d+0(FP), DI", "MOVQ a+8(FP), SI", "MOVQ n+16(FP), CX"}
+	binary := func(name, op string) elemFn {
+		return elemFn{name: name, sig: "(d, a, b *float32, n int)", frame: 32, args: dab, ptrs: []string{"DI", "SI", "DX"},
+			body: func(g *gen) {
+				g.p("\tVMOVUPS (SI), Y0")
+				g.p("\t%s (DX), Y0, Y0", op)
+				g.p("\tVMOVUPS Y0, (DI)")
+			}}
+	}
+	return []elemFn{
+		binary("vadd", "VADDPS"),
+		binary("vmul", "VMULPS"),
+		{name: "vfma", sig: "(d, a, b *float32, n int)", frame: 32, args: dab, ptrs: []string{"DI", "SI", "DX"},
+			body: func(g *gen) {
+				g.p("\tVMOVUPS (DI), Y0")
+				g.p("\tVMOVUPS (SI), Y1")
+				g.p("\tVFMADD231PS (DX), Y1, Y0")
+				g.p("\tVMOVUPS Y0, (DI)")
+			}},
+		{name: "vscale", sig: "(d, a *float32, s float32, n int)", frame: 32,
+			args: []string{"MOVQ d+0(FP), DI", "MOVQ a+8(FP), SI", "VBROADCASTSS s+16(FP), Y2", "MOVQ n+24(FP), CX"},
+			ptrs: []string{"DI", "SI"},
+			body: func(g *gen) {
+				g.p("\tVMULPS (SI), Y2, Y0")
+				g.p("\tVMOVUPS Y0, (DI)")
+			}},
+		{name: "vdivs", sig: "(d *float32, s float32, n int)", frame: 24,
+			args: []string{"MOVQ d+0(FP), DI", "VBROADCASTSS s+8(FP), Y2", "MOVQ n+16(FP), CX"},
+			ptrs: []string{"DI"},
+			body: func(g *gen) {
+				g.p("\tVMOVUPS (DI), Y0")
+				g.p("\tVDIVPS Y2, Y0, Y0")
+				g.p("\tVMOVUPS Y0, (DI)")
+			}},
+		{name: "vround", sig: "(d *float32, n int)", frame: 16,
+			args: []string{"MOVQ d+0(FP), DI", "MOVQ n+8(FP), CX"},
+			ptrs: []string{"DI"},
+			body: func(g *gen) {
+				g.p("\tVMOVDQU (DI), Y0")
+				g.p("\tVPSRLD $16, Y0, Y1")
+				g.p("\tVPAND %s, Y1, Y1", c("ione"))
+				g.p("\tVPADDD %s, Y1, Y1", c("i7fff"))
+				g.p("\tVPADDD Y1, Y0, Y1") // b + 0x7fff + lsb
+				g.p("\tVPAND %s, Y1, Y1", c("hi16"))
+				g.p("\tVPAND %s, Y0, Y2", c("absmask"))
+				g.p("\tVPCMPGTD %s, Y2, Y2", c("inf")) // NaN lanes
+				g.p("\tVPAND %s, Y0, Y3", c("hi16"))
+				g.p("\tVPOR %s, Y3, Y3", c("quiet"))
+				g.p("\tVPBLENDVB Y2, Y3, Y1, Y1")
+				g.p("\tVMOVDQU Y1, (DI)")
+			}},
+		{name: "vexpshift", sig: "(d, a *float32, shift float32, n int)", frame: 32,
+			args: []string{"MOVQ d+0(FP), DI", "MOVQ a+8(FP), SI", "VBROADCASTSS shift+16(FP), Y5", "MOVQ n+24(FP), CX"},
+			ptrs: []string{"DI", "SI"},
+			body: func(g *gen) {
+				g.p("\tVMOVUPS (SI), Y0")
+				g.p("\tVSUBPS Y5, Y0, Y0")
+				g.exp8("Y0", "Y1", "Y2", "Y3")
+				g.p("\tVMOVUPS Y0, (DI)")
+			}},
+		{name: "vsilu", sig: "(d, a *float32, n int)", frame: 24, args: da, ptrs: []string{"DI", "SI"},
+			body: func(g *gen) {
+				g.p("\tVMOVUPS (SI), Y4")
+				g.p("\tVXORPS %s, Y4, Y0", c("signbit"))
+				g.exp8("Y0", "Y1", "Y2", "Y3")
+				g.p("\tVADDPS %s, Y0, Y0", c("one"))
+				g.p("\tVDIVPS Y0, Y4, Y0")
+				g.p("\tVMOVUPS Y0, (DI)")
+			}},
+		{name: "vsigmoid", sig: "(d, a *float32, n int)", frame: 24, args: da, ptrs: []string{"DI", "SI"},
+			body: func(g *gen) {
+				g.p("\tVMOVUPS (SI), Y0")
+				g.p("\tVXORPS %s, Y0, Y0", c("signbit"))
+				g.exp8("Y0", "Y1", "Y2", "Y3")
+				g.p("\tVADDPS %s, Y0, Y0", c("one"))
+				g.p("\tVMOVUPS %s, Y4", c("one"))
+				g.p("\tVDIVPS Y0, Y4, Y0")
+				g.p("\tVMOVUPS Y0, (DI)")
+			}},
+		{name: "vglu", sig: "(d, a, gate *float32, n int)", frame: 32,
+			args: []string{"MOVQ d+0(FP), DI", "MOVQ a+8(FP), SI", "MOVQ gate+16(FP), DX", "MOVQ n+24(FP), CX"},
+			ptrs: []string{"DI", "SI", "DX"},
+			body: func(g *gen) {
+				g.p("\tVMOVUPS (DX), Y0")
+				g.p("\tVXORPS %s, Y0, Y0", c("signbit"))
+				g.exp8("Y0", "Y1", "Y2", "Y3")
+				g.p("\tVADDPS %s, Y0, Y0", c("one"))
+				g.p("\tVMOVUPS (SI), Y4")
+				g.p("\tVDIVPS Y0, Y4, Y0")
+				g.p("\tVMOVUPS Y0, (DI)")
+			}},
+		{name: "velu", sig: "(d, a *float32, n int)", frame: 24, args: da, ptrs: []string{"DI", "SI"},
+			body: func(g *gen) {
+				g.p("\tVMOVUPS (SI), Y4")
+				// e = exp(x) − 1
+				g.p("\tVMOVAPS Y4, Y0")
+				g.exp8("Y0", "Y1", "Y2", "Y3")
+				g.p("\tVSUBPS %s, Y0, Y0", c("one"))
+				// q = Taylor of expm1: ((… e8·x + e7)·x …)·x + e2; p = x²·q + x
+				g.p("\tVMULPS %s, Y4, Y5", c("e8"))
+				for _, k := range []string{"e7", "e6", "e5", "e4", "e3"} {
+					g.p("\tVADDPS %s, Y5, Y5", c(k))
+					g.p("\tVMULPS Y4, Y5, Y5")
+				}
+				g.p("\tVADDPS %s, Y5, Y5", c("e2"))
+				g.p("\tVMULPS Y4, Y4, Y6")
+				g.p("\tVMULPS Y5, Y6, Y5")
+				g.p("\tVADDPS Y4, Y5, Y5")
+				// |x| < cut: the polynomial
+				g.p("\tVANDPS %s, Y4, Y6", c("absmask"))
+				g.p("\tVCMPPS $0x11, %s, Y6, Y6", c("expm1cut")) // LT_OQ
+				g.p("\tVBLENDVPS Y6, Y5, Y0, Y0")
+				// x > 0: x
+				g.p("\tVXORPS Y7, Y7, Y7")
+				g.p("\tVCMPPS $0x1e, Y7, Y4, Y6") // GT_OQ
+				g.p("\tVBLENDVPS Y6, Y4, Y0, Y0")
+				g.p("\tVMOVUPS Y0, (DI)")
+			}},
+		{name: "vlnorm", sig: "(d, a, w, b *float32, mean, inv float32, n int)", frame: 48,
+			args: []string{"MOVQ d+0(FP), DI", "MOVQ a+8(FP), SI", "MOVQ w+16(FP), DX", "MOVQ b+24(FP), R8",
+				"VBROADCASTSS mean+32(FP), Y4", "VBROADCASTSS inv+36(FP), Y5", "MOVQ n+40(FP), CX"},
+			ptrs: []string{"DI", "SI", "DX"},
+			body: func(g *gen) {
+				g.p("\tVMOVUPS (SI), Y0")
+				g.p("\tVSUBPS Y4, Y0, Y0")
+				g.p("\tVMULPS Y5, Y0, Y0")
+				g.p("\tVMULPS (DX), Y0, Y0")
+				g.p("\tTESTQ R8, R8")
+				g.p("\tJZ vlnorm_nob")
+				g.p("\tVADDPS (R8), Y0, Y0")
+				g.p("\tADDQ $32, R8")
+				g.p("vlnorm_nob:")
+				g.p("\tVMOVUPS Y0, (DI)")
+			}},
+		{name: "vsum", sig: "(a *float32, n int) float32", frame: 20,
+			args: []string{"MOVQ a+0(FP), SI", "MOVQ n+8(FP), CX", "VXORPS Y0, Y0, Y0"},
+			ptrs: []string{"SI"},
+			body: func(g *gen) { g.p("\tVADDPS (SI), Y0, Y0") },
+			post: func(g *gen) {
+				g.reduce8()
+				g.p("\tVMOVSS X0, ret+16(FP)")
+			}},
+		{name: "vsumsq", sig: "(a *float32, m float32, n int) float32", frame: 28,
+			args: []string{"MOVQ a+0(FP), SI", "VBROADCASTSS m+8(FP), Y2", "MOVQ n+16(FP), CX", "VXORPS Y0, Y0, Y0"},
+			ptrs: []string{"SI"},
+			body: func(g *gen) {
+				g.p("\tVMOVUPS (SI), Y1")
+				g.p("\tVSUBPS Y2, Y1, Y1")
+				g.p("\tVMULPS Y1, Y1, Y1")
+				g.p("\tVADDPS Y1, Y0, Y0")
+			},
+			post: func(g *gen) {
+				g.reduce8()
+				g.p("\tVMOVSS X0, ret+24(FP)")
+			}},
+		{name: "vmax", sig: "(a *float32, n int) float32", frame: 20,
+			args: []string{"MOVQ a+0(FP), SI", "MOVQ n+8(FP), CX", "VMOVUPS " + c("neginf") + ", Y0"},
+			ptrs: []string{"SI"},
+			body: func(g *gen) { g.p("\tVMAXPS (SI), Y0, Y0") },
+			post: func(g *gen) {
+				g.p("\tVEXTRACTF128 $1, Y0, X1")
+				g.p("\tVMAXPS X1, X0, X0")
+				g.p("\tVPERMILPS $0x4e, X0, X1")
+				g.p("\tVMAXPS X1, X0, X0")
+				g.p("\tVPERMILPS $0xb1, X0, X1")
+				g.p("\tVMAXPS X1, X0, X0")
+				g.p("\tVMOVSS X0, ret+16(FP)")
+			}},
+	}
+}
+
+func genElem() {
+	var g gen
+	g.p("// Code generated by gen_kernels.go; DO NOT EDIT.")
+	g.p("")
+	g.p("//go:build amd64 && !purego")
+	g.p("")
+	g.p("#include \"textflag.h\"")
+	g.p("")
+	g.consts()
+	fns := elemFns()
+	for _, f := range fns {
+		g.elem(f)
+	}
+	if err := os.WriteFile("elem_amd64.s", g.b.Bytes(), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	var d bytes.Buffer
+	pr := func(format string, a ...any) { fmt.Fprintf(&d, format+"\n", a...) }
+	pr("// Code generated by gen_kernels.go; DO NOT EDIT.")
+	pr("")
+	pr("//go:build amd64 && !purego")
+	pr("")
+	pr("package cpu")
+	pr("")
+	for _, f := range fns {
+		pr("//go:noescape")
+		pr("func %s%s", f.name, f.sig)
+		pr("")
+	}
+	src, err := format.Source(d.Bytes())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile("elem_amd64_gen.go", src, 0o644); err != nil {
+		log.Fatal(err)
+	}
+	// Stubs for other architectures: never called (haveAsm is false).
+	d.Reset()
+	pr("// Code generated by gen_kernels.go; DO NOT EDIT.")
+	pr("")
+	pr("//go:build !amd64 || purego")
+	pr("")
+	pr("package cpu")
+	pr("")
+	for _, f := range fns {
+		pr("func %s%s { panic(\"cpu: no assembly kernels on this architecture\") }", f.name, f.sig)
+		pr("")
+	}
+	src, err = format.Source(d.Bytes())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile("elem_other_gen.go", src, 0o644); err != nil {
+		log.Fatal(err)
+	}
+}
+
 func main() {
+	genElem()
 	var s gen
 	s.p("// Code generated by gen_kernels.go; DO NOT EDIT.")
 	s.p("")

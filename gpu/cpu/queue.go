@@ -9,15 +9,21 @@ import (
 
 // Queue is the CPU backend's gpu.Queue. Ops run eagerly: when a method
 // returns, its result is in memory. A Queue must be used by one goroutine at
-// a time (a stage owns its queue).
+// a time (a stage owns its queue); it keeps per-worker scratch between ops,
+// so ops do not allocate in steady state.
 type Queue struct {
 	dev  *Device
 	name string
 	asm  bool
-	work []*work // per-chunk scratch of the parallel ops, grown on demand
+	work []*work // per-participant scratch of the parallel ops, grown on demand
 }
 
 var _ gpu.Queue = (*Queue)(nil)
+
+// elemGrain is the number of elements of an elementwise op one participant
+// takes at a time (a multiple of 8); ops smaller than two grains run on the
+// calling goroutine.
+const elemGrain = 16384
 
 // Name implements gpu.Queue.
 func (q *Queue) Name() string { return q.name }
@@ -31,19 +37,32 @@ func sameShape(op string, a, b gpu.Tensor) {
 	}
 }
 
-// rows calls fn(r, row) for every row of t in parallel (F32).
+// contiguous reports whether every tensor's rows are adjacent, so that an
+// elementwise op may treat them as one vector.
+func contiguous(ts ...gpu.Tensor) bool {
+	for _, t := range ts {
+		if !t.Contiguous() {
+			return false
+		}
+	}
+	return true
+}
+
+// eachRow calls fn(r, row) for every row of the F32 tensor t, in parallel.
 func (q *Queue) eachRow(t gpu.Tensor, fn func(r int, row []float32)) {
 	if t.Rows == 0 || t.Cols == 0 {
 		return
 	}
 	s := f32s(t)
-	grain := max(1, 16384/max(t.Cols, 1))
-	q.dev.pool.For(t.Rows, grain, func(lo, hi int) {
+	q.dev.pool.For(t.Rows, max(1, elemGrain/t.Cols), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			fn(r, s[r*t.Stride:r*t.Stride+t.Cols])
 		}
 	})
 }
+
+// span calls fn over pieces of [0, n) in parallel.
+func (q *Queue) span(n int, fn func(lo, hi int)) { q.dev.pool.For(n, elemGrain, fn) }
 
 func row(t gpu.Tensor, s []float32, r int) []float32 {
 	return s[r*t.Stride : r*t.Stride+t.Cols]
@@ -114,133 +133,106 @@ func (q *Queue) Fill(dst gpu.Tensor, v float32) {
 	}
 }
 
-func (q *Queue) binary(op string, dst, a, b gpu.Tensor, f func(d, x, y []float32)) {
+// binary applies an elementwise kernel k(asm, d, x, y) to every row, or to
+// the whole tensors at once when they are contiguous.
+func (q *Queue) binary(op string, dst, a, b gpu.Tensor, k func(asm bool, d, x, y []float32)) {
 	sameShape(op, dst, a)
 	sameShape(op, dst, b)
-	as, bs := f32s(a), f32s(b)
-	q.eachRow(dst, func(r int, d []float32) { f(d, row(a, as, r), row(b, bs, r)) })
+	ds, as, bs := f32s(dst), f32s(a), f32s(b)
+	asm := q.asm
+	if contiguous(dst, a, b) {
+		q.span(dst.Len(), func(lo, hi int) { k(asm, ds[lo:hi], as[lo:hi], bs[lo:hi]) })
+		return
+	}
+	q.eachRow(dst, func(r int, d []float32) { k(asm, d, row(a, as, r), row(b, bs, r)) })
+}
+
+// unary applies an elementwise kernel k(asm, d, x) likewise.
+func (q *Queue) unary(op string, dst, a gpu.Tensor, k func(asm bool, d, x []float32)) {
+	sameShape(op, dst, a)
+	ds, as := f32s(dst), f32s(a)
+	asm := q.asm
+	if contiguous(dst, a) {
+		q.span(dst.Len(), func(lo, hi int) { k(asm, ds[lo:hi], as[lo:hi]) })
+		return
+	}
+	q.eachRow(dst, func(r int, d []float32) { k(asm, d, row(a, as, r)) })
 }
 
 // Add implements gpu.Queue.
-func (q *Queue) Add(dst, a, b gpu.Tensor) {
-	q.binary("add", dst, a, b, func(d, x, y []float32) {
-		for i := range d {
-			d[i] = x[i] + y[i]
-		}
-	})
-}
+func (q *Queue) Add(dst, a, b gpu.Tensor) { q.binary("add", dst, a, b, vAdd) }
 
 // Mul implements gpu.Queue.
-func (q *Queue) Mul(dst, a, b gpu.Tensor) {
-	q.binary("mul", dst, a, b, func(d, x, y []float32) {
-		for i := range d {
-			d[i] = x[i] * y[i]
-		}
-	})
-}
+func (q *Queue) Mul(dst, a, b gpu.Tensor) { q.binary("mul", dst, a, b, vMul) }
 
-// vector returns a [1, n] tensor of any float dtype as float32 values.
-func vector(v gpu.Tensor, n int) []float32 {
-	if v.Rows != 1 || v.Cols != n {
-		panic(fmt.Sprintf("cpu: want a [1,%d] vector, got %v", n, v))
+// rowVector returns a [1, n] operand of AddRow, MulRow or LayerNorm as
+// float32, converted into participant 0's scratch when it is not F32 (vec,
+// or row for a second operand).
+func (q *Queue) rowVector(v gpu.Tensor, n int, second bool) []float32 {
+	wk := q.workspace(1)[0]
+	if second {
+		return vectorInto(&wk.row, v, n)
 	}
-	b := buf(v)
-	switch b.dt {
-	case gpu.F32:
-		return b.f32[v.Off : v.Off+n]
-	case gpu.BF16:
-		out := make([]float32, n)
-		for i, h := range b.u16[v.Off : v.Off+n] {
-			out[i] = gpu.BF16ToF32(h)
-		}
-		return out
-	case gpu.F16:
-		out := make([]float32, n)
-		for i, h := range b.u16[v.Off : v.Off+n] {
-			out[i] = gpu.F16ToF32(h)
-		}
-		return out
-	}
-	panic(fmt.Sprintf("cpu: vector of %v", v))
+	return vectorInto(&wk.vec, v, n)
 }
 
 // AddRow implements gpu.Queue.
 func (q *Queue) AddRow(dst, a, v gpu.Tensor) {
 	sameShape("addrow", dst, a)
-	vs := vector(v, dst.Cols)
+	vs := q.rowVector(v, dst.Cols, false)
 	as := f32s(a)
-	q.eachRow(dst, func(r int, d []float32) {
-		x := row(a, as, r)
-		for i := range d {
-			d[i] = x[i] + vs[i]
-		}
-	})
+	asm := q.asm
+	q.eachRow(dst, func(r int, d []float32) { vAdd(asm, d, row(a, as, r), vs) })
 }
 
 // MulRow implements gpu.Queue.
 func (q *Queue) MulRow(dst, a, v gpu.Tensor) {
 	sameShape("mulrow", dst, a)
-	vs := vector(v, dst.Cols)
+	vs := q.rowVector(v, dst.Cols, false)
 	as := f32s(a)
-	q.eachRow(dst, func(r int, d []float32) {
-		x := row(a, as, r)
-		for i := range d {
-			d[i] = x[i] * vs[i]
-		}
-	})
+	asm := q.asm
+	q.eachRow(dst, func(r int, d []float32) { vMul(asm, d, row(a, as, r), vs) })
 }
 
 // Scale implements gpu.Queue.
 func (q *Queue) Scale(dst, a gpu.Tensor, s float32) {
-	sameShape("scale", dst, a)
-	as := f32s(a)
-	q.eachRow(dst, func(r int, d []float32) {
-		x := row(a, as, r)
-		for i := range d {
-			d[i] = x[i] * s
-		}
-	})
+	q.unary("scale", dst, a, func(asm bool, d, x []float32) { vScale(asm, d, x, s) })
 }
 
 // RoundBF16 implements gpu.Queue.
 func (q *Queue) RoundBF16(dst gpu.Tensor) {
-	q.eachRow(dst, func(_ int, d []float32) {
-		for i, v := range d {
-			d[i] = gpu.RoundBF16(v)
-		}
-	})
+	q.unary("roundbf16", dst, dst, func(asm bool, d, _ []float32) { vRound(asm, d) })
 }
 
-// Act implements gpu.Queue.
+// Act implements gpu.Queue. SiLU, Sigmoid and ELU use exp32 (about 1 ulp);
+// GELU evaluates erf in float64.
 func (q *Queue) Act(dst, a gpu.Tensor, f gpu.Activation) {
-	sameShape("act", dst, a)
-	var fn func(float32) float32
+	var k func(asm bool, d, x []float32)
 	switch f {
 	case gpu.SiLU:
-		fn = func(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
-	case gpu.GELU:
-		fn = func(x float32) float32 { return float32(0.5 * float64(x) * (1 + math.Erf(float64(x)/math.Sqrt2))) }
-	case gpu.ReLU:
-		fn = func(x float32) float32 { return max(x, 0) }
-	case gpu.ELU:
-		fn = func(x float32) float32 {
-			if x > 0 {
-				return x
-			}
-			return float32(math.Expm1(float64(x)))
-		}
+		k = vSiLU
 	case gpu.Sigmoid:
-		fn = func(x float32) float32 { return 1 / (1 + float32(math.Exp(float64(-x)))) }
+		k = vSigmoid
+	case gpu.ELU:
+		k = vELU
+	case gpu.ReLU:
+		k = func(_ bool, d, x []float32) {
+			x = x[:len(d)]
+			for i, v := range x {
+				d[i] = max(v, 0)
+			}
+		}
+	case gpu.GELU:
+		k = func(_ bool, d, x []float32) {
+			x = x[:len(d)]
+			for i, v := range x {
+				d[i] = float32(0.5 * float64(v) * (1 + math.Erf(float64(v)/math.Sqrt2)))
+			}
+		}
 	default:
 		panic(fmt.Sprintf("cpu: activation %v", f))
 	}
-	as := f32s(a)
-	q.eachRow(dst, func(r int, d []float32) {
-		x := row(a, as, r)
-		for i := range d {
-			d[i] = fn(x[i])
-		}
-	})
+	q.unary(f.String(), dst, a, k)
 }
 
 // GLU implements gpu.Queue.
@@ -250,81 +242,59 @@ func (q *Queue) GLU(dst, a gpu.Tensor) {
 	}
 	as := f32s(a)
 	n := dst.Cols
+	asm := q.asm
 	q.eachRow(dst, func(r int, d []float32) {
 		x := as[r*a.Stride : r*a.Stride+a.Cols]
-		for i := range d {
-			d[i] = x[i] / (1 + float32(math.Exp(float64(-x[n+i]))))
-		}
+		vGLU(asm, d, x[:n], x[n:])
 	})
 }
 
-// RMSNorm implements gpu.Queue.
+// RMSNorm implements gpu.Queue: the sum of squares in the 8-lane order of
+// elem.go, the inverse root in float64.
 func (q *Queue) RMSNorm(dst, a gpu.Tensor, eps float32) {
 	sameShape("rmsnorm", dst, a)
 	as := f32s(a)
+	asm := q.asm
 	q.eachRow(dst, func(r int, d []float32) {
 		x := row(a, as, r)
-		var ss float32
-		for _, v := range x {
-			ss += v * v
-		}
+		ss := vSumSq(asm, x, 0)
 		inv := float32(1 / math.Sqrt(float64(ss/float32(len(x))+eps)))
-		for i, v := range x {
-			d[i] = v * inv
-		}
+		vScale(asm, d, x, inv)
 	})
 }
 
-// LayerNorm implements gpu.Queue.
+// LayerNorm implements gpu.Queue: mean and variance in the 8-lane order of
+// elem.go, the inverse root in float64, then ((x − mean)·inv)·w + b.
 func (q *Queue) LayerNorm(dst, a, w, b gpu.Tensor, eps float32) {
 	sameShape("layernorm", dst, a)
-	ws := vector(w, dst.Cols)
+	ws := q.rowVector(w, dst.Cols, false)
 	var bs []float32
 	if !b.IsNil() {
-		bs = vector(b, dst.Cols)
+		bs = q.rowVector(b, dst.Cols, true)
 	}
 	as := f32s(a)
+	asm := q.asm
 	q.eachRow(dst, func(r int, d []float32) {
 		x := row(a, as, r)
-		var mean float32
-		for _, v := range x {
-			mean += v
-		}
-		mean /= float32(len(x))
-		var vr float32
-		for _, v := range x {
-			vr += (v - mean) * (v - mean)
-		}
-		inv := float32(1 / math.Sqrt(float64(vr/float32(len(x))+eps)))
-		for i, v := range x {
-			y := (v - mean) * inv * ws[i]
-			if bs != nil {
-				y += bs[i]
-			}
-			d[i] = y
-		}
+		n := float32(len(x))
+		mean := vSum(asm, x) / n
+		vr := vSumSq(asm, x, mean) / n
+		inv := float32(1 / math.Sqrt(float64(vr+eps)))
+		vLNorm(asm, d, x, ws, bs, mean, inv)
 	})
 }
 
-// Softmax implements gpu.Queue.
+// Softmax implements gpu.Queue: exp32(x − max), summed in the 8-lane order,
+// then divided by the sum.
 func (q *Queue) Softmax(dst gpu.Tensor) {
-	q.eachRow(dst, func(_ int, d []float32) { softmax(d) })
+	asm := q.asm
+	q.eachRow(dst, func(_ int, d []float32) { softmax(asm, d) })
 }
 
-func softmax(d []float32) {
-	m := float32(math.Inf(-1))
-	for _, v := range d {
-		m = max(m, v)
-	}
-	var sum float32
-	for i, v := range d {
-		e := float32(math.Exp(float64(v - m)))
-		d[i] = e
-		sum += e
-	}
-	for i := range d {
-		d[i] /= sum
-	}
+func softmax(asm bool, d []float32) {
+	m := vMax(asm, d)
+	vExpShift(asm, d, d, m)
+	vDivs(asm, d, vSum(asm, d))
 }
 
 // RoPE implements gpu.Queue.
@@ -364,10 +334,11 @@ func (q *Queue) ShortConv(dst, x, w, state gpu.Tensor) {
 	sameShape("shortconv", dst, x)
 	C := x.Cols
 	L := w.Cols
-	if w.Rows != C || state.Rows != L-1 || state.Cols != C {
+	if w.Rows != C || state.Rows != L-1 || state.Cols != C || !w.Contiguous() {
 		panic(fmt.Sprintf("cpu: shortconv x %v w %v state %v", x, w, state))
 	}
-	ws := weightF32(w)
+	wk := q.workspace(1)[0]
+	ws := weightInto(&wk.vec, w)
 	xs, ss, ds := f32s(x), f32s(state), f32s(dst)
 	T := x.Rows
 	at := func(t, c int) float32 { // row t of [state; x]
@@ -386,39 +357,33 @@ func (q *Queue) ShortConv(dst, x, w, state gpu.Tensor) {
 				}
 				ds[t*dst.Stride+c] = acc
 			}
-			// New state: the last L−1 rows of [state; x].
-			tail := make([]float32, L-1)
-			for j := range tail {
-				tail[j] = at(T+j, c)
-			}
-			for j, v := range tail {
-				ss[j*state.Stride+c] = v
+			// New state: the last L−1 rows of [state; x]. Row j reads row
+			// T+j ≥ j, not yet overwritten when j ascends.
+			if T > 0 {
+				for j := 0; j < L-1; j++ {
+					ss[j*state.Stride+c] = at(T+j, c)
+				}
 			}
 		}
 	})
 }
 
-// weightF32 returns a contiguous weight tensor's values as float32 (a
-// conversion for BF16/F16, the slice itself for F32).
-func weightF32(w gpu.Tensor) []float32 {
+// weightInto returns a contiguous weight tensor's values as float32: the
+// slice itself for F32, else a conversion into *scratch.
+func weightInto(scratch *[]float32, w gpu.Tensor) []float32 {
 	b := buf(w)
-	if !w.Contiguous() {
-		panic(fmt.Sprintf("cpu: weight %v is not contiguous", w))
-	}
 	n := w.Len()
 	switch b.dt {
 	case gpu.F32:
 		return b.f32[w.Off : w.Off+n]
-	case gpu.BF16, gpu.F16:
-		out := make([]float32, n)
-		conv := gpu.BF16ToF32
-		if b.dt == gpu.F16 {
-			conv = gpu.F16ToF32
-		}
-		for i, h := range b.u16[w.Off : w.Off+n] {
-			out[i] = conv(h)
-		}
-		return out
+	case gpu.BF16:
+		*scratch = grow(*scratch, n)
+		widenBF16(*scratch, b.u16[w.Off:w.Off+n])
+		return *scratch
+	case gpu.F16:
+		*scratch = grow(*scratch, n)
+		widenF16(*scratch, b.u16[w.Off:w.Off+n])
+		return *scratch
 	}
 	panic(fmt.Sprintf("cpu: weight of %v", w))
 }
@@ -439,9 +404,7 @@ func (q *Queue) Embed(dst, table gpu.Tensor, ids []int32) {
 	}
 	tb := buf(table)
 	q.eachRow(dst, func(r int, d []float32) {
-		for c := range d {
-			d[c] = 0
-		}
+		clear(d)
 		for _, id := range ids[r*n : (r+1)*n] {
 			o := table.Off + int(id)*table.Stride
 			switch tb.dt {
