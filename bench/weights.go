@@ -2,6 +2,8 @@ package bench
 
 import (
 	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/stages/depth"
+	"github.com/omni-pipe/omni-pipe/stages/lfm2"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 )
 
@@ -37,27 +39,38 @@ func tensorBytes(ts ...gpu.Tensor) int64 {
 
 // ModelWeightBytes counts the weight bytes the loop reads for m.
 func ModelWeightBytes(m *lfm2audio.Model) WeightBytes {
-	var w WeightBytes
-	bb := m.Backbone
-	w.Backbone = tensorBytes(bb.Norm)
+	body, head := BackboneBytes(m.Backbone)
+	return WeightBytes{Backbone: body, TextHead: head, DepthFrame: DepthFrameBytes(m.Depth)}
+}
+
+// BackboneBytes returns the weight bytes of one backbone step without the
+// text head (every layer and the final norm) and of the text head (the
+// tied embedding table).
+func BackboneBytes(bb *lfm2.Model) (body, head int64) {
+	body = tensorBytes(bb.Norm)
 	for _, b := range bb.Blocks {
-		w.Backbone += tensorBytes(b.OpNorm, b.FFNNorm, b.W1, b.W2, b.W3)
+		body += tensorBytes(b.OpNorm, b.FFNNorm, b.W1, b.W2, b.W3)
 		if c := b.Conv; c != nil {
-			w.Backbone += tensorBytes(c.InProj, c.InProjB, c.Conv, c.ConvB, c.OutProj, c.OutProjB)
+			body += tensorBytes(c.InProj, c.InProjB, c.Conv, c.ConvB, c.OutProj, c.OutProjB)
 		}
 		if a := b.Attn; a != nil {
-			w.Backbone += tensorBytes(a.Q, a.K, a.V, a.Out, a.QNorm, a.KNorm)
+			body += tensorBytes(a.Q, a.K, a.V, a.Out, a.QNorm, a.KNorm)
 		}
 	}
-	w.TextHead = tensorBytes(bb.Embed)
-	d := m.Depth
+	return body, tensorBytes(bb.Embed)
+}
+
+// DepthFrameBytes returns the weight bytes of one depthformer frame:
+// depth_linear, then for each codebook every layer and that codebook's
+// norm and logits table.
+func DepthFrameBytes(d *depth.Depth) int64 {
 	var layers int64
 	for _, l := range d.Layers {
 		layers += tensorBytes(l.OpNorm, l.FFNNorm, l.QKV, l.Out, l.QNorm, l.KNorm, l.W1, l.W2, l.W3)
 	}
-	w.DepthFrame = tensorBytes(d.Linear, d.LinearB) + int64(d.Codebooks)*layers
+	n := tensorBytes(d.Linear, d.LinearB) + int64(d.Codebooks)*layers
 	for i := 0; i < d.Codebooks; i++ {
-		w.DepthFrame += tensorBytes(d.EmbNorm[i], d.ToLogits[i])
+		n += tensorBytes(d.EmbNorm[i], d.ToLogits[i])
 	}
-	return w
+	return n
 }
