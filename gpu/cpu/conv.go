@@ -81,7 +81,11 @@ func (q *Queue) Conv1D(dst, x, w, bias gpu.Tensor, p gpu.ConvParams) {
 	bs := q.convBias(bias, cout)
 	xs, ds := f32s(x), f32s(dst)
 	kk := cg * p.K // one group's gathered row
-	if kk < 8 || og < 4 {
+	switch {
+	case cg == 1 && og == 1:
+		q.conv1dDepthwise(dst, x, w, bs, p)
+		return
+	case kk < 8:
 		q.conv1dDirect(dst, x, w, bs, p)
 		return
 	}
@@ -159,35 +163,67 @@ func sliceRows(w32 []float32, w16 []uint16, r, stride int) ([]float32, []uint16)
 	return nil, w16[r*stride:]
 }
 
-// conv1dDirect computes a convolution with few taps per output (depthwise,
-// or one input channel): s = 0, then s += w·x over c and k in increasing
-// order (the product rounded first), then the bias.
+// conv1dDirect computes a convolution with fewer than 8 taps per output
+// (one input channel per group): s = 0, then s += w·x over c and k in
+// increasing order (the product rounded first), then the bias.
 func (q *Queue) conv1dDirect(dst, x, w gpu.Tensor, bs []float32, p gpu.ConvParams) {
 	cin, cout := x.Cols, dst.Cols
 	cg, og := cin/p.Groups, cout/p.Groups
 	kk := cg * p.K
+	ws := weightInto(&q.workspace(1)[0].row, w) // [cout, kk]
 	xs, ds := f32s(x), f32s(dst)
-	var g mm
-	g.setWeight(w)
-	q.dev.pool.For(dst.Rows, max(1, 4096/(cout*kk)), func(t0, t1 int) {
+	q.dev.pool.For(dst.Rows, max(1, elemGrain/(cout*kk)), func(t0, t1 int) {
 		for t := t0; t < t1; t++ {
 			out := ds[t*dst.Stride : t*dst.Stride+cout]
 			for o := range out {
-				gi := o / og
+				xc := (o / og) * cg
+				wo := ws[o*kk : (o+1)*kk]
 				var s float32
 				for c := 0; c < cg; c++ {
 					for k := 0; k < p.K; k++ {
 						src := t*p.Stride + k*p.Dilation - p.PadLeft
-						if src < 0 || src >= x.Rows {
-							continue
+						if src >= 0 && src < x.Rows {
+							s += float32(wo[c*p.K+k] * xs[src*x.Stride+xc+c])
 						}
-						s += float32(g.weight(o*w.Stride+c*p.K+k) * xs[src*x.Stride+gi*cg+c])
 					}
 				}
 				if bs != nil {
 					s += bs[o]
 				}
 				out[o] = s
+			}
+		}
+	})
+}
+
+// conv1dDepthwise computes a convolution with one channel per group, a
+// vector over channels at a time: out[t] = 0, then out[t] += w[:,k] ⊙
+// x[src_k] for k = 0 … K−1 (fused in assembly), then the bias.
+func (q *Queue) conv1dDepthwise(dst, x, w gpu.Tensor, bs []float32, p gpu.ConvParams) {
+	C, K := dst.Cols, p.K
+	wk := q.workspace(1)[0]
+	ws := weightInto(&wk.row, w) // [C, K]
+	wk.col = grow(wk.col, K*C)
+	wt := wk.col // [K, C]
+	for c := 0; c < C; c++ {
+		for k := 0; k < K; k++ {
+			wt[k*C+c] = ws[c*K+k]
+		}
+	}
+	xs, ds := f32s(x), f32s(dst)
+	asm := q.asm
+	q.dev.pool.For(dst.Rows, max(1, elemGrain/(C*K)), func(t0, t1 int) {
+		for t := t0; t < t1; t++ {
+			out := ds[t*dst.Stride : t*dst.Stride+C]
+			clear(out)
+			for k := 0; k < K; k++ {
+				src := t*p.Stride + k*p.Dilation - p.PadLeft
+				if src >= 0 && src < x.Rows {
+					vFmaRow(asm, out, wt[k*C:(k+1)*C], xs[src*x.Stride:src*x.Stride+C])
+				}
+			}
+			if bs != nil {
+				vAdd(asm, out, out, bs)
 			}
 		}
 	})
@@ -351,7 +387,7 @@ func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, p gpu.Conv2DParams) {
 		return
 	}
 	bs := q.convBias(bias, cout)
-	if kk < 8 || og < 4 {
+	if kk < 8 || og == 1 {
 		q.conv2dDirect(dst, x, w, bs, p)
 		return
 	}
@@ -415,44 +451,50 @@ func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, p gpu.Conv2DParams) {
 	})
 }
 
-// conv2dDirect computes a 2-D convolution with few taps or few output
-// channels per group: s = 0, then s += w·x over c, i, j in increasing order
-// (the product rounded first), then the bias.
+// conv2dDirect computes a 2-D convolution with few taps or one output
+// channel per group (depthwise): s = 0, then s += w·x over c, i, j in
+// increasing order (the product rounded first), then the bias. The loops
+// run a weight at a time over a row of output positions.
 func (q *Queue) conv2dDirect(dst, x, w gpu.Tensor, bs []float32, p gpu.Conv2DParams) {
 	cout := dst.Cols / p.Wout
 	cg, og := p.Cin/p.Groups, cout/p.Groups
+	kk := cg * p.KH * p.KW
+	ws := weightInto(&q.workspace(1)[0].row, w) // [cout, kk]
 	xs, ds := f32s(x), f32s(dst)
 	H := x.Rows
-	var g mm
-	g.setWeight(w)
-	q.dev.pool.For(dst.Rows, max(1, 4096/(dst.Cols*cg*p.KH*p.KW)), func(h0, h1 int) {
+	q.dev.pool.For(dst.Rows, max(1, elemGrain/(dst.Cols*kk)), func(h0, h1 int) {
 		for oh := h0; oh < h1; oh++ {
-			out := ds[oh*dst.Stride : oh*dst.Stride+dst.Cols]
+			drow := ds[oh*dst.Stride : oh*dst.Stride+dst.Cols]
 			for o := 0; o < cout; o++ {
+				out := drow[o*p.Wout : (o+1)*p.Wout]
+				clear(out)
 				gi := o / og
-				wo := o * w.Stride
-				for ow := 0; ow < p.Wout; ow++ {
-					var s float32
-					for c := 0; c < cg; c++ {
-						xc := (gi*cg + c) * p.W
-						for i := 0; i < p.KH; i++ {
-							h := oh*p.StrideH + i - p.PadH
-							if h < 0 || h >= H {
-								continue
+				for c := 0; c < cg; c++ {
+					xc := (gi*cg + c) * p.W
+					for i := 0; i < p.KH; i++ {
+						h := oh*p.StrideH + i - p.PadH
+						if h < 0 || h >= H {
+							continue
+						}
+						xr := xs[h*x.Stride+xc : h*x.Stride+xc+p.W]
+						for j := 0; j < p.KW; j++ {
+							wv := ws[o*kk+(c*p.KH+i)*p.KW+j]
+							// Output positions whose tap j lands inside the row.
+							lo := max(0, (p.PadW-j+p.StrideW-1)/p.StrideW)
+							hi := 0
+							if last := p.W - 1 + p.PadW - j; last >= 0 {
+								hi = min(p.Wout, last/p.StrideW+1)
 							}
-							for j := 0; j < p.KW; j++ {
-								wi := ow*p.StrideW + j - p.PadW
-								if wi < 0 || wi >= p.W {
-									continue
-								}
-								s += float32(g.weight(wo+(c*p.KH+i)*p.KW+j) * xs[h*x.Stride+xc+wi])
+							for ow := lo; ow < hi; ow++ {
+								out[ow] += float32(wv * xr[ow*p.StrideW+j-p.PadW])
 							}
 						}
 					}
-					if bs != nil {
-						s += bs[o]
+				}
+				if bs != nil {
+					for ow := range out {
+						out[ow] += bs[o]
 					}
-					out[o*p.Wout+ow] = s
 				}
 			}
 		}

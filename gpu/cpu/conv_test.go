@@ -11,7 +11,8 @@ import (
 
 // A convolution's reference: every output element is b + Σ terms. replay
 // returns the float64 sum, Σ|terms| + |b|, and the number of terms; drop
-// leaves out the first term (the planted fault: one contribution missing).
+// leaves out the first nonzero term (the planted fault: one contribution
+// missing).
 type convRef func(r, c int, drop bool) (sum, abs float64, terms int)
 
 // checkConv compares every element of dst against ref with the bound
@@ -50,10 +51,14 @@ func conv1dRef(x, w, bias gpu.Tensor, p gpu.ConvParams, cout int) convRef {
 		for c := 0; c < cg; c++ {
 			for k := 0; k < p.K; k++ {
 				src := t*p.Stride + k*p.Dilation - p.PadLeft
-				if src < 0 || src >= x.Rows || (drop && c == 0 && k == p.K-1) {
+				if src < 0 || src >= x.Rows {
 					continue
 				}
 				v := at(w, o, c*p.K+k) * at(x, src, g*cg+c)
+				if drop && v != 0 {
+					drop = false
+					continue
+				}
 				s += v
 				a += math.Abs(v)
 			}
@@ -70,18 +75,17 @@ func convT1dRef(x, w, bias gpu.Tensor, p gpu.ConvParams, cout int) convRef {
 		g, ol := o/og, o%og
 		s := biasAt(bias, o)
 		a := math.Abs(s)
-		first := true
 		for t := 0; t < x.Rows; t++ {
 			k := u - t*p.Stride
 			if k < 0 || k >= p.K {
 				continue
 			}
 			for c := 0; c < cg; c++ {
-				if drop && first {
-					first = false
+				v := at(x, t, g*cg+c) * at(w, g*cg+c, ol*p.K+k)
+				if drop && v != 0 {
+					drop = false
 					continue
 				}
-				v := at(x, t, g*cg+c) * at(w, g*cg+c, ol*p.K+k)
 				s += v
 				a += math.Abs(v)
 			}
@@ -97,7 +101,6 @@ func conv2dRef(x, w, bias gpu.Tensor, p gpu.Conv2DParams, cout int) convRef {
 		g := o / og
 		s := biasAt(bias, o)
 		a := math.Abs(s)
-		first := true
 		for c := 0; c < cg; c++ {
 			for i := 0; i < p.KH; i++ {
 				for j := 0; j < p.KW; j++ {
@@ -105,11 +108,11 @@ func conv2dRef(x, w, bias gpu.Tensor, p gpu.Conv2DParams, cout int) convRef {
 					if h < 0 || h >= x.Rows || wi < 0 || wi >= p.W {
 						continue
 					}
-					if drop && first {
-						first = false
+					v := at(w, o, (c*p.KH+i)*p.KW+j) * at(x, h, (g*cg+c)*p.W+wi)
+					if drop && v != 0 {
+						drop = false
 						continue
 					}
-					v := at(w, o, (c*p.KH+i)*p.KW+j) * at(x, h, (g*cg+c)*p.W+wi)
 					s += v
 					a += math.Abs(v)
 				}
@@ -150,6 +153,8 @@ var conv1dCases = []conv1dCase{
 	{9, 64, 1, gpu.ConvParams{K: 7, Stride: 1, Dilation: 1, Groups: 1, PadLeft: 6}, 0},
 	{200, 32, 40, gpu.ConvParams{K: 7, Stride: 1, Dilation: 3, Groups: 1, PadLeft: 18}, 0},
 	{130, 17, 9, gpu.ConvParams{K: 5, Stride: 4, Dilation: 1, Groups: 1, PadLeft: 0}, 0},
+	{70, 24, 24, gpu.ConvParams{K: 9, Stride: 1, Dilation: 1, Groups: 24, PadLeft: 4}, 4},
+	{12, 6, 4, gpu.ConvParams{K: 3, Stride: 1, Dilation: 1, Groups: 2, PadLeft: 2}, 0},
 }
 
 func (c conv1dCase) tout() int {
@@ -283,6 +288,8 @@ var conv2dCases = []conv2dCase{
 	{12, 6, gpu.Conv2DParams{Cin: 4, W: 10, KH: 3, KW: 2, StrideH: 1, StrideW: 2, PadH: 1, Groups: 2}},
 	{70, 8, gpu.Conv2DParams{Cin: 2, W: 12, KH: 3, KW: 3, StrideH: 1, StrideW: 1, PadH: 1, PadW: 1, Groups: 1}},
 	{15, 12, gpu.Conv2DParams{Cin: 6, W: 7, KH: 2, KW: 3, StrideH: 1, StrideW: 1, PadW: 2, Groups: 3}},
+	{6, 4, gpu.Conv2DParams{Cin: 4, W: 2, KH: 2, KW: 5, StrideH: 1, StrideW: 2, PadW: 1, Groups: 4}},
+	{7, 2, gpu.Conv2DParams{Cin: 3, W: 9, KH: 3, KW: 3, StrideH: 2, StrideW: 3, PadH: 1, PadW: 1, Groups: 1}},
 }
 
 func TestConv2D(t *testing.T) {

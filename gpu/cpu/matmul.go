@@ -252,25 +252,38 @@ func (g *mm) runGo(wk *work, m0, m1, n0, n1 int) {
 // finish applies steps 3 and 4 of the summation order (tail and bias).
 func (g *mm) finish(m0, m1, n0, n1 int) {
 	K8 := g.K &^ 7
-	if K8 == g.K && g.bias == nil {
+	tail := g.K - K8
+	if tail == 0 && g.bias == nil {
 		return
 	}
-	for m := m0; m < m1; m++ {
-		xr := g.x[m*g.xs : m*g.xs+g.K]
-		d := g.dst[m*g.ds : m*g.ds+n1]
-		for n := n0; n < n1; n++ {
+	var wt [8]float32 // the tail of one weight row
+	for n := n0; n < n1; n++ {
+		o := n*g.ws + K8
+		switch g.wt {
+		case gpu.F32:
+			copy(wt[:tail], g.w32[o:o+tail])
+		case gpu.BF16:
+			widenBF16(wt[:tail], g.w16[o:o+tail])
+		case gpu.F16:
+			widenF16(wt[:tail], g.w16[o:o+tail])
+		}
+		var b float32
+		if g.bias != nil {
+			b = g.bias[n]
+		}
+		for m := m0; m < m1; m++ {
+			i := m*g.ds + n
 			var s float32
 			if K8 > 0 {
-				s = d[n]
+				s = g.dst[i]
 			}
-			o := n * g.ws
-			for k := K8; k < g.K; k++ {
-				s += float32(xr[k] * g.weight(o+k))
+			for k, xv := range g.x[m*g.xs+K8 : m*g.xs+g.K] {
+				s += float32(xv * wt[k])
 			}
 			if g.bias != nil {
-				s += g.bias[n]
+				s += b
 			}
-			d[n] = s
+			g.dst[i] = s
 		}
 	}
 }

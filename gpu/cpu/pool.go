@@ -21,10 +21,16 @@ type pool struct {
 	wg      sync.WaitGroup
 	mu      sync.RWMutex // held for reading while submitting, for writing by close
 	shut    bool
+	// jobs recycles this pool's jobs (never another pool's: a helper that
+	// joins a recycled job must be one of its submitter's participants).
+	jobs sync.Pool
 }
 
-// job is one parallel loop. A fresh one is allocated per loop: a helper may
-// find it in its inbox after the loop ended, and must then see it closed.
+// job is one parallel loop. Jobs are recycled: a helper may still find a
+// finished job in its inbox, sees it closed and drops it, or finds it
+// reopened for a later loop and takes part in that one (its fields are
+// written before the reopening state store, which a successful join
+// observes), which is as good.
 type job struct {
 	fn       func(w, lo, hi int)
 	fn2      func(lo, hi int)
@@ -36,8 +42,15 @@ type job struct {
 
 const closed = 1 << 62
 
+func newJob() any {
+	j := &job{done: make(chan struct{}, 1)}
+	j.state.Store(closed)
+	return j
+}
+
 func newPool(workers int) *pool {
 	p := &pool{workers: workers}
+	p.jobs.New = newJob
 	for i := 1; i < workers; i++ { // the submitter is the last worker
 		ch := make(chan *job, 1)
 		p.helpers = append(p.helpers, ch)
@@ -133,7 +146,10 @@ func (p *pool) run(n, grain int, fn func(w, lo, hi int), fn2 func(lo, hi int)) {
 		}
 		return
 	}
-	j := &job{fn: fn, fn2: fn2, n: n, grain: grain, done: make(chan struct{}, 1)}
+	j := p.jobs.Get().(*job)
+	j.fn, j.fn2, j.n, j.grain = fn, fn2, n, grain
+	j.next.Store(0)
+	j.state.Store(0) // reopen: publishes the fields to joining helpers
 	for _, ch := range p.helpers[:min(len(p.helpers), chunks-1)] {
 		select {
 		case ch <- j:
@@ -144,4 +160,6 @@ func (p *pool) run(n, grain int, fn func(w, lo, hi int), fn2 func(lo, hi int)) {
 	if j.state.Or(closed) != 0 {
 		<-j.done // helpers still inside: the last one out signals
 	}
+	j.fn, j.fn2 = nil, nil
+	p.jobs.Put(j)
 }
