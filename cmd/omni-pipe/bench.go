@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"time"
 
 	"github.com/omni-pipe/omni-pipe/audio"
@@ -44,6 +45,7 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 	seed := fs.Uint64("seed", 1, "sampling seed of the first turn (turn i uses seed+i)")
 	allowStop := fs.Bool("allow-stop", false, "let the model end its text, turn or speech (default: such picks are replaced by the next best, so every turn runs --max-new-tokens steps)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the turns (go tool pprof) to this file")
 	return func(args []string) error {
 		if err := noArgs(args); err != nil {
 			return err
@@ -94,6 +96,17 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 		}
 		if *greedy {
 			opts.AudioSampling = pipeline.Sampling{}
+		}
+		if *cpuProfile != "" {
+			f, err := os.Create(*cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return fmt.Errorf("cpu profile: %w", err)
+			}
+			defer pprof.StopCPUProfile()
 		}
 		rep, err := bench.Run(ctx, m, dev, opts)
 		if err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -50,7 +52,8 @@ func TestBenchCommand(t *testing.T) {
 		}
 	}
 
-	code, out, errOut = runCmd(t, "", append(args, "--json", "--greedy", "--turns", "1")...)
+	prof := filepath.Join(t.TempDir(), "cpu.prof")
+	code, out, errOut = runCmd(t, "", append(args, "--json", "--greedy", "--turns", "1", "--cpuprofile", prof)...)
 	if code != exitOK {
 		t.Fatalf("--json: exit %d: %s", code, errOut)
 	}
@@ -71,5 +74,8 @@ func TestBenchCommand(t *testing.T) {
 	}
 	if rep.Machine.Bandwidth.CopyGBs <= 0 || rep.Floors.AudioFrame <= 0 {
 		t.Errorf("machine %+v, floors %+v: want a measured bandwidth and a floor", rep.Machine, rep.Floors)
+	}
+	if st, err := os.Stat(prof); err != nil || st.Size() == 0 {
+		t.Errorf("--cpuprofile wrote no profile: %v", err)
 	}
 }
