@@ -308,6 +308,10 @@ func (d *Detector) SetBoost(db float64) {
 // Speaking reports whether an utterance is in progress (after its Start).
 func (d *Detector) Speaking() bool { return d.st == speaking }
 
+// Voiced reports whether the last frame was speech: at or above the stop
+// threshold while speaking (not in a pause that may yet end the utterance).
+func (d *Detector) Voiced() bool { return d.st == speaking && d.silenceN == 0 }
+
 // Floor returns the noise floor in dBFS.
 func (d *Detector) Floor() float64 { return d.floorDB }
 

@@ -281,11 +281,18 @@ func TestResetDropsUtterance(t *testing.T) {
 	if len(evs) != 1 || evs[0].Kind != Start || !d.Speaking() {
 		t.Fatalf("want a Start and speaking, got %v speaking=%v", evs, d.Speaking())
 	}
+	if !d.Voiced() {
+		t.Error("not voiced during the tone")
+	}
+	d.Write(synth(seg{dur: ms(100), noise: -60}))
+	if !d.Speaking() || d.Voiced() {
+		t.Errorf("100 ms after the tone: speaking %v (want true: a pause), voiced %v (want false)", d.Speaking(), d.Voiced())
+	}
 	d.Reset()
 	if d.Speaking() {
 		t.Fatal("still speaking after Reset")
 	}
-	// The rest of the burst is a new onset; the floor was kept.
+	// A new burst is a new onset; the floor was kept.
 	evs = d.Write(synth(seg{dur: ms(300), tone: -20, noise: -60}, seg{dur: time.Second, noise: -60}))
 	if len(evs) != 2 || evs[0].Kind != Start || evs[1].Kind != End {
 		t.Fatalf("after Reset: got %v, want Start and End", kinds(evs))
