@@ -89,6 +89,13 @@ func (q *Queue) Conv1D(dst, x, w, bias gpu.Tensor, p gpu.ConvParams) {
 		q.conv1dDirect(dst, x, w, bs, p)
 		return
 	}
+	if p.K == 1 && p.Groups == 1 && inRange(T, p, x.Rows) {
+		// Pointwise: every output row is the product of one input row.
+		g := mm{x: xs, xs: p.Stride * x.Stride, dst: ds, ds: dst.Stride, bias: bs, M: T, N: cout, K: cin}
+		g.setWeight(w)
+		q.gemm(&g)
+		return
+	}
 	// im2col: col[t, g·kk + c·K + k] = x[t·stride + k·dilation − pad, g·cg + c].
 	width := p.Groups * kk
 	gather := func(col []float32, t0, t1 int) {
@@ -152,6 +159,12 @@ func (q *Queue) Conv1D(dst, x, w, bias gpu.Tensor, p gpu.ConvParams) {
 			gg.run(wk, 0, gg.M, 0, gg.N, asm)
 		}
 	})
+}
+
+// inRange reports whether the single tap of every output row of a K = 1
+// convolution falls inside x.
+func inRange(T int, p gpu.ConvParams, rows int) bool {
+	return p.PadLeft == 0 && (T-1)*p.Stride < rows
 }
 
 // sliceRows returns the weight elements from row r on (whichever slice is
@@ -366,9 +379,12 @@ func (q *Queue) convTransposeDepthwise(dst, x, w gpu.Tensor, bs []float32, p gpu
 	})
 }
 
-// Conv2D implements gpu.Queue. Output row oh is a product of its gathered
-// patches ([Wout, cg·KH·KW] per group) with the weight, transposed into the
-// [Cout·Wout] layout.
+// Conv2D implements gpu.Queue. Output row oh of group g is the product
+// W_g [og, kk] · P_g [kk, Wout] of the group's weight with the row's patches
+// (P[(c,i,j), ow] = x[oh·sh + i − ph, c·W + ow·sw + j − pw]), computed with
+// the x·w kernels straight into dst's [Cout·Wout] layout: each element sums
+// w·x over c, i, j in increasing order from zero (fused in assembly), then
+// adds the bias, like the direct path for depthwise weights.
 func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, p gpu.Conv2DParams) {
 	if p.Cin < 1 || p.W < 1 || p.KH < 1 || p.KW < 1 || p.StrideH < 1 || p.StrideW < 1 || p.Groups < 1 ||
 		p.Cin%p.Groups != 0 || x.Cols != p.Cin*p.W || p.Wout < 1 || dst.Cols%p.Wout != 0 || p.PadH < 0 || p.PadW < 0 {
@@ -387,74 +403,72 @@ func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, p gpu.Conv2DParams) {
 		return
 	}
 	bs := q.convBias(bias, cout)
-	if kk < 8 || og == 1 {
+	if og == 1 {
 		q.conv2dDirect(dst, x, w, bs, p)
 		return
 	}
 	xs, ds := f32s(x), f32s(dst)
 	H := x.Rows
-	width := p.Groups * kk
-	rowsOf := p.Wout // gathered rows per output row
-	var base mm
-	base.setWeight(w)
-	base.K, base.xs, base.ds = kk, width, cout
+	wf := weightInto(&q.workspace(1)[0].row, w) // [cout, kk] as F32: the left operand
 	workers := q.dev.pool.workers
 	ws := q.workspace(workers)
 	asm := q.asm
-	chunk := max(1, rowChunk(dst.Rows*rowsOf, width+cout, workers)/rowsOf)
-	q.forChunks(dst.Rows, chunk, func(wi, h0, h1 int) {
-		wk := ws[wi]
-		M := (h1 - h0) * rowsOf
-		wk.col = grow(wk.col, M*(width+cout))
-		col, out := wk.col[:M*width], wk.col[M*width:]
-		// col[(oh−h0)·Wout + ow, g·kk + c·KH·KW + i·KW + j]
-		for oh := h0; oh < h1; oh++ {
-			for ow := 0; ow < p.Wout; ow++ {
-				r := col[((oh-h0)*rowsOf+ow)*width:][:width]
-				for ci := 0; ci < p.Cin; ci++ {
-					gi, c := ci/cg, ci%cg
-					rc := r[gi*kk+c*p.KH*p.KW:]
-					for i := 0; i < p.KH; i++ {
-						h := oh*p.StrideH + i - p.PadH
-						for j := 0; j < p.KW; j++ {
-							wi := ow*p.StrideW + j - p.PadW
-							var v float32
-							if h >= 0 && h < H && wi >= 0 && wi < p.W {
-								v = xs[h*x.Stride+ci*p.W+wi]
-							}
-							rc[i*p.KW+j] = v
+	// patches gathers P_g of output row oh into col ([kk, Wout] per group,
+	// groups one after another).
+	patches := func(col []float32, oh int) {
+		for ci := 0; ci < p.Cin; ci++ {
+			for i := 0; i < p.KH; i++ {
+				h := oh*p.StrideH + i - p.PadH
+				for j := 0; j < p.KW; j++ {
+					r := col[((ci*p.KH+i)*p.KW+j)*p.Wout:][:p.Wout]
+					if h < 0 || h >= H {
+						clear(r)
+						continue
+					}
+					xr := xs[h*x.Stride+ci*p.W : h*x.Stride+(ci+1)*p.W]
+					for ow := range r {
+						wi := ow*p.StrideW + j - p.PadW
+						if wi >= 0 && wi < p.W {
+							r[ow] = xr[wi]
+						} else {
+							r[ow] = 0
 						}
 					}
 				}
 			}
 		}
-		for gi := 0; gi < p.Groups; gi++ {
-			g := base
-			g.x = col[gi*kk:]
-			g.w32, g.w16 = sliceRows(base.w32, base.w16, gi*og, base.ws)
-			g.dst = out[gi*og:]
-			g.M, g.N = M, og
-			if bs != nil {
-				g.bias = bs[gi*og : (gi+1)*og]
-			}
-			g.run(wk, 0, M, 0, og, asm)
-		}
+	}
+	q.forChunks(dst.Rows, 1, func(wi, h0, h1 int) {
+		wk := ws[wi]
+		wk.col = grow(wk.col, p.Groups*kk*p.Wout)
 		for oh := h0; oh < h1; oh++ {
-			d := ds[oh*dst.Stride : oh*dst.Stride+cout*p.Wout]
-			for ow := 0; ow < p.Wout; ow++ {
-				o := out[((oh-h0)*rowsOf+ow)*cout:][:cout]
-				for c, v := range o {
-					d[c*p.Wout+ow] = v
+			patches(wk.col, oh)
+			for gi := 0; gi < p.Groups; gi++ {
+				g := xw{
+					x: wf[gi*og*kk:], xs: kk,
+					wt: gpu.F32, w32: wk.col[gi*kk*p.Wout:], ws: p.Wout,
+					dst: ds[oh*dst.Stride+gi*og*p.Wout:], ds: p.Wout,
+					M: og, N: p.Wout, K: kk,
+				}
+				g.run(wk, 0, og, 0, p.Wout, asm)
+			}
+			if bs != nil {
+				d := ds[oh*dst.Stride:]
+				for o := 0; o < cout; o++ {
+					out := d[o*p.Wout : (o+1)*p.Wout]
+					for ow := range out {
+						out[ow] += bs[o]
+					}
 				}
 			}
 		}
 	})
 }
 
-// conv2dDirect computes a 2-D convolution with few taps or one output
-// channel per group (depthwise): s = 0, then s += w·x over c, i, j in
-// increasing order (the product rounded first), then the bias. The loops
-// run a weight at a time over a row of output positions.
+// conv2dDirect computes a 2-D convolution with one output channel per
+// group (depthwise): s = 0, then s += w·x over c, i, j in increasing order
+// (the product rounded first), then the bias. The loops run a weight at a
+// time over a row of output positions.
 func (q *Queue) conv2dDirect(dst, x, w gpu.Tensor, bs []float32, p gpu.Conv2DParams) {
 	cout := dst.Cols / p.Wout
 	cg, og := p.Cin/p.Groups, cout/p.Groups

@@ -116,17 +116,19 @@ func (g *mm) setWeight(w gpu.Tensor) {
 }
 
 // gemm runs g on the worker pool. The outputs are cut into column chunks
-// when there are enough columns (each participant streams its own weight
-// rows: the GEMV of a decode step), else into row chunks; participants take
-// chunks as they become free. The cut never changes a result.
+// (each participant streams its own weight rows: the GEMV of a decode step,
+// and products whose weight outweighs x) or into row chunks (tall products
+// such as a convolution over thousands of rows); participants take chunks
+// as they become free. The cut never changes a result.
 func (q *Queue) gemm(g *mm) {
 	p := q.dev.pool
 	ws := q.workspace(p.workers)
 	asm := q.asm
+	byCols := g.M <= 3 || g.N*g.wt.Size() >= g.M*4
 	switch {
 	case p.workers == 1 || g.M*g.N*max(g.K, 8) < 1<<16:
 		g.run(ws[0], 0, g.M, 0, g.N, asm)
-	case g.N >= 24:
+	case byCols && g.N >= 24:
 		// Chunks of about 192 KB of weights for the GEMV, whole column
 		// blocks for the GEMM; a multiple of 12 columns (whole tiles).
 		grain := ncBlock
