@@ -763,6 +763,38 @@ vsumsq_done:
 	VZEROUPPER
 	RET
 
+// func vstream(a *float32, n int) float32
+TEXT ·vstream(SB), NOSPLIT, $0-20
+	MOVQ a+0(FP), SI
+	MOVQ n+8(FP), CX
+	SHRQ $2, CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	SHRQ $3, CX
+	JZ vstream_done
+vstream_loop:
+	VADDPS (SI), Y0, Y0
+	VADDPS 32(SI), Y1, Y1
+	VADDPS 64(SI), Y2, Y2
+	VADDPS 96(SI), Y3, Y3
+	ADDQ $96, SI
+	ADDQ $32, SI
+	DECQ CX
+	JNZ vstream_loop
+vstream_done:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VHADDPS Y0, Y0, Y0
+	VHADDPS Y0, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVSS X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
 // func vmax(a *float32, n int) float32
 TEXT ·vmax(SB), NOSPLIT, $0-20
 	MOVQ a+0(FP), SI

@@ -47,4 +47,7 @@ func vsum(a *float32, n int) float32
 func vsumsq(a *float32, m float32, n int) float32
 
 //go:noescape
+func vstream(a *float32, n int) float32
+
+//go:noescape
 func vmax(a *float32, n int) float32

@@ -38,4 +38,6 @@ func vsumsq(a *float32, m float32, n int) float32 {
 	panic("cpu: no assembly kernels on this architecture")
 }
 
+func vstream(a *float32, n int) float32 { panic("cpu: no assembly kernels on this architecture") }
+
 func vmax(a *float32, n int) float32 { panic("cpu: no assembly kernels on this architecture") }

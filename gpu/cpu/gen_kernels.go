@@ -613,6 +613,26 @@ func elemFns() []elemFn {
 				g.reduce8()
 				g.p("\tVMOVSS X0, ret+24(FP)")
 			}},
+		// vstream reads n floats (n a multiple of 32) as fast as it can and
+		// returns their sum in a scrambled order: the memory bandwidth probe
+		// of the benchmarks.
+		{name: "vstream", sig: "(a *float32, n int) float32", frame: 20,
+			args: []string{"MOVQ a+0(FP), SI", "MOVQ n+8(FP), CX", "SHRQ $2, CX", "VXORPS Y0, Y0, Y0", "VXORPS Y1, Y1, Y1", "VXORPS Y2, Y2, Y2", "VXORPS Y3, Y3, Y3"},
+			ptrs: []string{"SI"},
+			body: func(g *gen) {
+				g.p("\tVADDPS (SI), Y0, Y0")
+				g.p("\tVADDPS 32(SI), Y1, Y1")
+				g.p("\tVADDPS 64(SI), Y2, Y2")
+				g.p("\tVADDPS 96(SI), Y3, Y3")
+				g.p("\tADDQ $96, SI")
+			},
+			post: func(g *gen) {
+				g.p("\tVADDPS Y1, Y0, Y0")
+				g.p("\tVADDPS Y3, Y2, Y2")
+				g.p("\tVADDPS Y2, Y0, Y0")
+				g.reduce8()
+				g.p("\tVMOVSS X0, ret+16(FP)")
+			}},
 		{name: "vmax", sig: "(a *float32, n int) float32", frame: 20,
 			args: []string{"MOVQ a+0(FP), SI", "MOVQ n+8(FP), CX", "VMOVUPS " + c("neginf") + ", Y0"},
 			ptrs: []string{"SI"},
