@@ -20,9 +20,12 @@
 //
 //   - level: the mean power of the last Smooth (30 ms) of audio, in dBFS
 //     (full scale ±1 is 0 dBFS; digital silence is clamped to -100 dBFS);
-//   - floor: the lowest level of the last FloorWindow (4 s), never below
-//     MinFloorDB; at start-up the window holds one reading of InitialFloorDB,
-//     so that speech at the very start of a stream is still heard;
+//   - floor: the lowest level of the last FloorWindow (4 s) of FloorSmooth
+//     (250 ms) means, never below MinFloorDB; at start-up the window holds
+//     one reading of InitialFloorDB, so that speech at the very start of a
+//     stream is still heard. Digital silence (exact zeros, as from a muted
+//     or starting device) does not count: it says nothing about the room;
+//     while the window holds nothing else, the floor is InitialFloorDB;
 //   - onset: a level above floor+StartDB starts a candidate; if the level
 //     stays at or above floor+StopDB for MinSpeech, speech has started at the
 //     candidate's first frame (Start event). A dip below floor+StopDB sooner
@@ -384,16 +387,24 @@ func (d *Detector) step() (Event, bool) {
 	d.level = level
 	// The floor: the minimum of the slow level over the window (the
 	// current frame included).
-	slow := toDB(d.long.add(p))
 	f := d.frameN
 	for len(d.floorQ) > 0 && d.floorQ[0].frame <= f-int64(d.window) {
 		d.floorQ = d.floorQ[1:]
 	}
-	for len(d.floorQ) > 0 && d.floorQ[len(d.floorQ)-1].db >= slow {
-		d.floorQ = d.floorQ[:len(d.floorQ)-1]
+	// Digital silence (a muted or starting device: no microphone is that
+	// quiet) says nothing about the room's noise.
+	if toDB(p) > silenceDB {
+		slow := toDB(d.long.add(p))
+		for len(d.floorQ) > 0 && d.floorQ[len(d.floorQ)-1].db >= slow {
+			d.floorQ = d.floorQ[:len(d.floorQ)-1]
+		}
+		d.floorQ = append(d.floorQ, floorEntry{frame: f, db: slow})
 	}
-	d.floorQ = append(d.floorQ, floorEntry{frame: f, db: slow})
-	d.floorDB = max(d.floorQ[0].db, d.cfg.MinFloorDB)
+	floor := d.cfg.InitialFloorDB
+	if len(d.floorQ) > 0 {
+		floor = d.floorQ[0].db
+	}
+	d.floorDB = max(floor, d.cfg.MinFloorDB)
 	d.frameN++
 
 	start := d.floorDB + d.cfg.StartDB + d.boost

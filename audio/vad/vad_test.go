@@ -79,6 +79,11 @@ func TestSynthetic(t *testing.T) {
 	}{
 		{"digital silence", base, 0, synth(seg{dur: 3 * time.Second}), nil},
 		{"steady noise", base, 0, synth(seg{dur: 5 * time.Second, noise: -45}), nil},
+		// A device that starts (or stays muted) with exact zeros: they do
+		// not pull the floor down, so the room's noise is not speech.
+		{"noise after digital silence", base, 0, synth(seg{dur: 6 * time.Second}, seg{dur: 5 * time.Second, noise: -45}), nil},
+		{"voice after digital silence", base, 0, synth(seg{dur: 6 * time.Second}, seg{dur: time.Second, noise: -50},
+			seg{dur: time.Second, tone: -25, noise: -50}, seg{dur: 2 * time.Second, noise: -50}), []span{{7, 8, false}}},
 		{"fluctuating noise", base, 0, synth(
 			seg{dur: ms(700), noise: -50}, seg{dur: ms(60), noise: -42}, seg{dur: ms(900), noise: -50},
 			seg{dur: ms(80), noise: -40}, seg{dur: time.Second, noise: -50}), nil},
