@@ -1,6 +1,40 @@
 // Package cpu is the CPU backend of package gpu: buffers are Go slices (or
 // zero-copy views of memory-mapped checkpoints) and every op runs eagerly on
 // a worker pool sized to the machine's cores.
+//
+// # Kernels
+//
+// On amd64 CPUs with AVX2, FMA and F16C the hot loops are assembly written
+// by gen_kernels.go (`go generate`; its output is committed, and nothing
+// imports the generator):
+//
+//   - dot tiles for x·wᵀ (MatMul, convolution im2col products, attention
+//     scores): up to 4×3 outputs in registers, weights widened from BF16
+//     (vpmovzxwd + vpslld) or F16 (vcvtph2ps) in registers. Up to three rows
+//     of x (a decode step) stream each weight row once with the next rows
+//     prefetched; more rows run a blocked GEMM (K blocks of 512 with the
+//     8-lane accumulators carried between blocks).
+//   - x·w tiles for right operands laid out along N (ConvTranspose1D,
+//     Conv2D, attention's weighted values): 4 rows × 24 columns.
+//   - elementwise kernels (add, mul, bf16 rounding, exp-based activations,
+//     softmax, norms) whose Go twins perform the same float32 operations,
+//     so both agree bit for bit.
+//
+// Elsewhere (other architectures, the purego build tag, older CPUs), or when
+// the environment variable OMNIPIPE_CPU_KERNELS is "go", portable Go kernels
+// run instead. Every op is tested both ways against float64 replays.
+//
+// # Reproducibility
+//
+// A MatMul output element sums its K products in one documented order
+// (matmul.go) whatever the number of rows, the tile that computes it or the
+// split across workers, so a row computed alone equals the same row in any
+// batch, bit for bit. Convolutions are products over gathered rows (or
+// gathers of product rows), so an output row depends only on the input rows
+// it reads: streamed decoding equals whole decoding. Attention computes each
+// (row, KV head) pair on its own, over visible keys only. The assembly and
+// Go kernels differ only where the assembly fuses multiply-adds (matrix
+// products, convolutions); a process uses one kernel set throughout.
 package cpu
 
 import (
