@@ -34,10 +34,13 @@ const (
 	codeAudioTooShort       = "audio_too_short"
 	codeAudioEmpty          = "audio_empty"
 	codeBodyTooLarge        = "body_too_large"
+	codeBodyTimeout         = "request_timeout"
+	codeInvalidAPIKey       = "invalid_api_key"
 	codeInvalidValue        = "invalid_value"
 	codeUnsupportedValue    = "unsupported_value"
 	codeUnknownConversation = "unknown_conversation"
 	codeConversationBusy    = "conversation_busy"
+	codeStaleAudioID        = "stale_audio_id"
 	codeContextFull         = "context_length_exceeded"
 	codeRateLimited         = "rate_limit_exceeded"
 	codeTooManyConvs        = "too_many_conversations"
@@ -89,6 +92,10 @@ func newError(status int, typ, code, param, msg string) *apiError {
 	return e
 }
 
+func shuttingDown() *apiError {
+	return newError(http.StatusServiceUnavailable, typeServer, codeShuttingDown, "", "the server is shutting down")
+}
+
 // audioError maps a WAV decoding error to the client's error naming param.
 func audioError(param string, err error) *apiError {
 	switch {
@@ -124,7 +131,7 @@ func startError(err error, audioParam string, retryAfter time.Duration) *apiErro
 	case errors.Is(err, audio.ErrTooShort):
 		return audioError(audioParam, err)
 	case errors.Is(err, pipeline.ErrEngineClosed):
-		return newError(http.StatusServiceUnavailable, typeServer, codeShuttingDown, "", "the server is shutting down")
+		return shuttingDown()
 	}
 	return newError(http.StatusInternalServerError, typeServer, codeInternal, "", fmt.Sprintf("start the turn: %v", err))
 }

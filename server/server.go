@@ -373,7 +373,7 @@ func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
 				}
 			}
 		}
-		return newError(http.StatusUnauthorized, typeInvalidRequest, "invalid_api_key", "", "missing or wrong API key (Authorization: Bearer KEY)")
+		return newError(http.StatusUnauthorized, typeInvalidRequest, codeInvalidAPIKey, "", "missing or wrong API key (Authorization: Bearer KEY)")
 	}
 }
 
@@ -406,7 +406,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 // shuts down.
 func (s *Server) ready() (*Backend, *apiError) {
 	if s.draining.Load() {
-		return nil, newError(http.StatusServiceUnavailable, typeServer, codeShuttingDown, "", "the server is shutting down")
+		return nil, shuttingDown()
 	}
 	b := s.backend.Load()
 	if b == nil {
@@ -417,28 +417,30 @@ func (s *Server) ready() (*Backend, *apiError) {
 	return b, nil
 }
 
-// readBody reads a request body within the size and time limits.
+// readBody reads a request body within the size and time limits. When it
+// fails, the connection is closed after the error reply instead of reading
+// the rest of the body (which a stalled client would never send).
 func (s *Server) readBody(c echo.Context) ([]byte, *apiError) {
 	r := c.Request()
-	tooLarge := func() *apiError {
-		return newError(http.StatusRequestEntityTooLarge, typeInvalidRequest, codeBodyTooLarge, "",
-			fmt.Sprintf("the request body exceeds %d bytes", s.cfg.MaxBodyBytes))
-	}
-	if r.ContentLength > s.cfg.MaxBodyBytes {
-		return nil, tooLarge()
-	}
 	rc := http.NewResponseController(c.Response())
 	rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-	defer rc.SetReadDeadline(time.Time{})
-	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes))
+	var body []byte
+	var err error
+	if r.ContentLength <= s.cfg.MaxBodyBytes {
+		body, err = io.ReadAll(http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes))
+		if err == nil {
+			rc.SetReadDeadline(time.Time{}) // a stream's connection must not time out
+			return body, nil
+		}
+	}
+	c.Response().Header().Set(echo.HeaderConnection, "close")
 	var mbe *http.MaxBytesError
 	switch {
-	case err == nil:
-		return body, nil
-	case errors.As(err, &mbe):
-		return nil, tooLarge()
+	case err == nil || errors.As(err, &mbe):
+		return nil, newError(http.StatusRequestEntityTooLarge, typeInvalidRequest, codeBodyTooLarge, "",
+			fmt.Sprintf("the request body exceeds %d bytes", s.cfg.MaxBodyBytes))
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return nil, newError(http.StatusRequestTimeout, typeInvalidRequest, "request_timeout", "",
+		return nil, newError(http.StatusRequestTimeout, typeInvalidRequest, codeBodyTimeout, "",
 			fmt.Sprintf("the request body took longer than %s to arrive", s.cfg.BodyTimeout))
 	}
 	return nil, badRequest(codeInvalidJSON, "", "read the request body: %v", err)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -618,6 +620,23 @@ func TestMiddleware(t *testing.T) {
 			t.Errorf("Access-Control-Allow-Origin %q with CORS off", v)
 		}
 	})
+}
+
+// A client that starts a body and stops sending gets 408 once the body
+// timeout passes.
+func TestSlowBody(t *testing.T) {
+	ts := startServer(t, Config{BodyTimeout: 50 * time.Millisecond})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/audio/chat HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"text\": ")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkError(t, resp, http.StatusRequestTimeout, "request_timeout", "")
 }
 
 func TestCORSAndAPIKeys(t *testing.T) {

@@ -29,9 +29,6 @@ type turn struct {
 // turn. The turn stops when the request's context ends: the client hung up
 // or the server's grace period is over.
 func (s *Server) admit(c echo.Context, be *Backend, job *turnJob) (*turn, *apiError) {
-	if s.draining.Load() {
-		return nil, newError(http.StatusServiceUnavailable, typeServer, codeShuttingDown, "", "the server is shutting down")
-	}
 	ctx := c.Request().Context()
 	release, err := s.lim.acquire(ctx)
 	if err != nil {
@@ -42,9 +39,9 @@ func (s *Server) admit(c echo.Context, be *Backend, job *turnJob) (*turn, *apiEr
 		}
 		return nil, newError(http.StatusServiceUnavailable, typeServer, codeCancelled, "", "gave up waiting for a turn slot: "+err.Error())
 	}
-	if s.draining.Load() { // it began while this request waited
+	if s.draining.Load() { // a shutdown began while this request waited
 		release()
-		return nil, newError(http.StatusServiceUnavailable, typeServer, codeShuttingDown, "", "the server is shutting down")
+		return nil, shuttingDown()
 	}
 	conv, aerr := s.convs.acquire(job.conversationID, be.Engine.NewSession)
 	if aerr != nil {
@@ -55,7 +52,7 @@ func (s *Server) admit(c echo.Context, be *Backend, job *turnJob) (*turn, *apiEr
 	if job.expectTurns >= 0 && index-1 != job.expectTurns {
 		s.convs.release(conv, true)
 		release()
-		return nil, newError(http.StatusConflict, typeInvalidRequest, "stale_audio_id", "",
+		return nil, newError(http.StatusConflict, typeInvalidRequest, codeStaleAudioID, "",
 			fmt.Sprintf("the request continues from reply %d, but the conversation has %d replies; send the latest reply's audio id", job.expectTurns, index-1))
 	}
 	stream, err := be.Engine.Start(ctx, conv.sess, job.req)
