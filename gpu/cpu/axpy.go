@@ -100,6 +100,7 @@ func (g *xw) runAsm(wk *work, m0, m1, n0, n1 int) {
 			}
 		}
 	}
+	a.x, a.w, a.out = nil, nil, nil // retain no tensor
 }
 
 // runGo computes rows of the product one at a time, sweeping w row by row.

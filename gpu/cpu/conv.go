@@ -183,7 +183,7 @@ func (q *Queue) conv1dDirect(dst, x, w gpu.Tensor, bs []float32, p gpu.ConvParam
 	cin, cout := x.Cols, dst.Cols
 	cg, og := cin/p.Groups, cout/p.Groups
 	kk := cg * p.K
-	ws := weightInto(&q.workspace(1)[0].row, w) // [cout, kk]
+	ws := weightInto(&q.workspace(1)[0].wts, w) // [cout, kk]
 	xs, ds := f32s(x), f32s(dst)
 	q.dev.pool.For(dst.Rows, max(1, elemGrain/(cout*kk)), func(t0, t1 int) {
 		for t := t0; t < t1; t++ {
@@ -215,7 +215,7 @@ func (q *Queue) conv1dDirect(dst, x, w gpu.Tensor, bs []float32, p gpu.ConvParam
 func (q *Queue) conv1dDepthwise(dst, x, w gpu.Tensor, bs []float32, p gpu.ConvParams) {
 	C, K := dst.Cols, p.K
 	wk := q.workspace(1)[0]
-	ws := weightInto(&wk.row, w) // [C, K]
+	ws := weightInto(&wk.wts, w) // [C, K]
 	wk.col = grow(wk.col, K*C)
 	wt := wk.col // [K, C]
 	for c := 0; c < C; c++ {
@@ -409,7 +409,7 @@ func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, p gpu.Conv2DParams) {
 	}
 	xs, ds := f32s(x), f32s(dst)
 	H := x.Rows
-	wf := weightInto(&q.workspace(1)[0].row, w) // [cout, kk] as F32: the left operand
+	wf := weightInto(&q.workspace(1)[0].wts, w) // [cout, kk] as F32: the left operand
 	workers := q.dev.pool.workers
 	ws := q.workspace(workers)
 	asm := q.asm
@@ -473,7 +473,7 @@ func (q *Queue) conv2dDirect(dst, x, w gpu.Tensor, bs []float32, p gpu.Conv2DPar
 	cout := dst.Cols / p.Wout
 	cg, og := p.Cin/p.Groups, cout/p.Groups
 	kk := cg * p.KH * p.KW
-	ws := weightInto(&q.workspace(1)[0].row, w) // [cout, kk]
+	ws := weightInto(&q.workspace(1)[0].wts, w) // [cout, kk]
 	xs, ds := f32s(x), f32s(dst)
 	H := x.Rows
 	q.dev.pool.For(dst.Rows, max(1, elemGrain/(dst.Cols*kk)), func(h0, h1 int) {

@@ -39,9 +39,10 @@ const (
 type work struct {
 	args tileArgs
 	acc  []float32 // spilled dot accumulators
-	row  []float32 // a widened weight row (Go kernels)
-	col  []float32 // im2col rows (convolutions)
-	vec  []float32 // a per-op vector (widened bias, scores)
+	row  []float32 // a widened weight row (Go kernels); LayerNorm's bias
+	col  []float32 // im2col rows, patches, z rows, attention scores
+	vec  []float32 // a per-op vector (widened bias, norm weight)
+	wts  []float32 // an op's weight converted to F32 (convolutions)
 }
 
 // workspace returns n chunk scratches.
@@ -224,6 +225,7 @@ func (g *mm) runAsm(wk *work, m0, m1, n0, n1 int) {
 			}
 		}
 	}
+	a.x, a.w, a.acc, a.out = nil, nil, nil, nil // retain no tensor
 }
 
 // runGo computes steps 1 and 2 of the summation order in Go: each weight

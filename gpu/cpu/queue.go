@@ -338,7 +338,7 @@ func (q *Queue) ShortConv(dst, x, w, state gpu.Tensor) {
 		panic(fmt.Sprintf("cpu: shortconv x %v w %v state %v", x, w, state))
 	}
 	wk := q.workspace(1)[0]
-	ws := weightInto(&wk.vec, w)
+	ws := weightInto(&wk.wts, w)
 	xs, ss, ds := f32s(x), f32s(state), f32s(dst)
 	T := x.Rows
 	at := func(t, c int) float32 { // row t of [state; x]
@@ -371,6 +371,9 @@ func (q *Queue) ShortConv(dst, x, w, state gpu.Tensor) {
 // weightInto returns a contiguous weight tensor's values as float32: the
 // slice itself for F32, else a conversion into *scratch.
 func weightInto(scratch *[]float32, w gpu.Tensor) []float32 {
+	if !w.Contiguous() {
+		panic(fmt.Sprintf("cpu: weight %v is not contiguous", w))
+	}
 	b := buf(w)
 	n := w.Len()
 	switch b.dt {
