@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
 	"github.com/omni-pipe/omni-pipe/internal/demomodel"
 	"github.com/omni-pipe/omni-pipe/pipeline"
@@ -29,9 +30,9 @@ func init() {
 (OpenAI-compatible), GET /v1/models, /health, /metrics; docs/api.md has the details.
 
 With no --model it serves the embedded demo model: tiny random weights whose
-words and speech are noise, for trying the API. Every flag can also be set by
-the environment variable named in its help; a flag given wins. API keys are
-read only from OMNI_PIPE_API_KEYS (comma-separated), never from a flag.
+words and speech are noise, for trying the API. Most flags can also be set by
+the environment variable named in their help; a flag given wins. API keys are
+read only from OMNIPIPE_API_KEYS (comma-separated), never from a flag.
 SIGINT or SIGTERM stops the server gracefully: running replies may finish for
 --shutdown-grace, then they are cancelled; the exit status is 0.`,
 		usage: "[--model DIR] [--addr HOST:PORT] [flags]",
@@ -84,24 +85,22 @@ func (f *envFlags) duration(name, env string, def time.Duration, usage string) *
 
 func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 	f := &envFlags{fs: fs, e: e}
-	addr := f.string("addr", "OMNI_PIPE_ADDR", "127.0.0.1:8080", "listen address HOST:PORT")
-	model := f.string("model", "OMNI_PIPE_MODEL", "", "checkpoint folder (config.json, model.safetensors, tokenizer.json, codec weights); empty: the embedded demo model")
-	device := f.string("device", "OMNI_PIPE_DEVICE", "cpu", "compute device: cpu")
-	workers := f.int("workers", "OMNI_PIPE_WORKERS", 0, "CPU worker threads (0: one per core)")
-	precision := f.string("precision", "OMNI_PIPE_PRECISION", "bf16", "activation precision: bf16 (as the official code) or f32")
-	maxConcurrent := f.int("max-concurrent", "OMNI_PIPE_MAX_CONCURRENT", 4, "turns generated at once")
-	maxQueue := f.int("max-queue", "OMNI_PIPE_MAX_QUEUE", 16, "requests that may wait for a turn slot; beyond it: 429 (0: none wait)")
-	queueTimeout := f.duration("queue-timeout", "OMNI_PIPE_QUEUE_TIMEOUT", 30*time.Second, "longest wait for a turn slot before 429")
-	maxBodyMB := f.int("max-body-mb", "OMNI_PIPE_MAX_BODY_MB", 32, "largest request body, MiB")
-	maxAudio := f.duration("max-audio", "OMNI_PIPE_MAX_AUDIO", 120*time.Second, "longest input audio")
-	maxNewTokens := f.int("max-new-tokens", "OMNI_PIPE_MAX_NEW_TOKENS", 2048, "largest max_new_tokens a request may ask for (steps: text tokens and 80 ms audio frames)")
-	maxConvs := f.int("max-conversations", "OMNI_PIPE_MAX_CONVERSATIONS", 256, "conversations kept in memory (the least recently used idle one is evicted)")
-	convTTL := f.duration("conversation-ttl", "OMNI_PIPE_CONVERSATION_TTL", 30*time.Minute, "how long an idle conversation is kept")
-	grace := f.duration("shutdown-grace", "OMNI_PIPE_SHUTDOWN_GRACE", 30*time.Second, "on SIGINT/SIGTERM, how long running replies may finish before they are cancelled")
-	stall := f.duration("write-stall", "OMNI_PIPE_WRITE_STALL", 30*time.Second, "drop a streaming client that accepts no data for this long")
-	cors := f.string("cors-origins", "OMNI_PIPE_CORS_ORIGINS", "", "comma-separated origins allowed by CORS (\"*\": any); empty: CORS off")
-	logFormat := f.string("log-format", "OMNI_PIPE_LOG_FORMAT", "text", "log format: text or json")
-	logLevel := f.string("log-level", "OMNI_PIPE_LOG_LEVEL", "info", "log level: debug, info, warn or error")
+	var mf modelFlags // --model (empty: the embedded demo model), --device, --threads, --precision
+	mf.register(fs, e)
+	addr := f.string("addr", "OMNIPIPE_ADDR", "127.0.0.1:8080", "listen address HOST:PORT")
+	maxConcurrent := f.int("max-concurrent", "OMNIPIPE_MAX_CONCURRENT", 4, "turns generated at once")
+	maxQueue := f.int("max-queue", "OMNIPIPE_MAX_QUEUE", 16, "requests that may wait for a turn slot; beyond it: 429 (0: none wait)")
+	queueTimeout := f.duration("queue-timeout", "OMNIPIPE_QUEUE_TIMEOUT", 30*time.Second, "longest wait for a turn slot before 429")
+	maxBodyMB := f.int("max-body-mb", "OMNIPIPE_MAX_BODY_MB", 32, "largest request body, MiB")
+	maxAudio := f.duration("max-audio", "OMNIPIPE_MAX_AUDIO", 120*time.Second, "longest input audio")
+	maxNewTokens := f.int("max-new-tokens", "OMNIPIPE_MAX_NEW_TOKENS", 2048, "largest max_new_tokens a request may ask for (steps: text tokens and 80 ms audio frames)")
+	maxConvs := f.int("max-conversations", "OMNIPIPE_MAX_CONVERSATIONS", 256, "conversations kept in memory (the least recently used idle one is evicted)")
+	convTTL := f.duration("conversation-ttl", "OMNIPIPE_CONVERSATION_TTL", 30*time.Minute, "how long an idle conversation is kept")
+	grace := f.duration("shutdown-grace", "OMNIPIPE_SHUTDOWN_GRACE", 30*time.Second, "on SIGINT/SIGTERM, how long running replies may finish before they are cancelled")
+	stall := f.duration("write-stall", "OMNIPIPE_WRITE_STALL", 30*time.Second, "drop a streaming client that accepts no data for this long")
+	cors := f.string("cors-origins", "OMNIPIPE_CORS_ORIGINS", "", "comma-separated origins allowed by CORS (\"*\": any); empty: CORS off")
+	logFormat := f.string("log-format", "OMNIPIPE_LOG_FORMAT", "text", "log format: text or json")
+	logLevel := f.string("log-level", "OMNIPIPE_LOG_LEVEL", "info", "log level: debug, info, warn or error")
 
 	return func(args []string) error {
 		if err := noArgs(args); err != nil {
@@ -110,10 +109,10 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		if len(f.errs) > 0 {
 			return usageError{errors.Join(f.errs...).Error()}
 		}
-		if *device != "cpu" {
-			return usageError{fmt.Sprintf("--device %q: this build runs on cpu only", *device)}
+		if mf.device != "cpu" {
+			return usageError{fmt.Sprintf("--device %q: this build runs on cpu only", mf.device)}
 		}
-		prec, err := nn.ParsePrecision(*precision)
+		prec, err := nn.ParsePrecision(mf.precision)
 		if err != nil {
 			return usageError{"--precision: " + err.Error()}
 		}
@@ -152,7 +151,7 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 			MaxConcurrent: *maxConcurrent, MaxQueue: queue, QueueTimeout: *queueTimeout,
 			MaxBodyBytes: int64(*maxBodyMB) << 20, MaxAudio: *maxAudio, MaxNewTokens: *maxNewTokens,
 			MaxConversations: *maxConvs, ConversationTTL: *convTTL, ShutdownGrace: *grace, WriteStall: *stall,
-			CORSOrigins: splitList(*cors), APIKeys: splitList(e.getenv("OMNI_PIPE_API_KEYS")),
+			CORSOrigins: splitList(*cors), APIKeys: splitList(e.getenv("OMNIPIPE_API_KEYS")),
 			Version: versionString(), Logger: log,
 		}
 
@@ -163,10 +162,7 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 			return fmt.Errorf("listen: %w", err)
 		}
 		srv := server.New(cfg)
-		dev := cpu.New(*workers)
-		defer dev.Close()
-
-		if *model == "" {
+		if mf.dir == "" {
 			fmt.Fprintf(e.stderr, "\n%s\n  NO --model GIVEN: serving the embedded DEMO model (tiny, random weights).\n"+
 				"  Every route works, but its words and its speech are NOISE.\n"+
 				"  Pass --model DIR (an LFM2-Audio checkpoint folder) for real replies.\n%s\n\n",
@@ -179,19 +175,14 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		defer cancelServe(nil)
 		type loaded struct {
 			m   *lfm2audio.Model
+			dev gpu.Device
 			eng *pipeline.Engine
 			err error
 		}
 		loadc := make(chan loaded, 1)
 		go func() {
 			start := time.Now()
-			var m *lfm2audio.Model
-			var err error
-			if *model == "" {
-				m, err = demomodel.Load(dev)
-			} else {
-				m, err = lfm2audio.Load(dev, *model)
-			}
+			m, dev, err := openServeModel(&mf)
 			if err != nil {
 				cancelServe(err)
 				loadc <- loaded{err: err}
@@ -200,7 +191,7 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 			eng := pipeline.New(m, dev, pipeline.Options{Precision: prec, MaxTurns: *maxConcurrent})
 			log.Info("model loaded", "model", m.Name, "params", m.Params, "took", time.Since(start).Round(time.Millisecond))
 			srv.SetBackend(&server.Backend{Engine: eng, Model: m.Name, Device: fmt.Sprintf("%s, %s", dev.Name(), prec)})
-			loadc <- loaded{m: m, eng: eng}
+			loadc <- loaded{m: m, dev: dev, eng: eng}
 		}()
 
 		log.Info("listening", "addr", ln.Addr().String(), "version", cfg.Version)
@@ -211,6 +202,7 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		}
 		if l.m != nil {
 			l.m.Close()
+			l.dev.Close()
 		}
 		switch {
 		case l.err != nil:
@@ -221,6 +213,21 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		log.Info("bye")
 		return nil
 	}
+}
+
+// openServeModel loads --model, or the embedded demo model without it.
+func openServeModel(mf *modelFlags) (*lfm2audio.Model, gpu.Device, error) {
+	if mf.dir != "" {
+		m, dev, _, err := mf.open()
+		return m, dev, err
+	}
+	dev := cpu.New(mf.threads)
+	m, err := demomodel.Load(dev)
+	if err != nil {
+		dev.Close()
+		return nil, nil, err
+	}
+	return m, dev, nil
 }
 
 // splitList splits a comma-separated list, dropping empty items.

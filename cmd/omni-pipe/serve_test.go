@@ -51,7 +51,7 @@ func TestServeQuickStart(t *testing.T) {
 	stderr := &lockedBuffer{}
 	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: stderr, getenv: func(string) string { return "" }}
 	exit := make(chan int, 1)
-	go func() { exit <- run([]string{"serve", "--addr", "127.0.0.1:0", "--workers", "2"}, e) }()
+	go func() { exit <- run([]string{"serve", "--addr", "127.0.0.1:0", "--threads", "2"}, e) }()
 
 	var addr string
 	re := regexp.MustCompile(`msg=listening addr=(\S+)`)
@@ -152,8 +152,8 @@ func TestServeBadConfig(t *testing.T) {
 		{[]string{"serve", "--precision", "fp8"}, nil, "--precision"},
 		{[]string{"serve", "--max-concurrent", "0"}, nil, "--max-concurrent"},
 		{[]string{"serve", "--log-format", "xml"}, nil, "--log-format"},
-		{[]string{"serve"}, map[string]string{"OMNI_PIPE_MAX_QUEUE": "many"}, "OMNI_PIPE_MAX_QUEUE"},
-		{[]string{"serve"}, map[string]string{"OMNI_PIPE_QUEUE_TIMEOUT": "soon"}, "OMNI_PIPE_QUEUE_TIMEOUT"},
+		{[]string{"serve"}, map[string]string{"OMNIPIPE_MAX_QUEUE": "many"}, "OMNIPIPE_MAX_QUEUE"},
+		{[]string{"serve"}, map[string]string{"OMNIPIPE_QUEUE_TIMEOUT": "soon"}, "OMNIPIPE_QUEUE_TIMEOUT"},
 		{[]string{"serve", "extra"}, nil, "unexpected argument"},
 	} {
 		var stderr bytes.Buffer
@@ -165,9 +165,9 @@ func TestServeBadConfig(t *testing.T) {
 	// The environment sets defaults; a flag wins.
 	var stdout bytes.Buffer
 	e := &env{stdout: &stdout, stderr: io.Discard, getenv: func(k string) string {
-		return map[string]string{"OMNI_PIPE_ADDR": "0.0.0.0:9999"}[k]
+		return map[string]string{"OMNIPIPE_ADDR": "0.0.0.0:9999"}[k]
 	}}
 	if code := run([]string{"help", "serve"}, e); code != exitOK || !strings.Contains(stdout.String(), `"0.0.0.0:9999"`) {
-		t.Errorf("help with OMNI_PIPE_ADDR set: exit %d\n%s", code, stdout.String())
+		t.Errorf("help with OMNIPIPE_ADDR set: exit %d\n%s", code, stdout.String())
 	}
 }
