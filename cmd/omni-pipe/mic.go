@@ -220,7 +220,8 @@ func openMicModel(mf *modelFlags, e *env) (*lfm2audio.Model, gpu.Device, nn.Prec
 // a turn; everything else on stderr.
 type micPrinter struct {
 	out, log io.Writer
-	midLine  bool // stdout has a reply line open
+	midLine  bool     // stdout has a reply line open
+	notes    []string // status lines held until it closes
 }
 
 func (p *micPrinter) endLine() {
@@ -228,6 +229,20 @@ func (p *micPrinter) endLine() {
 		fmt.Fprintln(p.out)
 		p.midLine = false
 	}
+	for _, n := range p.notes {
+		fmt.Fprintln(p.log, n)
+	}
+	p.notes = p.notes[:0]
+}
+
+// note prints a status line, or holds it while a reply line is open.
+func (p *micPrinter) note(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	if p.midLine {
+		p.notes = append(p.notes, s)
+		return
+	}
+	fmt.Fprintln(p.log, s)
 }
 
 func (p *micPrinter) event(ev live.Event) {
@@ -237,11 +252,11 @@ func (p *micPrinter) event(ev live.Event) {
 	case live.SpeechEnd:
 		fmt.Fprintf(p.log, "you ▸ %.1f s of speech\n", ev.Audio.Seconds())
 	case live.SpeechIgnored:
-		fmt.Fprintf(p.log, "  (speech ignored: %s)\n", ev.Reason)
+		p.note("  (speech ignored: %s)", ev.Reason)
 	case live.Skipped:
-		fmt.Fprintf(p.log, "  (not sent: %v)\n", ev.Err)
+		p.note("  (not sent: %v)", ev.Err)
 	case live.HistoryReset:
-		fmt.Fprintf(p.log, "  (the conversation outgrew the model's context: starting a new one)\n")
+		p.note("  (the conversation outgrew the model's context: starting a new one)")
 	case live.TurnStart:
 		fmt.Fprint(p.log, "assistant ▸ ")
 	case live.Text:

@@ -2,13 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/internal/refcase"
+	"github.com/omni-pipe/omni-pipe/pipeline/live"
 )
 
 // writeConversationWAV: the fixture's question twice, 4 s of its room noise
@@ -129,6 +133,39 @@ func TestMicUsage(t *testing.T) {
 		code, _, errOut := runCmd(t, "", "mic", "--barge-in", v, "--realtime")
 		if code != exitUsage || !strings.Contains(errOut, "--realtime goes with") {
 			t.Errorf("--barge-in %s: exit %d, %q", v, code, errOut)
+		}
+	}
+}
+
+// The printer keeps the reply on one stdout line: status notes that come
+// in the middle of it wait for its end.
+func TestMicPrinter(t *testing.T) {
+	var out, log bytes.Buffer
+	p := &micPrinter{out: &out, log: &log}
+	for _, ev := range []live.Event{
+		{Kind: live.Listening},
+		{Kind: live.SpeechEnd, Audio: 2500 * time.Millisecond},
+		{Kind: live.TurnStart, Turn: 1},
+		{Kind: live.Text, Turn: 1, Text: "Hello"},
+		{Kind: live.SpeechIgnored, Reason: "echo"},
+		{Kind: live.Text, Turn: 1, Text: " there"},
+		{Kind: live.BargeIn, Turn: 1, Heard: 1200 * time.Millisecond},
+		{Kind: live.TurnEnd, Turn: 1, Err: context.Canceled},
+		{Kind: live.TurnStart, Turn: 2},
+		{Kind: live.Text, Turn: 2, Text: "Yes."},
+		{Kind: live.TurnEnd, Turn: 2, Audio: time.Second},
+		{Kind: live.TurnStart, Turn: 3},
+		{Kind: live.TurnEnd, Turn: 3, Err: errors.New("codec broke")},
+	} {
+		p.event(ev)
+	}
+	p.finish()
+	if want := "Hello there\nYes.\n"; out.String() != want {
+		t.Errorf("stdout %q, want %q", out.String(), want)
+	}
+	for _, want := range []string{"you ▸ 2.5 s", "(speech ignored: echo)\n  [interrupted after 1.2 s]", "(1.0 s of speech", "the reply failed: codec broke"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, log.String())
 		}
 	}
 }
