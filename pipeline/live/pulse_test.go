@@ -85,7 +85,9 @@ func TestPulseConversation(t *testing.T) {
 	defer cancel()
 	evs := &recorded{}
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, Config{Engine: e, Source: mic, Sink: speaker, Request: greedy, OnEvent: evs.add}) }()
+	go func() {
+		done <- Run(ctx, Config{Engine: e, Source: mic, Sink: speaker, Request: greedy, OnEvent: evs.add})
+	}()
 	// Once the reply has played out, hang up. The deadline only guards
 	// against a hang.
 	var reply time.Duration
