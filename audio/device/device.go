@@ -27,7 +27,8 @@ type Source interface {
 	// SampleRate of the chunks, in Hz.
 	SampleRate() int
 	// Chunks delivers the audio. It is closed at the end of the input, on
-	// a device error, and after Close. A chunk is the receiver's to keep.
+	// a device error, and after Close. A chunk stays valid and must not be
+	// modified.
 	Chunks() <-chan []float32
 	// Err reports why Chunks was closed: nil at the end of a file or
 	// after Close.

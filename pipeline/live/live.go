@@ -302,7 +302,7 @@ func (l *loop) chunk(ctx context.Context, c []float32) error {
 		l.advance()
 	}
 	boost := 0.0
-	if l.cfg.BargeIn && l.audible() {
+	if l.audible() && l.cfg.BargeIn { // audible first: it tracks the echo tail
 		boost = max(l.cfg.PlayingBoostDB, 0)
 	}
 	l.det.SetBoost(boost)
@@ -311,7 +311,7 @@ func (l *loop) chunk(ctx context.Context, c []float32) error {
 			return err
 		}
 	}
-	if l.deferred && !l.inGuard() && l.det.Voiced() {
+	if l.deferred && l.mic >= l.replyStart+l.guard && l.det.Voiced() {
 		// Still speaking after the echo guard: the user's, not a transient.
 		l.deferred = false
 		if l.replying() {
@@ -326,11 +326,14 @@ func (l *loop) chunk(ctx context.Context, c []float32) error {
 // (not only its echo tail, which the VAD's boost covers).
 func (l *loop) replying() bool { return (l.st != nil && !l.cut) || l.queued() > 0 }
 
-// inGuard reports whether the reply began playing less than EchoGuard ago.
-func (l *loop) inGuard() bool { return l.replyStart >= 0 && l.mic-l.replyStart < l.guard }
+// inGuard reports whether speech with its onset at microphone position at
+// began in the reply's first EchoGuard of playback (not before it).
+func (l *loop) inGuard(at int64) bool {
+	return l.replyStart >= 0 && at >= l.replyStart && at-l.replyStart < l.guard
+}
 
 // audible reports whether reply audio is playing, or played within
-// EchoTail.
+// EchoTail; called for every chunk, it notes when playing last was seen.
 func (l *loop) audible() bool {
 	if l.queued() > 0 {
 		l.lastAudible = l.mic
@@ -339,19 +342,22 @@ func (l *loop) audible() bool {
 	return l.lastAudible >= 0 && l.mic-l.lastAudible < l.tail
 }
 
-// busy reports whether the assistant is generating or audible.
-func (l *loop) busy() bool { return (l.st != nil && !l.cut) || l.audible() }
+// busyAt reports whether the assistant was generating or audible (its
+// echo tail included) for speech with its onset at microphone position at.
+func (l *loop) busyAt(at int64) bool {
+	return l.replying() || (l.lastAudible >= 0 && at-l.lastAudible < l.tail)
+}
 
 func (l *loop) vadEvent(ctx context.Context, ev vad.Event) error {
 	switch ev.Kind {
 	case vad.Start:
 		replying := l.replying()
 		switch {
-		case !l.cfg.BargeIn && l.busy():
+		case !l.cfg.BargeIn && l.busyAt(ev.At):
 			l.ignoring = true
 			l.emit(Event{Kind: SpeechIgnored, Reason: "the assistant is speaking (barge-in off)"})
 			return nil
-		case l.cfg.BargeIn && replying && l.inGuard():
+		case l.cfg.BargeIn && replying && l.inGuard(ev.At):
 			l.deferred = true // decided when the guard ends
 			return nil
 		}

@@ -244,6 +244,10 @@ func TestBargeInVirtual(t *testing.T) {
 	}{
 		{"barge-in", second, Config{BargeIn: true}, 2, 1, false, 1.53, 0},
 		{"barge-in off", second, Config{}, 1, 0, true, 0, 0},
+		// The reply ends at about 7.92 s. An onset 0.1 s later is in the
+		// 200 ms echo tail; 0.4 s later it is a new question.
+		{"barge-in off, onset in the echo tail", f.conversation(7.92 + 0.1 - 5.45), Config{}, 1, 0, true, 0, 0},
+		{"barge-in off, onset after the echo tail", f.conversation(7.92 + 0.4 - 5.45), Config{}, 2, 0, false, 0, 0},
 		// Speech that began in a 2 s guard and goes on barges in when
 		// the guard ends, at its next voiced frame: the guard ends in a
 		// 70 ms dip of the question (1.10-1.17 s into the file).
