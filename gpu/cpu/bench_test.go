@@ -101,6 +101,22 @@ func BenchmarkMemRead(b *testing.B) {
 	}
 }
 
+// BenchmarkFMAPeak measures the FMA throughput of one core and of all: 12
+// independent 8-lane FMAs per iteration on registers, in GFLOP/s (2 flops
+// per lane): the ceiling the GEMM is compared against.
+func BenchmarkFMAPeak(b *testing.B) {
+	if !haveAsm {
+		b.Skip("no AVX2+FMA")
+	}
+	const iters = 1 << 22
+	for _, par := range []int{1, benchWorkers} {
+		b.Run(fmt.Sprintf("cores=%d", par), func(b *testing.B) {
+			best := timed(b, func() { parallel(par, func(int) { vfmapeak(8 * iters) }) })
+			reportRate(b, best, float64(par)*iters*12*8*2/1e9, "GFLOP/s")
+		})
+	}
+}
+
 // streamRead reads a (a multiple of 32 floats) and returns some sum of it.
 func streamRead(a []float32) float32 {
 	if haveAsm {

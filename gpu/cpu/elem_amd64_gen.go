@@ -50,4 +50,7 @@ func vsumsq(a *float32, m float32, n int) float32
 func vstream(a *float32, n int) float32
 
 //go:noescape
+func vfmapeak(n int)
+
+//go:noescape
 func vmax(a *float32, n int) float32

@@ -40,4 +40,6 @@ func vsumsq(a *float32, m float32, n int) float32 {
 
 func vstream(a *float32, n int) float32 { panic("cpu: no assembly kernels on this architecture") }
 
+func vfmapeak(n int) { panic("cpu: no assembly kernels on this architecture") }
+
 func vmax(a *float32, n int) float32 { panic("cpu: no assembly kernels on this architecture") }

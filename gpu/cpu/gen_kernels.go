@@ -633,6 +633,18 @@ func elemFns() []elemFn {
 				g.reduce8()
 				g.p("\tVMOVSS X0, ret+16(FP)")
 			}},
+		// vfmapeak runs n/8 iterations of 12 independent 8-lane FMAs on
+		// registers (no memory): the FMA peak probe of the benchmarks.
+		{name: "vfmapeak", sig: "(n int)", frame: 8,
+			args: []string{"MOVQ n+0(FP), CX", "VXORPS Y0, Y0, Y0", "VXORPS Y1, Y1, Y1", "VXORPS Y2, Y2, Y2",
+				"VXORPS Y3, Y3, Y3", "VXORPS Y4, Y4, Y4", "VXORPS Y5, Y5, Y5", "VXORPS Y6, Y6, Y6", "VXORPS Y7, Y7, Y7",
+				"VXORPS Y8, Y8, Y8", "VXORPS Y9, Y9, Y9", "VXORPS Y10, Y10, Y10", "VXORPS Y11, Y11, Y11",
+				"VXORPS Y12, Y12, Y12", "VXORPS Y13, Y13, Y13"},
+			body: func(g *gen) {
+				for i := 0; i < 12; i++ {
+					g.p("\tVFMADD231PS Y12, Y13, Y%d", i)
+				}
+			}},
 		{name: "vmax", sig: "(a *float32, n int) float32", frame: 20,
 			args: []string{"MOVQ a+0(FP), SI", "MOVQ n+8(FP), CX", "VMOVUPS " + c("neginf") + ", Y0"},
 			ptrs: []string{"SI"},

@@ -25,12 +25,13 @@ import (
 
 // Blocking of the assembly GEMM (four rows or more). The x micro-panel of a
 // tile (4 rows × kcBlock floats, 8 KB) stays in L1 while the tile walks a
-// column block; the w block (ncBlock rows × kcBlock) stays in L2 while the
-// tiles walk the row block; the spilled accumulators of a row block × column
-// block (mcBlock/4 · ncBlock/3 · 384 bytes) live in L2 as well.
+// column block; the w block (ncBlock rows × kcBlock, 96 KB in bf16) stays in
+// L2 while the tiles walk the row block; the spilled accumulators of a row
+// block × column block (mcBlock/4 · ncBlock/3 · 384 bytes = 384 KB) live in
+// L2 as well. A prompt of up to mcBlock rows streams each weight once.
 const (
 	kcBlock = 512 // multiple of 8
-	mcBlock = 64  // multiple of 4
+	mcBlock = 128 // multiple of 4
 	ncBlock = 96  // multiple of 12 (whole 3- and 4-column tiles)
 )
 
