@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,5 +168,37 @@ func TestMicPrinter(t *testing.T) {
 		if !strings.Contains(log.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, log.String())
 		}
+	}
+}
+
+// Ctrl-C in the middle of a conversation: exit status 0, and the replies so
+// far are written.
+func TestMicCtrlC(t *testing.T) {
+	in := writeConversationWAV(t)
+	out := filepath.Join(t.TempDir(), "o.wav")
+	var stdout, stderr lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"mic", "--model", tiny, "--wav", in, "--out", out, "--realtime", "--max-new-tokens", "60"},
+			&env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }})
+	}()
+	// The signal handler is in place once the banner is out; the first
+	// reply has been generated once its summary line is.
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(stderr.String(), "real-time factor"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reply within a minute: %s", stderr.String())
+		}
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d after SIGINT: %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "bye") || !strings.Contains(stderr.String(), "wrote "+out) {
+		t.Errorf("stderr %q lacks bye and the WAV", stderr.String())
+	}
+	if fi, err := os.Stat(out); err != nil || fi.Size() <= 44 {
+		t.Errorf("reply WAV: %v, %v", fi, err)
 	}
 }
