@@ -311,6 +311,13 @@ func TestPlayerAccounting(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
+	out.fail = nil
+	if err := p.Write([]float32{1}); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("Write after Close = %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
 }
 
 // With no PulseAudio server the errors say what to do.

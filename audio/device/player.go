@@ -96,6 +96,12 @@ func (p *Player) SampleRate() int { return p.rate }
 
 // Write queues pcm (copied) for playing.
 func (p *Player) Write(pcm []float32) error {
+	p.closeMu.Lock()
+	closed := p.closed
+	p.closeMu.Unlock()
+	if closed {
+		return errors.New("play: the player is closed")
+	}
 	if err := p.out.err(); err != nil {
 		return fmt.Errorf("play: %w", err)
 	}
