@@ -258,18 +258,19 @@ func (g *mm) runGo(wk *work, m0, m1, n0, n1 int) {
 func (g *mm) finish(m0, m1, n0, n1 int) {
 	K8 := g.K &^ 7
 	tail := g.K - K8
-	if tail == 0 && g.bias == nil {
+	if tail == 0 && g.bias == nil && K8 > 0 {
 		return
 	}
 	var wt [8]float32 // the tail of one weight row
 	for n := n0; n < n1; n++ {
 		o := n*g.ws + K8
-		switch g.wt {
-		case gpu.F32:
+		switch {
+		case tail == 0: // K = 0: x and w hold no elements
+		case g.wt == gpu.F32:
 			copy(wt[:tail], g.w32[o:o+tail])
-		case gpu.BF16:
+		case g.wt == gpu.BF16:
 			widenBF16(wt[:tail], g.w16[o:o+tail])
-		case gpu.F16:
+		case g.wt == gpu.F16:
 			widenF16(wt[:tail], g.w16[o:o+tail])
 		}
 		var b float32
@@ -282,8 +283,10 @@ func (g *mm) finish(m0, m1, n0, n1 int) {
 			if K8 > 0 {
 				s = g.dst[i]
 			}
-			for k, xv := range g.x[m*g.xs+K8 : m*g.xs+g.K] {
-				s += float32(xv * wt[k])
+			if tail > 0 {
+				for k, xv := range g.x[m*g.xs+K8 : m*g.xs+g.K] {
+					s += float32(xv * wt[k])
+				}
 			}
 			if g.bias != nil {
 				s += b

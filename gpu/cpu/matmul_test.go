@@ -193,6 +193,31 @@ func TestMatMulStridedWeight(t *testing.T) {
 	}
 }
 
+// TestMatMulEmptyK: with K = 0 every output is its bias (or zero).
+func TestMatMulEmptyK(t *testing.T) {
+	for _, ks := range kernelSets(t) {
+		dev, q := newTestDevice(t, 2, ks.asm)
+		x := view(dev, gpu.F32, 3, 0, 2, 0)
+		w := view(dev, gpu.BF16, 5, 0, 1, 0)
+		for _, withBias := range []bool{false, true} {
+			var bias gpu.Tensor
+			if withBias {
+				bias = view(dev, gpu.F32, 1, 5, 0, 0)
+				fillRandom(rand.New(rand.NewPCG(1, 1)), bias)
+			}
+			dst := view(dev, gpu.F32, 3, 5, 0, 0)
+			q.MatMul(dst, x, w, bias)
+			for m := 0; m < 3; m++ {
+				for n := 0; n < 5; n++ {
+					if got, want := at(dst, m, n), biasAt(bias, n); got != want {
+						t.Fatalf("%s bias=%v: dst[%d,%d] = %v, want %v", ks.name, withBias, m, n, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestMatMulNaNWeight: a NaN weight poisons exactly its own column.
 func TestMatMulNaNWeight(t *testing.T) {
 	for _, ks := range kernelSets(t) {
