@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strings"
@@ -183,11 +184,14 @@ type Session struct {
 	last  time.Time
 }
 
-// NewSession starts an empty conversation.
+// NewSession starts an empty conversation. Its ID is random (128 bits), so
+// it can be handed to clients as a conversation handle.
 func (e *Engine) NewSession() *Session {
-	id := fmt.Sprintf("conv-%d", e.nextID.Add(1))
-	return &Session{ID: id, e: e, chat: chat.New(e.m.Tok), last: time.Now()}
+	return &Session{ID: "conv-" + rand.Text(), e: e, chat: chat.New(e.m.Tok), last: time.Now()}
 }
+
+// Options returns the engine's options, defaults filled in.
+func (e *Engine) Options() Options { return e.opts }
 
 // Turns returns the number of completed turns.
 func (s *Session) Turns() int {

@@ -101,12 +101,8 @@ func (t *turn) events(onText func(string) error, onAudio func(*pipeline.AudioEve
 
 // finish frees the turn's conversation and slot and records it.
 func (t *turn) finish(done *pipeline.DoneEvent, fail *pipeline.ErrorEvent, sinkErr error) {
-	// The engine frees the session just after closing the stream: wait for
-	// that, so that a client starting its next turn the moment it sees this
-	// one's end never finds the conversation busy.
-	for i := 0; t.conv.sess.Busy() && i < 20000; i++ {
-		time.Sleep(50 * time.Microsecond)
-	}
+	// The engine frees the session and its slot before it delivers the
+	// terminal event, so a client may start its next turn at once.
 	var tm pipeline.Timings
 	outcome := ""
 	switch {
