@@ -190,6 +190,7 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 			}
 			eng := pipeline.New(m, dev, pipeline.Options{Precision: prec, MaxTurns: *maxConcurrent})
 			log.Info("model loaded", "model", m.Name, "params", m.Params, "took", time.Since(start).Round(time.Millisecond))
+			log.Debug(m.Summary())
 			srv.SetBackend(&server.Backend{Engine: eng, Model: m.Name, Device: fmt.Sprintf("%s, %s", dev.Name(), prec)})
 			loadc <- loaded{m: m, dev: dev, eng: eng}
 		}()

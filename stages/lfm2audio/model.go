@@ -50,6 +50,25 @@ type Model struct {
 	files []*safetensors.File
 }
 
+// Summary describes the loaded model in a few lines (for logs).
+func (m *Model) Summary() string {
+	c := m.Cfg
+	attn := 0
+	for _, t := range c.LFM.LayerTypes {
+		if t != config.LayerConv {
+			attn++
+		}
+	}
+	return fmt.Sprintf("%s: %.3gM parameters bound in %d tensors\n"+
+		"  backbone: LFM2 %d layers (%d attention) × %d, FFN %d, vocab %d\n"+
+		"  encoder: FastConformer %d × %d, %d heads; adapter → %d\n"+
+		"  depthformer: %d × %d, %d codebooks × %d; codec: Mimi, %d samples per frame at %d Hz",
+		m.Name, float64(m.Params)/1e6, len(m.Bound),
+		c.LFM.NumHiddenLayers, attn, c.LFM.HiddenSize, c.LFM.FFNDim(), c.LFM.VocabSize,
+		c.Encoder.NLayers, c.Encoder.DModel, c.Encoder.NHeads, c.LFM.HiddenSize,
+		c.Depthformer.Layers, c.Depthformer.Dim, c.Codebooks, depth.Vocab, m.Codec.FrameSamples(), m.Codec.SampleRate())
+}
+
 // Close releases the checkpoint mappings and device memory.
 func (m *Model) Close() error {
 	var errs []error

@@ -29,6 +29,20 @@ type state struct {
 	errs   []error
 	params int64
 	bound  []string
+	seen   map[string]bool
+}
+
+// record counts a bound tensor once, however often it is bound.
+func (s *state) record(name string, n int64) {
+	if s.seen == nil {
+		s.seen = map[string]bool{}
+	}
+	if s.seen[name] {
+		return
+	}
+	s.seen[name] = true
+	s.params += n
+	s.bound = append(s.bound, name)
 }
 
 // New returns a Binder over file whose tensors become device memory of dev.
@@ -101,8 +115,7 @@ func (b *Binder) Values(name string, shape ...int) []float32 {
 		b.fail(err)
 		return make([]float32, prod(shape))
 	}
-	b.st.params += int64(len(v))
-	b.st.bound = append(b.st.bound, full)
+	b.st.record(full, int64(len(v)))
 	return v
 }
 
@@ -147,7 +160,7 @@ func (b *Binder) Unexpected() []string {
 	return out
 }
 
-// Params returns the number of parameters bound so far.
+// Params returns the number of parameters bound so far (each tensor once).
 func (b *Binder) Params() int64 { return b.st.params }
 
 // Bound returns the names bound so far, in binding order.
@@ -184,8 +197,7 @@ func (b *Binder) lookup(name string, shape []int, record bool) (gpu.Tensor, bool
 		return gpu.Tensor{}, false
 	}
 	if record {
-		b.st.params += int64(rows * cols)
-		b.st.bound = append(b.st.bound, full)
+		b.st.record(full, int64(rows*cols))
 	}
 	return g, true
 }
