@@ -210,7 +210,7 @@ type loop struct {
 	// Playback of the current reply.
 	replyStart  int64 // mic position when its first audio was queued; -1: none yet
 	replyQueued int64 // sink samples of it queued so far
-	lastAudible int64 // mic position when audio was last queued; -1: never
+	lastAudible int64 // mic position when reply audio was last seen queued; -1: never
 
 	// VirtualTime: the simulated loudspeaker.
 	vq      []float32 // vq[vh:] is queued, not yet played

@@ -531,3 +531,19 @@ func TestKindString(t *testing.T) {
 		t.Errorf("Kind(99) = %q", s)
 	}
 }
+
+// A conversation that outgrows the context starts a new one instead of
+// failing: 85 prompt rows + 60 steps fit in 200 positions, a second turn
+// on top does not.
+func TestHistoryReset(t *testing.T) {
+	f := load(t)
+	e := pipeline.New(f.m, f.dev, pipeline.Options{MaxContext: 200})
+	defer e.Close()
+	_, evs := runVirtual(t, e, f.conversation(4), 24000, Config{})
+	if n, r := len(evs.of(TurnEnd)), len(evs.of(HistoryReset)); n != 2 || r != 1 {
+		t.Fatalf("%d turns, %d history resets; want 2, 1", n, r)
+	}
+	if ends := evs.of(TurnEnd); ends[1].Err != nil || ends[1].Timings.PromptRows != ends[0].Timings.PromptRows {
+		t.Errorf("turn 2: %v, %d prompt rows; want a fresh conversation's %d", ends[1].Err, ends[1].Timings.PromptRows, ends[0].Timings.PromptRows)
+	}
+}
