@@ -23,9 +23,10 @@
 //   - floor: the lowest level of the last FloorWindow (4 s) of FloorSmooth
 //     (250 ms) means, never below MinFloorDB; at start-up the window holds
 //     one reading of InitialFloorDB, so that speech at the very start of a
-//     stream is still heard. Digital silence (exact zeros, as from a muted
-//     or starting device) does not count: it says nothing about the room;
-//     while the window holds nothing else, the floor is InitialFloorDB;
+//     stream is still heard. Digital silence (a quarter frame or more of
+//     exact zeros, as from a muted or starting device) does not count: it
+//     says nothing about the room; while the window holds nothing else,
+//     the floor is InitialFloorDB;
 //   - onset: a level above floor+StartDB starts a candidate; if the level
 //     stays at or above floor+StopDB for MinSpeech, speech has started at the
 //     candidate's first frame (Start event). A dip below floor+StopDB sooner
@@ -375,14 +376,25 @@ func (d *Detector) cut() Event {
 // step analyses the frame in d.part, which ends at d.pos.
 func (d *Detector) step() (Event, bool) {
 	var p float64
+	run, longest := 0, 0 // exact zeros in a row
 	for _, x := range d.part {
 		v := float64(x)
 		if v != v || math.IsInf(v, 0) { // NaN or ±Inf: count as silence
+			v = 0
+		}
+		if v == 0 {
+			run++
+			longest = max(longest, run)
 			continue
 		}
+		run = 0
 		p += v * v
 	}
 	p /= float64(len(d.part))
+	// A quarter frame of exact zeros is a device's digital silence (a
+	// microphone's own noise is never that quiet): such a frame, even one
+	// half filled by sound, says nothing about the room's noise.
+	digital := 4*longest >= len(d.part)
 	level := toDB(d.short.add(p))
 	d.level = level
 	// The floor: the minimum of the slow level over the window (the
@@ -393,7 +405,7 @@ func (d *Detector) step() (Event, bool) {
 	}
 	// Digital silence (a muted or starting device: no microphone is that
 	// quiet) says nothing about the room's noise.
-	if toDB(p) > silenceDB {
+	if !digital {
 		slow := toDB(d.long.add(p))
 		for len(d.floorQ) > 0 && d.floorQ[len(d.floorQ)-1].db >= slow {
 			d.floorQ = d.floorQ[:len(d.floorQ)-1]

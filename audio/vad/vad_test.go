@@ -82,6 +82,9 @@ func TestSynthetic(t *testing.T) {
 		// A device that starts (or stays muted) with exact zeros: they do
 		// not pull the floor down, so the room's noise is not speech.
 		{"noise after digital silence", base, 0, synth(seg{dur: 6 * time.Second}, seg{dur: 5 * time.Second, noise: -45}), nil},
+		// ... also when the noise begins inside a frame.
+		{"noise after digital silence, mid-frame", base, 0, synth(seg{dur: 6*time.Second + ms(9) + 900*time.Microsecond}, seg{dur: 5 * time.Second, noise: -45}), nil},
+		{"noise after a short drop-out", base, 0, synth(seg{dur: 3 * time.Second, noise: -45}, seg{dur: ms(23)}, seg{dur: 5 * time.Second, noise: -45}), nil},
 		{"voice after digital silence", base, 0, synth(seg{dur: 6 * time.Second}, seg{dur: time.Second, noise: -50},
 			seg{dur: time.Second, tone: -25, noise: -50}, seg{dur: 2 * time.Second, noise: -50}), []span{{7, 8, false}}},
 		{"fluctuating noise", base, 0, synth(
