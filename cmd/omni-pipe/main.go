@@ -55,9 +55,6 @@ type usageError struct{ msg string }
 
 func (u usageError) Error() string { return u.msg }
 
-// errNotBuilt marks a command whose engine is not there yet.
-var errNotBuilt = errors.New("not built yet")
-
 func main() {
 	os.Exit(run(os.Args[1:], &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}))
 }
@@ -107,9 +104,6 @@ func run(args []string, e *env) int {
 		fmt.Fprintf(e.stderr, "omni-pipe %s: %v\n", name, err)
 		fmt.Fprintf(e.stderr, "run 'omni-pipe help %s' for usage\n", name)
 		return exitUsage
-	case errors.Is(err, errNotBuilt):
-		fmt.Fprintf(e.stderr, "omni-pipe %s: %v\n", name, err)
-		return exitError
 	default:
 		fmt.Fprintf(e.stderr, "omni-pipe %s: %v\n", name, err)
 		return exitError
