@@ -13,3 +13,11 @@ if [ -f "$client/package.json" ] && command -v npm >/dev/null 2>&1; then
 fi
 
 go test "$@" ./...
+
+# Real audio I/O against a private PulseAudio server (build tag "pulse"):
+# run when pulseaudio is installed (.ci/run installs it).
+if command -v pulseaudio >/dev/null 2>&1; then
+  go test "$@" -tags pulse ./audio/device ./pipeline/live
+else
+  echo "scripts/test.sh: pulseaudio not installed: the -tags pulse device tests were not run" >&2
+fi
