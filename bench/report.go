@@ -34,6 +34,8 @@ type ModelInfo struct {
 	Threads   int         `json:"threads"`
 	Precision string      `json:"precision"`
 	Weights   WeightBytes `json:"loop_weight_bytes"`
+	// Holding says how the weights are held (Options.Weights).
+	Holding string `json:"weights_held,omitempty"`
 }
 
 // Machine describes the host.
@@ -158,7 +160,7 @@ type Floors struct {
 func newReport(m *lfm2audio.Model, dev gpu.Device, threads int, o Options, bw Bandwidth) *Report {
 	r := &Report{
 		Model: ModelInfo{Name: m.Name, Params: m.Params, Device: dev.Name(), Threads: threads,
-			Precision: o.Precision.String(), Weights: ModelWeightBytes(m)},
+			Precision: o.Precision.String(), Weights: ModelWeightBytes(m), Holding: o.Weights},
 		Machine: Machine{CPU: cpuName(), Cores: runtime.NumCPU(), GOARCH: runtime.GOARCH, Go: runtime.Version(), Bandwidth: bw},
 		Input: Input{Source: o.ClipSource, SampleRate: o.Clip.SampleRate,
 			Seconds: float64(len(o.Clip.Samples)) / float64(o.Clip.SampleRate)},
@@ -298,7 +300,11 @@ func (r *Report) Stage(key string) (StageStat, bool) {
 func (r *Report) Print(w io.Writer) error {
 	bw := &errWriter{w: w}
 	m, mc, in, st := r.Model, r.Machine, r.Input, r.Settings
-	fmt.Fprintf(bw, "model      %s: %s parameters, precision %s, %s\n", m.Name, count(m.Params), m.Precision, m.Device)
+	fmt.Fprintf(bw, "model      %s: %s parameters, precision %s, %s", m.Name, count(m.Params), m.Precision, m.Device)
+	if m.Holding != "" {
+		fmt.Fprintf(bw, ", weights %s", m.Holding)
+	}
+	fmt.Fprintln(bw)
 	fmt.Fprintf(bw, "machine    %s, %d cores, %s; memcpy %.1f GB/s, read %.1f GB/s (%d threads)\n",
 		mc.CPU, mc.Cores, mc.Go, mc.Bandwidth.CopyGBs, mc.Bandwidth.ReadGBs, mc.Bandwidth.Threads)
 	fmt.Fprintf(bw, "input      %s: %.2f s at %d Hz\n", in.Source, in.Seconds, in.SampleRate)

@@ -50,6 +50,9 @@ type Options struct {
 	Bandwidth *Bandwidth
 	// Progress, when set, receives a line per turn.
 	Progress io.Writer
+	// Weights says how the weights are held (memory-mapped files or read
+	// into memory), for the report.
+	Weights string
 }
 
 // Run runs turns of m on dev through the engine, one at a time, each in a

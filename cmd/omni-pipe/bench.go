@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"time"
 
@@ -46,6 +47,7 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 	allowStop := fs.Bool("allow-stop", false, "let the model end its text, turn or speech (default: such picks are replaced by the next best, so every turn runs --max-new-tokens steps)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the turns (go tool pprof) to this file")
+	noMmap := fs.Bool("no-mmap", false, "read the weights into memory instead of mapping the files (for hosts whose memory reclaimer pages out cold mapped files; see docs/performance.md)")
 	return func(args []string) error {
 		if err := noArgs(args); err != nil {
 			return err
@@ -77,10 +79,10 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 			prec nn.Precision
 		)
 		if *synthetic {
-			m, dev, prec, err = openSynthetic(&mf, *synthDir, e)
+			m, dev, prec, err = openSynthetic(&mf, *synthDir, *noMmap, e)
 		} else {
 			fmt.Fprintf(e.stderr, "loading %s\n", mf.dir)
-			m, dev, prec, err = openModel(&mf)
+			m, dev, prec, err = openModel(&mf, *noMmap)
 		}
 		if err != nil {
 			return err
@@ -92,7 +94,10 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 		opts := bench.Options{
 			Clip: clip, ClipSource: source, Turns: *turns, Warmup: *warmup, MaxNewTokens: *maxNew,
 			AudioSampling: pipeline.DefaultAudio, Seed: *seed, AllowStop: *allowStop,
-			Precision: prec, Bandwidth: &bw, Progress: e.stderr,
+			Precision: prec, Bandwidth: &bw, Progress: e.stderr, Weights: "memory-mapped",
+		}
+		if *noMmap {
+			opts.Weights = "read into memory"
 		}
 		if *greedy {
 			opts.AudioSampling = pipeline.Sampling{}
@@ -121,31 +126,53 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 	}
 }
 
-// openModel loads the --model folder.
-func openModel(mf *modelFlags) (*lfm2audio.Model, *cpu.Device, nn.Precision, error) {
-	m, dev, p, err := mf.open()
+// benchPrecision validates the device and precision flags.
+func benchPrecision(mf *modelFlags) (nn.Precision, error) {
+	p, err := nn.ParsePrecision(mf.precision)
+	if err != nil {
+		return 0, usageError{err.Error()}
+	}
+	if mf.device != "cpu" {
+		return 0, usageError{fmt.Sprintf("device %q is not available in this build (cpu is)", mf.device)}
+	}
+	return p, nil
+}
+
+// openModel loads the --model folder, mapped or (noMmap) read.
+func openModel(mf *modelFlags, noMmap bool) (*lfm2audio.Model, *cpu.Device, nn.Precision, error) {
+	p, err := benchPrecision(mf)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	d, ok := dev.(*cpu.Device)
-	if !ok {
-		m.Close()
-		dev.Close()
-		return nil, nil, 0, fmt.Errorf("bench runs on the cpu device, not %s", dev.Name())
+	m, dev, err := loadDir(mf.dir, mf.threads, noMmap)
+	return m, dev, p, err
+}
+
+// loadDir loads a checkpoint folder on a new CPU device: memory-mapped, or
+// (read) copied into memory.
+func loadDir(dir string, threads int, read bool) (*lfm2audio.Model, *cpu.Device, error) {
+	dev := cpu.New(threads)
+	var m *lfm2audio.Model
+	var err error
+	if read {
+		m, err = lfm2audio.LoadFS(dev, os.DirFS(dir), filepath.Base(filepath.Clean(dir)))
+	} else {
+		m, err = lfm2audio.Load(dev, dir)
 	}
-	return m, d, p, nil
+	if err != nil {
+		dev.Close()
+		return nil, nil, err
+	}
+	return m, dev, nil
 }
 
 // openSynthetic writes the real-size synthetic checkpoint (into dir, or a
 // temporary folder removed once loaded: the mapping keeps the data) and
 // loads it.
-func openSynthetic(mf *modelFlags, dir string, e *env) (*lfm2audio.Model, *cpu.Device, nn.Precision, error) {
-	p, err := nn.ParsePrecision(mf.precision)
+func openSynthetic(mf *modelFlags, dir string, noMmap bool, e *env) (*lfm2audio.Model, *cpu.Device, nn.Precision, error) {
+	p, err := benchPrecision(mf)
 	if err != nil {
-		return nil, nil, 0, usageError{err.Error()}
-	}
-	if mf.device != "cpu" {
-		return nil, nil, 0, usageError{fmt.Sprintf("device %q is not available in this build (cpu is)", mf.device)}
+		return nil, nil, 0, err
 	}
 	ck := bench.Real()
 	size, err := ck.Bytes()
@@ -164,10 +191,8 @@ func openSynthetic(mf *modelFlags, dir string, e *env) (*lfm2audio.Model, *cpu.D
 		return nil, nil, 0, fmt.Errorf("synthetic checkpoint: %w", err)
 	}
 	fmt.Fprintf(e.stderr, "written in %.1f s; loading\n", time.Since(start).Seconds())
-	dev := cpu.New(mf.threads)
-	m, err := lfm2audio.Load(dev, dir)
+	m, dev, err := loadDir(dir, mf.threads, noMmap)
 	if err != nil {
-		dev.Close()
 		return nil, nil, 0, err
 	}
 	m.Name = "LFM2-Audio-1.5B (synthetic)"

@@ -53,7 +53,7 @@ func TestBenchCommand(t *testing.T) {
 	}
 
 	prof := filepath.Join(t.TempDir(), "cpu.prof")
-	code, out, errOut = runCmd(t, "", append(args, "--json", "--greedy", "--turns", "1", "--cpuprofile", prof)...)
+	code, out, errOut = runCmd(t, "", append(args, "--json", "--greedy", "--turns", "1", "--cpuprofile", prof, "--no-mmap")...)
 	if code != exitOK {
 		t.Fatalf("--json: exit %d: %s", code, errOut)
 	}
@@ -74,6 +74,9 @@ func TestBenchCommand(t *testing.T) {
 	}
 	if rep.Machine.Bandwidth.CopyGBs <= 0 || rep.Floors.AudioFrame <= 0 {
 		t.Errorf("machine %+v, floors %+v: want a measured bandwidth and a floor", rep.Machine, rep.Floors)
+	}
+	if rep.Model.Holding != "read into memory" {
+		t.Errorf("--no-mmap: weights %q", rep.Model.Holding)
 	}
 	if st, err := os.Stat(prof); err != nil || st.Size() == 0 {
 		t.Errorf("--cpuprofile wrote no profile: %v", err)

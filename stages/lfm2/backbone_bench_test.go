@@ -1,6 +1,7 @@
 package lfm2_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"github.com/omni-pipe/omni-pipe/bench"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2"
+	"github.com/omni-pipe/omni-pipe/stages/mimi"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
 	"github.com/omni-pipe/omni-pipe/stages/weights"
@@ -107,7 +109,11 @@ func reportFloor(b *testing.B, unit string, bytes int64, bw bench.Bandwidth) {
 
 // BenchmarkBackboneDecodeStep is one generation step: one row through the
 // 16 layers, then (text) the 65536 × 2048 tied text head and the logits
-// read back, or (audio) the hidden row read back for the depthformer. The
+// read back, or (audio) the hidden row read back for the depthformer;
+// audio+codec runs the audio step while another goroutine streams Mimi
+// frames on the same device, as the engine's codec stage does while the
+// backbone steps (docs/performance.md: the two stages' fork-join ops slow
+// each other far more than sharing the cores explains). The
 // cache grows from 93 to 153 positions and is then rebuilt, untimed, as in
 // the reference's micro-benchmark. GB/s is weight bytes per second of step;
 // floor-ms and memcpy-floor-ms are the weight bytes over the measured read
@@ -115,8 +121,13 @@ func reportFloor(b *testing.B, unit string, bytes int64, bw bench.Bandwidth) {
 func BenchmarkBackboneDecodeStep(b *testing.B) {
 	r := realModel(b)
 	H, V := r.m.Cfg.HiddenSize, r.m.Cfg.VocabSize
-	for _, kind := range []string{"text", "audio"} {
+	for _, kind := range []string{"text", "audio", "audio+codec"} {
 		b.Run(kind, func(b *testing.B) {
+			if kind == "audio+codec" {
+				stop := make(chan struct{})
+				done := decodeLoop(b, r.dev, stop)
+				defer func() { close(stop); <-done }()
+			}
 			c := nn.NewCtx(r.dev, r.dev.NewQueue("bench"), nn.BF16)
 			defer c.A.Free()
 			rng := rand.New(rand.NewPCG(1, 2))
@@ -155,6 +166,51 @@ func BenchmarkBackboneDecodeStep(b *testing.B) {
 			reportFloor(b, "ms/step", bytes, r.bw)
 		})
 	}
+}
+
+// decodeLoop streams Mimi frames (the official decoder's sizes, random
+// weights) on dev until stop closes, as the engine's codec stage does
+// while the backbone steps; done closes after.
+func decodeLoop(b *testing.B, dev *cpu.Device, stop <-chan struct{}) (done <-chan struct{}) {
+	cfg := mimi.DefaultConfig()
+	specs, err := bench.MimiTensors(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	data, err := bench.Safetensors(specs, 1, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := safetensors.Parse(data, "synthetic Mimi")
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := mimi.New(dev, f, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		defer d.Close()
+		s := d.NewStream()
+		defer s.Close()
+		frame := make([][mimi.NumCodebooks]int, 1)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for c := range frame[0] {
+				frame[0][c] = (i*7 + c*131) % cfg.Quantizer.Bins
+			}
+			if _, err := s.DecodeFrames(context.Background(), frame); err != nil {
+				panic(err)
+			}
+		}
+	}()
+	return ch
 }
 
 // BenchmarkBackbonePrefill runs a 93-row prompt into a fresh cache and the
