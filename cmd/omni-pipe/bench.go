@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime/pprof"
 	"time"
 
@@ -47,7 +46,6 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 	allowStop := fs.Bool("allow-stop", false, "let the model end its text, turn or speech (default: such picks are replaced by the next best, so every turn runs --max-new-tokens steps)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the turns (go tool pprof) to this file")
-	noMmap := fs.Bool("no-mmap", false, "read the weights into memory instead of mapping the files (for hosts whose memory reclaimer pages out cold mapped files; see docs/performance.md)")
 	return func(args []string) error {
 		if err := noArgs(args); err != nil {
 			return err
@@ -79,10 +77,10 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 			prec nn.Precision
 		)
 		if *synthetic {
-			m, dev, prec, err = openSynthetic(&mf, *synthDir, *noMmap, e)
+			m, dev, prec, err = openSynthetic(&mf, *synthDir, e)
 		} else {
 			fmt.Fprintf(e.stderr, "loading %s\n", mf.dir)
-			m, dev, prec, err = openModel(&mf, *noMmap)
+			m, dev, prec, err = mf.open()
 		}
 		if err != nil {
 			return err
@@ -96,7 +94,7 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 			AudioSampling: pipeline.DefaultAudio, Seed: *seed, AllowStop: *allowStop,
 			Precision: prec, Bandwidth: &bw, Progress: e.stderr, Weights: "memory-mapped",
 		}
-		if *noMmap {
+		if mf.noMmap {
 			opts.Weights = "read into memory"
 		}
 		if *greedy {
@@ -126,52 +124,11 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 	}
 }
 
-// benchPrecision validates the device and precision flags.
-func benchPrecision(mf *modelFlags) (nn.Precision, error) {
-	p, err := nn.ParsePrecision(mf.precision)
-	if err != nil {
-		return 0, usageError{err.Error()}
-	}
-	if mf.device != "cpu" {
-		return 0, usageError{fmt.Sprintf("device %q is not available in this build (cpu is)", mf.device)}
-	}
-	return p, nil
-}
-
-// openModel loads the --model folder, mapped or (noMmap) read.
-func openModel(mf *modelFlags, noMmap bool) (*lfm2audio.Model, *cpu.Device, nn.Precision, error) {
-	p, err := benchPrecision(mf)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	m, dev, err := loadDir(mf.dir, mf.threads, noMmap)
-	return m, dev, p, err
-}
-
-// loadDir loads a checkpoint folder on a new CPU device: memory-mapped, or
-// (read) copied into memory.
-func loadDir(dir string, threads int, read bool) (*lfm2audio.Model, *cpu.Device, error) {
-	dev := cpu.New(threads)
-	var m *lfm2audio.Model
-	var err error
-	if read {
-		m, err = lfm2audio.LoadFS(dev, os.DirFS(dir), filepath.Base(filepath.Clean(dir)))
-	} else {
-		m, err = lfm2audio.Load(dev, dir)
-	}
-	if err != nil {
-		dev.Close()
-		return nil, nil, err
-	}
-	return m, dev, nil
-}
-
 // openSynthetic writes the real-size synthetic checkpoint (into dir, or a
 // temporary folder removed once loaded: the mapping keeps the data) and
 // loads it.
-func openSynthetic(mf *modelFlags, dir string, noMmap bool, e *env) (*lfm2audio.Model, *cpu.Device, nn.Precision, error) {
-	p, err := benchPrecision(mf)
-	if err != nil {
+func openSynthetic(mf *modelFlags, dir string, e *env) (*lfm2audio.Model, *cpu.Device, nn.Precision, error) {
+	if _, err := mf.check(); err != nil {
 		return nil, nil, 0, err
 	}
 	ck := bench.Real()
@@ -191,7 +148,7 @@ func openSynthetic(mf *modelFlags, dir string, noMmap bool, e *env) (*lfm2audio.
 		return nil, nil, 0, fmt.Errorf("synthetic checkpoint: %w", err)
 	}
 	fmt.Fprintf(e.stderr, "written in %.1f s; loading\n", time.Since(start).Seconds())
-	m, dev, err := loadDir(dir, mf.threads, noMmap)
+	m, dev, p, err := mf.openDir(dir)
 	if err != nil {
 		return nil, nil, 0, err
 	}

@@ -220,7 +220,10 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 func openServeModel(mf *modelFlags) (*lfm2audio.Model, gpu.Device, error) {
 	if mf.dir != "" {
 		m, dev, _, err := mf.open()
-		return m, dev, err
+		if err != nil {
+			return nil, nil, err
+		}
+		return m, dev, nil
 	}
 	dev := cpu.New(mf.threads)
 	m, err := demomodel.Load(dev)
