@@ -233,3 +233,39 @@ func TestStartErrors(t *testing.T) {
 	st.Cancel()
 	collect(t, st, time.Minute)
 }
+
+// TestCloseWithTurnsInTheFrontEnd: turns cancelled while they sit in the
+// go-streams log-mel/encoder flow are drained on Close, and every goroutine
+// the engine started (the flow's included) returns.
+func TestCloseWithTurnsInTheFrontEnd(t *testing.T) {
+	m, dev := loadTiny(t)
+	ref, err := refcase.Open(fixtureDir + "case2_tone_noise_24k.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	clip, err := ref.Clip("input_wav")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	e := New(m, dev, Options{MaxTurns: 6})
+	var streams []*Stream
+	for range 6 {
+		ctx, cancel := context.WithCancel(context.Background())
+		st, err := e.Start(ctx, e.NewSession(), Request{Audio: clip, MaxNewTokens: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancel() // while the clip waits for or runs through the front end
+		streams = append(streams, st)
+	}
+	for _, st := range streams {
+		if c := collect(t, st, time.Minute); !errors.Is(c.err, context.Canceled) {
+			t.Errorf("stream ended with %v, want context.Canceled", c.err)
+		}
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
