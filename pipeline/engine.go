@@ -124,8 +124,8 @@ func New(m *lfm2audio.Model, dev gpu.Device, opts Options) *Engine {
 	}
 	e.front = newFrontend(e)
 	e.wg.Add(3)
-	go e.backboneLoop()
-	go e.depthLoop()
+	go e.actor(StageBackbone, e.bbIn, e.backboneStep)
+	go e.actor(StageDepth, e.depthIn, e.depthStep)
 	go e.codecLoop()
 	return e
 }

@@ -173,16 +173,16 @@ func (e *Engine) gather(in chan *turn, batch []*turn, limit int) []*turn {
 	return batch
 }
 
-// backboneLoop runs backbone steps: each iteration serves every turn whose
-// next input is ready (prompts and fed-back tokens or frames) in one
-// batched forward pass, samples text where the step is a text step, and
-// hands audio steps to the depthformer.
-func (e *Engine) backboneLoop() {
+// actor runs a batching stage: it gathers every pending turn of in (up to
+// MaxBatch; the rest waits for the next round) and computes them as one
+// batch with step, whose result is the turns that stay in this stage for
+// another round. It returns when the engine stops.
+func (e *Engine) actor(name string, in chan *turn, step func(*nn.Ctx, []*turn) []*turn) {
 	defer e.wg.Done()
-	c := nn.NewCtx(e.dev, e.dev.NewQueue(StageBackbone), e.opts.Precision)
+	c := nn.NewCtx(e.dev, e.dev.NewQueue(name), e.opts.Precision)
 	var carry []*turn
 	for {
-		batch := e.gather(e.bbIn, carry, e.opts.MaxBatch)
+		batch := e.gather(in, carry, e.opts.MaxBatch)
 		if batch == nil {
 			return
 		}
@@ -190,10 +190,14 @@ func (e *Engine) backboneLoop() {
 		if len(batch) > e.opts.MaxBatch {
 			batch, carry = batch[:e.opts.MaxBatch], slices.Clone(batch[e.opts.MaxBatch:])
 		}
-		carry = append(carry, e.backboneStep(c, batch)...)
+		carry = append(carry, step(c, batch)...)
 	}
 }
 
+// backboneStep serves every turn whose next input is ready (prompts and
+// fed-back tokens or frames) in one batched forward pass, samples text
+// where the step is a text step, and hands audio steps to the
+// depthformer; it returns the turns whose next step is a text step again.
 func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next []*turn) {
 	m := e.m
 	H := m.Cfg.LFM.HiddenSize
@@ -429,26 +433,10 @@ func (e *Engine) advance(t *turn) bool {
 	return true
 }
 
-// depthLoop samples audio frames for every turn whose backbone row is
-// ready, in one batched depthformer pass.
-func (e *Engine) depthLoop() {
-	defer e.wg.Done()
-	c := nn.NewCtx(e.dev, e.dev.NewQueue(StageDepth), e.opts.Precision)
-	var carry []*turn
-	for {
-		batch := e.gather(e.depthIn, carry, e.opts.MaxBatch)
-		if batch == nil {
-			return
-		}
-		carry = nil
-		if len(batch) > e.opts.MaxBatch {
-			batch, carry = batch[:e.opts.MaxBatch], slices.Clone(batch[e.opts.MaxBatch:])
-		}
-		e.depthStep(c, batch)
-	}
-}
-
-func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) {
+// depthStep samples an audio frame for every turn whose backbone row is
+// ready, in one batched depthformer pass, and sends each turn back to the
+// backbone (and its frame to the codec).
+func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) []*turn {
 	live := batch[:0:0]
 	for _, t := range batch {
 		if err := t.failed(); err != nil {
@@ -458,7 +446,7 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) {
 		live = append(live, t)
 	}
 	if len(live) == 0 {
-		return
+		return nil
 	}
 	start := time.Now()
 	c.A.Reset()
@@ -517,6 +505,7 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) {
 			e.bbIn <- t
 		}
 	}
+	return nil
 }
 
 // codecMsg is a frame to decode for t, or (final) the end of t.
