@@ -575,9 +575,9 @@ func (e *Engine) decode(t *turn, msgs []codecMsg) {
 	if t.failed() != nil {
 		return // cancelled: no more audio
 	}
-	frames := make([][mimi.NumCodebooks]int, len(msgs))
+	frames := make([][]int, len(msgs))
 	for k, m := range msgs {
-		copy(frames[k][:], m.frame)
+		frames[k] = m.frame
 	}
 	start := time.Now()
 	if t.codec.stream == nil {

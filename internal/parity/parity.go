@@ -33,7 +33,6 @@ import (
 	"github.com/omni-pipe/omni-pipe/pipeline"
 	"github.com/omni-pipe/omni-pipe/stages/depth"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
-	"github.com/omni-pipe/omni-pipe/stages/mimi"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 )
 
@@ -534,11 +533,12 @@ func (c *comparer) codec(ctx context.Context, m *lfm2audio.Model) error {
 	stream, _ := c.ref.Floats("wav_mimi_stream")
 	shape := c.ref.Shape("mimi_codes")
 	CB, T := shape[0], shape[1]
-	if CB != mimi.NumCodebooks || T == 0 {
+	if CB != m.Codec.Codebooks() || T == 0 {
 		return nil
 	}
-	frames := make([][mimi.NumCodebooks]int, T)
+	frames := make([][]int, T)
 	for f := range T {
+		frames[f] = make([]int, CB)
 		for i := range CB {
 			frames[f][i] = codes[i*T+f]
 		}

@@ -195,7 +195,7 @@ func decodeLoop(b *testing.B, dev *cpu.Device, stop <-chan struct{}) (done <-cha
 		defer d.Close()
 		s := d.NewStream()
 		defer s.Close()
-		frame := make([][mimi.NumCodebooks]int, 1)
+		frame := [][]int{make([]int, mimi.NumCodebooks)}
 		for i := 0; ; i++ {
 			select {
 			case <-stop:

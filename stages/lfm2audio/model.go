@@ -224,6 +224,9 @@ func (m *Model) loadCodec(dev gpu.Device, src source) error {
 			return fmt.Errorf("mimi_config.json: %w", err)
 		}
 	}
+	// The codec decodes as many codebooks as the model emits per frame
+	// (moshi's set_num_codebooks).
+	cfg.NumCodebooksActive = m.Cfg.Codebooks
 	f, err := src.open(name)
 	if err != nil {
 		return err

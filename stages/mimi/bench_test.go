@@ -29,7 +29,7 @@ func BenchmarkDecodeFrame(b *testing.B) {
 			defer d.Close()
 			s := d.NewStream()
 			defer s.Close()
-			codes := randomCodes(rand.New(rand.NewPCG(1, 2)), 64, cfg.Quantizer.Bins)
+			codes := randomCodes(rand.New(rand.NewPCG(1, 2)), 64, NumCodebooks, cfg.Quantizer.Bins)
 			ctx := context.Background()
 			out := make([]float32, 0, d.FrameSamples())
 			// Warm the arena and the caches.

@@ -9,7 +9,7 @@ import (
 )
 
 // NumCodebooks is the number of codebooks LFM2-Audio emits per frame and
-// Mimi decodes (moshi's set_num_codebooks(8)).
+// Mimi decodes by default (moshi's get_mimi: set_num_codebooks(8)).
 const NumCodebooks = 8
 
 // Config is a Mimi model's construction arguments in the layout of moshi's
@@ -30,8 +30,9 @@ type Config struct {
 	// true): the upsampling transposed convolution is depthwise.
 	UpsampleChannelWise *bool `json:"upsample_channel_wise_bug,omitempty"`
 	Causal              bool  `json:"causal"`
-	// NumCodebooksActive is the number of codebooks decoded per frame; it
-	// must be NumCodebooks.
+	// NumCodebooksActive is the number of codebooks decoded per frame: the
+	// semantic ones, then the first acoustic ones (moshi's
+	// set_num_codebooks). A model emitting K codes per frame decodes with K.
 	NumCodebooksActive int `json:"num_codebooks_active"`
 }
 
@@ -222,9 +223,9 @@ func (c *Config) Validate() error {
 
 	inRange("quantizer_kwargs.dimension", q.Dimension, 1, maxDim)
 	inRange("quantizer_kwargs.bins", q.Bins, 1, maxBins)
-	inRange("quantizer_kwargs.n_q_semantic", q.NQSemantic, 1, NumCodebooks-1)
-	inRange("quantizer_kwargs.n_q", q.NQ, NumCodebooks, maxLayers)
-	inRange("num_codebooks_active", c.NumCodebooksActive, NumCodebooks, NumCodebooks)
+	inRange("quantizer_kwargs.n_q", q.NQ, 2, maxLayers)
+	inRange("quantizer_kwargs.n_q_semantic", q.NQSemantic, 1, q.NQ-1)
+	inRange("num_codebooks_active", c.NumCodebooksActive, q.NQSemantic+1, q.NQ)
 	if q.OutputDimension != s.Dimension {
 		bad("quantizer_kwargs.output_dimension = %d, want seanet dimension %d", q.OutputDimension, s.Dimension)
 	}

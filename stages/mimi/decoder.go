@@ -1,7 +1,7 @@
 // Package mimi decodes LFM2-Audio's audio codes to 24 kHz speech with
 // Kyutai's Mimi codec (the decoder half of moshi's MimiModel), streamed.
 //
-// A frame is NumCodebooks codes (one 80 ms step at 12.5 Hz). Decoding runs,
+// A frame is Codebooks() codes (one 80 ms step at 12.5 Hz). Decoding runs,
 // in float32 throughout:
 //
 //	codes [T, 8] → split RVQ: rvq_first (codebook 0) and rvq_rest (1..7)
@@ -212,7 +212,7 @@ func (d *Decoder) bind(bl *builder, wb *weights.Binder) {
 
 	// Quantizer.
 	d.first = bindRVQ(bl, wb.Sub("quantizer.rvq_first"), qc, qc.NQSemantic, qc.NQSemantic)
-	d.rest = bindRVQ(bl, wb.Sub("quantizer.rvq_rest"), qc, qc.NQ-qc.NQSemantic, NumCodebooks-qc.NQSemantic)
+	d.rest = bindRVQ(bl, wb.Sub("quantizer.rvq_rest"), qc, qc.NQ-qc.NQSemantic, cfg.NumCodebooksActive-qc.NQSemantic)
 
 	// Upsampling from the frame rate to the SEANet rate.
 	dim := s.Dimension
@@ -308,6 +308,9 @@ func (d *Decoder) Config() Config { return d.cfg }
 // SampleRate returns the output sample rate in Hz.
 func (d *Decoder) SampleRate() int { return d.cfg.SampleRate }
 
+// Codebooks returns the number of codes each frame holds.
+func (d *Decoder) Codebooks() int { return d.cfg.NumCodebooksActive }
+
 // FrameSamples returns the number of samples each frame decodes to.
 func (d *Decoder) FrameSamples() int { return d.frameLen }
 
@@ -335,7 +338,7 @@ func (d *Decoder) free() {
 
 // Decode decodes a whole utterance with a fresh stream: the same
 // computation as streaming the frames in any number of calls.
-func (d *Decoder) Decode(ctx context.Context, codes [][NumCodebooks]int) ([]float32, error) {
+func (d *Decoder) Decode(ctx context.Context, codes [][]int) ([]float32, error) {
 	s := d.NewStream()
 	defer s.Close()
 	return s.DecodeFrames(ctx, codes)
@@ -409,14 +412,14 @@ func (s *Stream) Close() {
 // len(codes)·FrameSamples() samples. Codes must lie in 0..bins−1; a frame
 // holding the end-of-audio code (bins) gives an error wrapping
 // ErrEndOfAudio, and any bad code leaves the stream untouched.
-func (s *Stream) DecodeFrames(ctx context.Context, codes [][NumCodebooks]int) ([]float32, error) {
+func (s *Stream) DecodeFrames(ctx context.Context, codes [][]int) ([]float32, error) {
 	return s.AppendFrames(ctx, nil, codes)
 }
 
 // AppendFrames is DecodeFrames appending the samples to dst. When ctx ends
 // during a call, it returns the samples of the frames decoded so far (the
 // stream has advanced by those frames) and ctx's error.
-func (s *Stream) AppendFrames(ctx context.Context, dst []float32, codes [][NumCodebooks]int) ([]float32, error) {
+func (s *Stream) AppendFrames(ctx context.Context, dst []float32, codes [][]int) ([]float32, error) {
 	d := s.d
 	if err := d.checkCodes(codes); err != nil {
 		return dst, err
@@ -453,9 +456,13 @@ func grow(s []float32, n int) []float32 {
 	return g
 }
 
-// checkCodes rejects end-of-audio frames and codes outside the codebooks.
-func (d *Decoder) checkCodes(codes [][NumCodebooks]int) error {
+// checkCodes rejects frames of the wrong size, end-of-audio frames and
+// codes outside the codebooks.
+func (d *Decoder) checkCodes(codes [][]int) error {
 	for f, fr := range codes {
+		if len(fr) != d.cfg.NumCodebooksActive {
+			return fmt.Errorf("mimi: frame %d has %d codes, want %d (one per active codebook)", f, len(fr), d.cfg.NumCodebooksActive)
+		}
 		for i, c := range fr {
 			if c == d.bins {
 				return fmt.Errorf("mimi: frame %d codebook %d: code %d: %w (decode only the frames before it)", f, i, c, ErrEndOfAudio)
@@ -470,7 +477,7 @@ func (d *Decoder) checkCodes(codes [][NumCodebooks]int) error {
 
 // pass decodes codes (at most maxChunk frames) and returns the samples
 // [T·frameLen, channels] in the arena.
-func (s *Stream) pass(codes [][NumCodebooks]int) gpu.Tensor {
+func (s *Stream) pass(codes [][]int) gpu.Tensor {
 	d := s.d
 	x := s.quantizerDecode(codes) // [T, dim] at the frame rate
 	if d.up != nil {
@@ -484,7 +491,7 @@ func (s *Stream) pass(codes [][NumCodebooks]int) gpu.Tensor {
 
 // quantizerDecode is SplitResidualVectorQuantizer.decode: each part sums
 // its codebooks' vectors and projects them; the parts are added.
-func (s *Stream) quantizerDecode(codes [][NumCodebooks]int) gpu.Tensor {
+func (s *Stream) quantizerDecode(codes [][]int) gpu.Tensor {
 	d, q, a := s.d, s.d.q, s.d.arena
 	T, n1, n2 := len(codes), d.first.n, d.rest.n
 	s.ids1, s.ids2 = s.ids1[:0], s.ids2[:0]

@@ -93,7 +93,7 @@ func TestFixture(t *testing.T) {
 	}
 }
 
-func fixtureCodes(t *testing.T, f *safetensors.File) [][NumCodebooks]int {
+func fixtureCodes(t *testing.T, f *safetensors.File) [][]int {
 	t.Helper()
 	ct, err := f.Lookup("mimi_codes")
 	if err != nil {
@@ -107,7 +107,10 @@ func fixtureCodes(t *testing.T, f *safetensors.File) [][NumCodebooks]int {
 		t.Fatal(err)
 	}
 	n := ct.Shape[1]
-	codes := make([][NumCodebooks]int, n)
+	codes := make([][]int, n)
+	for j := range codes {
+		codes[j] = make([]int, NumCodebooks)
+	}
 	for i := 0; i < NumCodebooks; i++ {
 		for j := 0; j < n; j++ {
 			codes[j][i] = int(v[i*n+j])

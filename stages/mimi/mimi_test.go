@@ -22,16 +22,19 @@ type testConfig struct {
 func testConfigs() []testConfig {
 	sameRate := variantConfig()
 	sameRate.FrameRate = 4 // the SEANet rate: no upsampling
+	five := tinyConfig()
+	five.NumCodebooksActive = 5 // a model emitting 5 codes per frame
 	return []testConfig{
 		{"tiny", tinyConfig(), synthOpts{}},
 		{"variant", variantConfig(), synthOpts{fusedAttnNames: true}},
 		{"same-rate", sameRate, synthOpts{}},
+		{"five-codebooks", five, synthOpts{}},
 	}
 }
 
 // decodeChunks streams codes through a fresh stream in calls of chunk
 // frames.
-func decodeChunks(t testing.TB, d *Decoder, codes [][NumCodebooks]int, chunk int) []float32 {
+func decodeChunks(t testing.TB, d *Decoder, codes [][]int, chunk int) []float32 {
 	t.Helper()
 	s := d.NewStream()
 	defer s.Close()
@@ -70,7 +73,7 @@ func TestStreamedEqualsWhole(t *testing.T) {
 			d, _ := newTestDecoder(t, tc.cfg, 1, tc.opts)
 			rng := rand.New(rand.NewPCG(2, 2))
 			for _, n := range []int{1, 2, 5, 13, 40} {
-				codes := randomCodes(rng, n, tc.cfg.Quantizer.Bins)
+				codes := randomCodes(rng, n, tc.cfg.NumCodebooksActive, tc.cfg.Quantizer.Bins)
 				d.maxChunk = 1 << 20 // the whole decode is one pass
 				whole, err := d.Decode(context.Background(), codes)
 				if err != nil {
@@ -139,7 +142,7 @@ func TestReplay(t *testing.T) {
 			rng := rand.New(rand.NewPCG(4, 4))
 			// 80 transformer rows: past the context (7) and the cache's first
 			// compaction in "tiny", past the cache's first growth in "variant".
-			codes := randomCodes(rng, 40, tc.cfg.Quantizer.Bins)
+			codes := randomCodes(rng, 40, tc.cfg.NumCodebooksActive, tc.cfg.Quantizer.Bins)
 			got := decodeChunks(t, d, codes, 1)
 			want := refModel{tc.cfg, set}.decode(codes)
 			if len(got) != len(want) {
@@ -183,7 +186,7 @@ func TestEndOfAudio(t *testing.T) {
 	cfg := tinyConfig()
 	d, _ := newTestDecoder(t, cfg, 5, synthOpts{})
 	rng := rand.New(rand.NewPCG(6, 6))
-	codes := randomCodes(rng, 6, cfg.Quantizer.Bins)
+	codes := randomCodes(rng, 6, NumCodebooks, cfg.Quantizer.Bins)
 	want := decodeChunks(t, d, codes, 6)
 
 	for _, tc := range []struct {
@@ -202,7 +205,10 @@ func TestEndOfAudio(t *testing.T) {
 			if _, err := s.DecodeFrames(context.Background(), codes[:3]); err != nil {
 				t.Fatal(err)
 			}
-			bad := append([][NumCodebooks]int(nil), codes[3:]...)
+			bad := make([][]int, len(codes)-3)
+			for i, fr := range codes[3:] {
+				bad[i] = append([]int(nil), fr...)
+			}
 			bad[1][4] = tc.code
 			out, err := s.DecodeFrames(context.Background(), bad)
 			if err == nil {
@@ -235,7 +241,7 @@ func TestCanceled(t *testing.T) {
 	cancel()
 	s := d.NewStream()
 	defer s.Close()
-	out, err := s.DecodeFrames(ctx, make([][NumCodebooks]int, 2))
+	out, err := s.DecodeFrames(ctx, [][]int{make([]int, NumCodebooks), make([]int, NumCodebooks)})
 	if !errors.Is(err, context.Canceled) || len(out) != 0 || s.Frames() != 0 {
 		t.Errorf("canceled decode: %d samples, frames %d, err %v", len(out), s.Frames(), err)
 	}
@@ -243,11 +249,11 @@ func TestCanceled(t *testing.T) {
 
 func TestReset(t *testing.T) {
 	d, _ := newTestDecoder(t, tinyConfig(), 8, synthOpts{})
-	codes := randomCodes(rand.New(rand.NewPCG(9, 9)), 5, 2048)
+	codes := randomCodes(rand.New(rand.NewPCG(9, 9)), 5, NumCodebooks, 2048)
 	want := decodeChunks(t, d, codes, 5)
 	s := d.NewStream()
 	defer s.Close()
-	if _, err := s.DecodeFrames(context.Background(), randomCodes(rand.New(rand.NewPCG(1, 1)), 4, 2048)); err != nil {
+	if _, err := s.DecodeFrames(context.Background(), randomCodes(rand.New(rand.NewPCG(1, 1)), 4, NumCodebooks, 2048)); err != nil {
 		t.Fatal(err)
 	}
 	s.Reset()
@@ -357,7 +363,7 @@ func TestStreamedEqualsWholeFullWidth(t *testing.T) {
 	cfg.Quantizer.NQ, cfg.Quantizer.Bins = NumCodebooks, 256
 	cfg.Transformer.NumLayers = 1
 	d, _ := newTestDecoder(t, cfg, 12, synthOpts{skipEncoder: true})
-	codes := randomCodes(rand.New(rand.NewPCG(13, 13)), 5, cfg.Quantizer.Bins)
+	codes := randomCodes(rand.New(rand.NewPCG(13, 13)), 5, NumCodebooks, cfg.Quantizer.Bins)
 	d.maxChunk = 1 << 20
 	whole, err := d.Decode(context.Background(), codes)
 	if err != nil {

@@ -150,7 +150,7 @@ func layerNormRef(x [][]float64, w, b []float64) [][]float64 {
 }
 
 // decode replays MimiModel.decode(codes).
-func (m refModel) decode(codes [][NumCodebooks]int) []float64 {
+func (m refModel) decode(codes [][]int) []float64 {
 	c := m.c
 	s, qc, tc := c.SEANet, c.Quantizer, c.Transformer
 	T := len(codes)
@@ -173,7 +173,7 @@ func (m refModel) decode(codes [][NumCodebooks]int) []float64 {
 		return linear(sum, m.w("quantizer."+name+".output_proj.weight"), qc.OutputDimension, nil)
 	}
 	x := part("rvq_first", 0, qc.NQSemantic)
-	rest := part("rvq_rest", qc.NQSemantic, NumCodebooks-qc.NQSemantic)
+	rest := part("rvq_rest", qc.NQSemantic, len(codes[0])-qc.NQSemantic)
 	for t := range x {
 		for d := range x[t] {
 			x[t][d] += rest[t][d]

@@ -281,9 +281,11 @@ func newTestDecoder(t testing.TB, c Config, seed uint64, o synthOpts) (*Decoder,
 	return d, set
 }
 
-func randomCodes(rng *rand.Rand, n, bins int) [][NumCodebooks]int {
-	codes := make([][NumCodebooks]int, n)
+// randomCodes returns n frames of k random codes below bins.
+func randomCodes(rng *rand.Rand, n, k, bins int) [][]int {
+	codes := make([][]int, n)
 	for f := range codes {
+		codes[f] = make([]int, k)
 		for i := range codes[f] {
 			codes[f][i] = rng.IntN(bins)
 		}
