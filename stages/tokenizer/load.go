@@ -289,23 +289,32 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 		}
 		return replaceNorm{re, *c.Content}, nil
 	case "Sequence":
-		var c struct {
-			Normalizers []json.RawMessage `json:"normalizers"`
-		}
-		if err := json.Unmarshal(raw, &c); err != nil {
-			return nil, fmt.Errorf("Sequence: %w", err)
-		}
-		seq := make(normSequence, 0, len(c.Normalizers))
-		for i, r := range c.Normalizers {
-			n, err := parseNormalizer(r)
-			if err != nil {
-				return nil, fmt.Errorf("Sequence[%d]: %w", i, err)
-			}
-			seq = append(seq, n)
-		}
-		return seq, nil
+		seq, err := parseSequence(raw, "normalizers", parseNormalizer)
+		return normSequence(seq), err
 	}
 	return nil, fmt.Errorf("unsupported type %q", typ)
+}
+
+// parseSequence reads a Sequence component: the list under key, each
+// element parsed by parse; errors name the element's index.
+func parseSequence[T any](raw json.RawMessage, key string, parse func(json.RawMessage) (T, error)) ([]T, error) {
+	var c map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("Sequence: %w", err)
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(c[key], &items); err != nil && c[key] != nil {
+		return nil, fmt.Errorf("Sequence: %s: %w", key, err)
+	}
+	seq := make([]T, 0, len(items))
+	for i, r := range items {
+		v, err := parse(r)
+		if err != nil {
+			return nil, fmt.Errorf("Sequence[%d]: %w", i, err)
+		}
+		seq = append(seq, v)
+	}
+	return seq, nil
 }
 
 func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
@@ -389,21 +398,8 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 		d, _ := utf8.DecodeRuneInString(c.Delimiter)
 		return funcPreTok{func(r rune) bool { return r == d }, removed}, nil
 	case "Sequence":
-		var c struct {
-			PreTokenizers []json.RawMessage `json:"pretokenizers"`
-		}
-		if err := json.Unmarshal(raw, &c); err != nil {
-			return nil, fmt.Errorf("Sequence: %w", err)
-		}
-		seq := make(preTokSequence, 0, len(c.PreTokenizers))
-		for i, r := range c.PreTokenizers {
-			p, err := parsePreTokenizer(r)
-			if err != nil {
-				return nil, fmt.Errorf("Sequence[%d]: %w", i, err)
-			}
-			seq = append(seq, p)
-		}
-		return seq, nil
+		seq, err := parseSequence(raw, "pretokenizers", parsePreTokenizer)
+		return preTokSequence(seq), err
 	}
 	return nil, fmt.Errorf("unsupported type %q", typ)
 }
@@ -458,21 +454,8 @@ func parseDecoder(raw json.RawMessage) (decoder, error) {
 		}
 		return d, nil
 	case "Sequence":
-		var c struct {
-			Decoders []json.RawMessage `json:"decoders"`
-		}
-		if err := json.Unmarshal(raw, &c); err != nil {
-			return nil, fmt.Errorf("Sequence: %w", err)
-		}
-		seq := make(decSequence, 0, len(c.Decoders))
-		for i, r := range c.Decoders {
-			d, err := parseDecoder(r)
-			if err != nil {
-				return nil, fmt.Errorf("Sequence[%d]: %w", i, err)
-			}
-			seq = append(seq, d)
-		}
-		return seq, nil
+		seq, err := parseSequence(raw, "decoders", parseDecoder)
+		return decSequence(seq), err
 	}
 	return nil, fmt.Errorf("unsupported type %q", typ)
 }
