@@ -229,142 +229,115 @@ func maxGo(a []float32) float32 {
 
 func p32(s []float32) *float32 { return unsafe.SliceData(s) }
 
-func vAdd(asm bool, d, a, b []float32) {
-	lo := 0
+// asmLen returns how many of n elements the assembly handles: the whole
+// vectors of 8 when asm is asked for and available, else none.
+func asmLen(asm bool, n int) int {
 	if asm && haveAsm {
-		lo = len(d) &^ 7
-		if lo > 0 {
-			vadd(p32(d), p32(a[:lo]), p32(b[:lo]), lo)
-		}
+		return n &^ 7
+	}
+	return 0
+}
+
+func vAdd(asm bool, d, a, b []float32) {
+	lo := asmLen(asm, len(d))
+	if lo > 0 {
+		vadd(p32(d), p32(a[:lo]), p32(b[:lo]), lo)
 	}
 	addGo(d, a, b, lo)
 }
 
 func vMul(asm bool, d, a, b []float32) {
-	lo := 0
-	if asm && haveAsm {
-		lo = len(d) &^ 7
-		if lo > 0 {
-			vmul(p32(d), p32(a[:lo]), p32(b[:lo]), lo)
-		}
+	lo := asmLen(asm, len(d))
+	if lo > 0 {
+		vmul(p32(d), p32(a[:lo]), p32(b[:lo]), lo)
 	}
 	mulGo(d, a, b, lo)
 }
 
 func vScale(asm bool, d, a []float32, s float32) {
-	lo := 0
-	if asm && haveAsm {
-		lo = len(d) &^ 7
-		if lo > 0 {
-			vscale(p32(d), p32(a[:lo]), s, lo)
-		}
+	lo := asmLen(asm, len(d))
+	if lo > 0 {
+		vscale(p32(d), p32(a[:lo]), s, lo)
 	}
 	scaleGo(d, a, s, lo)
 }
 
 func vDivs(asm bool, d []float32, s float32) {
-	lo := 0
-	if asm && haveAsm {
-		lo = len(d) &^ 7
-		if lo > 0 {
-			vdivs(p32(d), s, lo)
-		}
+	lo := asmLen(asm, len(d))
+	if lo > 0 {
+		vdivs(p32(d), s, lo)
 	}
 	divsGo(d, s, lo)
 }
 
 // vFmaRow sets d += a ⊙ b (fused in assembly).
 func vFmaRow(asm bool, d, a, b []float32) {
-	lo := 0
-	if asm && haveAsm {
-		lo = len(d) &^ 7
-		if lo > 0 {
-			vfma(p32(d), p32(a[:lo]), p32(b[:lo]), lo)
-		}
+	lo := asmLen(asm, len(d))
+	if lo > 0 {
+		vfma(p32(d), p32(a[:lo]), p32(b[:lo]), lo)
 	}
 	fmaRowGo(d, a, b, lo)
 }
 
 func vRound(asm bool, d []float32) {
-	lo := 0
-	if asm && haveAsm {
-		lo = len(d) &^ 7
-		if lo > 0 {
-			vround(p32(d), lo)
-		}
+	lo := asmLen(asm, len(d))
+	if lo > 0 {
+		vround(p32(d), lo)
 	}
 	roundGo(d, lo)
 }
 
 // vExpShift sets d = exp(a − shift).
 func vExpShift(asm bool, d, a []float32, shift float32) {
-	lo := 0
-	if asm && haveAsm {
-		lo = len(d) &^ 7
-		if lo > 0 {
-			vexpshift(p32(d), p32(a[:lo]), shift, lo)
-		}
+	lo := asmLen(asm, len(d))
+	if lo > 0 {
+		vexpshift(p32(d), p32(a[:lo]), shift, lo)
 	}
 	expShiftGo(d, a, shift, lo)
 }
 
 func vSiLU(asm bool, d, a []float32) {
-	lo := 0
-	if asm && haveAsm {
-		lo = len(d) &^ 7
-		if lo > 0 {
-			vsilu(p32(d), p32(a[:lo]), lo)
-		}
+	lo := asmLen(asm, len(d))
+	if lo > 0 {
+		vsilu(p32(d), p32(a[:lo]), lo)
 	}
 	siluGo(d, a, lo)
 }
 
 func vSigmoid(asm bool, d, a []float32) {
-	lo := 0
-	if asm && haveAsm {
-		lo = len(d) &^ 7
-		if lo > 0 {
-			vsigmoid(p32(d), p32(a[:lo]), lo)
-		}
+	lo := asmLen(asm, len(d))
+	if lo > 0 {
+		vsigmoid(p32(d), p32(a[:lo]), lo)
 	}
 	sigmoidGo(d, a, lo)
 }
 
 func vELU(asm bool, d, a []float32) {
-	lo := 0
-	if asm && haveAsm {
-		lo = len(d) &^ 7
-		if lo > 0 {
-			velu(p32(d), p32(a[:lo]), lo)
-		}
+	lo := asmLen(asm, len(d))
+	if lo > 0 {
+		velu(p32(d), p32(a[:lo]), lo)
 	}
 	eluGo(d, a, lo)
 }
 
 // vGLU sets d = a / (1 + exp(−g)).
 func vGLU(asm bool, d, a, g []float32) {
-	lo := 0
-	if asm && haveAsm {
-		lo = len(d) &^ 7
-		if lo > 0 {
-			vglu(p32(d), p32(a[:lo]), p32(g[:lo]), lo)
-		}
+	lo := asmLen(asm, len(d))
+	if lo > 0 {
+		vglu(p32(d), p32(a[:lo]), p32(g[:lo]), lo)
 	}
 	gluGo(d, a, g, lo)
 }
 
 // vLNorm sets d = ((a − mean)·inv)·w (+ b).
 func vLNorm(asm bool, d, a, w, b []float32, mean, inv float32) {
-	lo := 0
-	if asm && haveAsm {
-		lo = len(d) &^ 7
-		if lo > 0 {
-			var pb *float32
-			if b != nil {
-				pb = p32(b[:lo])
-			}
-			vlnorm(p32(d), p32(a[:lo]), p32(w[:lo]), pb, mean, inv, lo)
+	lo := asmLen(asm, len(d))
+	if lo > 0 {
+		var pb *float32
+		if b != nil {
+			pb = p32(b[:lo])
 		}
+		vlnorm(p32(d), p32(a[:lo]), p32(w[:lo]), pb, mean, inv, lo)
 	}
 	lnormGo(d, a, w, b, mean, inv, lo)
 }
