@@ -276,23 +276,33 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 		}
 		return prependNorm{*c.Prepend}, nil
 	case "Replace":
-		var c struct {
-			Pattern *pattern `json:"pattern"`
-			Content *string  `json:"content"`
-		}
-		if err := json.Unmarshal(raw, &c); err != nil || c.Content == nil {
-			return nil, fmt.Errorf(`Replace: want {"pattern": {...}, "content": string}`)
-		}
-		re, err := c.Pattern.compile()
+		re, content, err := parseReplace(raw)
 		if err != nil {
-			return nil, fmt.Errorf("Replace: %w", err)
+			return nil, err
 		}
-		return replaceNorm{re, *c.Content}, nil
+		return replaceNorm{re, content}, nil
 	case "Sequence":
 		seq, err := parseSequence(raw, "normalizers", parseNormalizer)
 		return normSequence(seq), err
 	}
 	return nil, fmt.Errorf("unsupported type %q", typ)
+}
+
+// parseReplace reads a Replace component (a normalizer or a decoder): its
+// compiled pattern and the content that replaces each match.
+func parseReplace(raw json.RawMessage) (*regexp2.Regexp, string, error) {
+	var c struct {
+		Pattern *pattern `json:"pattern"`
+		Content *string  `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil || c.Content == nil {
+		return nil, "", fmt.Errorf(`Replace: want {"pattern": {...}, "content": string}`)
+	}
+	re, err := c.Pattern.compile()
+	if err != nil {
+		return nil, "", fmt.Errorf("Replace: %w", err)
+	}
+	return re, *c.Content, nil
 }
 
 // parseSequence reads a Sequence component: the list under key, each
@@ -429,18 +439,11 @@ func parseDecoder(raw json.RawMessage) (decoder, error) {
 		r, _ := utf8.DecodeRuneInString(*c.Content)
 		return stripDec{r, c.Start, c.Stop}, nil
 	case "Replace":
-		var c struct {
-			Pattern *pattern `json:"pattern"`
-			Content *string  `json:"content"`
-		}
-		if err := json.Unmarshal(raw, &c); err != nil || c.Content == nil {
-			return nil, fmt.Errorf(`Replace: want {"pattern": {...}, "content": string}`)
-		}
-		re, err := c.Pattern.compile()
+		re, content, err := parseReplace(raw)
 		if err != nil {
-			return nil, fmt.Errorf("Replace: %w", err)
+			return nil, err
 		}
-		return replaceDec{re, *c.Content}, nil
+		return replaceDec{re, content}, nil
 	case "BPEDecoder":
 		c := struct {
 			Suffix *string `json:"suffix"`
