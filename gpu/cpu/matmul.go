@@ -348,18 +348,25 @@ func vectorInto(scratch *[]float32, v gpu.Tensor, n int) []float32 {
 	if v.Rows != 1 || v.Cols != n {
 		panic(fmt.Sprintf("cpu: want a [1,%d] vector, got %v", n, v))
 	}
-	b := buf(v)
+	return floatsInto(scratch, v, n)
+}
+
+// floatsInto returns the n elements of t's buffer from t.Off as float32:
+// the buffer's own slice for F32, else a conversion into *scratch (grown as
+// needed).
+func floatsInto(scratch *[]float32, t gpu.Tensor, n int) []float32 {
+	b := buf(t)
 	switch b.dt {
 	case gpu.F32:
-		return b.f32[v.Off : v.Off+n]
+		return b.f32[t.Off : t.Off+n]
 	case gpu.BF16:
 		*scratch = grow(*scratch, n)
-		widenBF16(*scratch, b.u16[v.Off:v.Off+n])
+		widenBF16(*scratch, b.u16[t.Off:t.Off+n])
 		return *scratch
 	case gpu.F16:
 		*scratch = grow(*scratch, n)
-		widenF16(*scratch, b.u16[v.Off:v.Off+n])
+		widenF16(*scratch, b.u16[t.Off:t.Off+n])
 		return *scratch
 	}
-	panic(fmt.Sprintf("cpu: vector of %v", v))
+	panic(fmt.Sprintf("cpu: float values of %v", t))
 }

@@ -374,21 +374,7 @@ func weightInto(scratch *[]float32, w gpu.Tensor) []float32 {
 	if !w.Contiguous() {
 		panic(fmt.Sprintf("cpu: weight %v is not contiguous", w))
 	}
-	b := buf(w)
-	n := w.Len()
-	switch b.dt {
-	case gpu.F32:
-		return b.f32[w.Off : w.Off+n]
-	case gpu.BF16:
-		*scratch = grow(*scratch, n)
-		widenBF16(*scratch, b.u16[w.Off:w.Off+n])
-		return *scratch
-	case gpu.F16:
-		*scratch = grow(*scratch, n)
-		widenF16(*scratch, b.u16[w.Off:w.Off+n])
-		return *scratch
-	}
-	panic(fmt.Sprintf("cpu: weight of %v", w))
+	return floatsInto(scratch, w, w.Len())
 }
 
 // Embed implements gpu.Queue.
