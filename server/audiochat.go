@@ -27,19 +27,7 @@ type audioChatDone struct {
 // events (text, audio, then done or error) or, with "stream": false,
 // answered by one JSON object.
 func (s *Server) audioChat(c echo.Context) error {
-	be, aerr := s.ready()
-	if aerr != nil {
-		return aerr
-	}
-	body, aerr := s.readBody(c)
-	if aerr != nil {
-		return aerr
-	}
-	job, aerr := decodeAudioChat(body, s.limits, s.seed)
-	if aerr != nil {
-		return aerr
-	}
-	t, aerr := s.admit(c, be, job)
+	be, job, t, aerr := begin(s, c, decodeAudioChat, func(j *turnJob) *turnJob { return j })
 	if aerr != nil {
 		return aerr
 	}

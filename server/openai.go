@@ -334,19 +334,7 @@ func finishReason(r pipeline.StopReason) *string {
 
 // chatCompletions serves POST /v1/chat/completions.
 func (s *Server) chatCompletions(c echo.Context) error {
-	be, aerr := s.ready()
-	if aerr != nil {
-		return aerr
-	}
-	body, aerr := s.readBody(c)
-	if aerr != nil {
-		return aerr
-	}
-	job, aerr := decodeChatCompletion(body, s.limits, s.seed)
-	if aerr != nil {
-		return aerr
-	}
-	t, aerr := s.admit(c, be, &job.turnJob)
+	be, job, t, aerr := begin(s, c, decodeChatCompletion, func(j *chatJob) *turnJob { return &j.turnJob })
 	if aerr != nil {
 		return aerr
 	}

@@ -28,6 +28,30 @@ type turn struct {
 // the job's conversation (a new one when it names none) and starts the
 // turn. The turn stops when the request's context ends: the client hung up
 // or the server's grace period is over.
+// begin is every turn route's start: the backend must be ready, the body
+// is read and decoded into the route's job, and the turn is admitted (or
+// queued, or refused).
+func begin[J any](s *Server, c echo.Context, decode func([]byte, limits, func() int64) (J, *apiError), turnOf func(J) *turnJob) (*Backend, J, *turn, *apiError) {
+	var zero J
+	be, aerr := s.ready()
+	if aerr != nil {
+		return nil, zero, nil, aerr
+	}
+	body, aerr := s.readBody(c)
+	if aerr != nil {
+		return nil, zero, nil, aerr
+	}
+	job, aerr := decode(body, s.limits, s.seed)
+	if aerr != nil {
+		return nil, zero, nil, aerr
+	}
+	t, aerr := s.admit(c, be, turnOf(job))
+	if aerr != nil {
+		return nil, zero, nil, aerr
+	}
+	return be, job, t, nil
+}
+
 func (s *Server) admit(c echo.Context, be *Backend, job *turnJob) (*turn, *apiError) {
 	ctx := c.Request().Context()
 	release, err := s.lim.acquire(ctx)
