@@ -15,6 +15,7 @@ import (
 	"github.com/omni-pipe/omni-pipe/stages/chat"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
+	"github.com/omni-pipe/omni-pipe/stages/mimi"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 	"github.com/omni-pipe/omni-pipe/stages/tokenizer"
 )
@@ -103,6 +104,7 @@ type Engine struct {
 	codecIn chan codecMsg
 
 	mu      sync.Mutex
+	idle    *sync.Cond // signalled when running drops to 0
 	closed  bool
 	running int
 	turns   map[*turn]struct{}
@@ -122,6 +124,7 @@ func New(m *lfm2audio.Model, dev gpu.Device, opts Options) *Engine {
 		turns:   map[*turn]struct{}{},
 		stop:    make(chan struct{}),
 	}
+	e.idle = sync.NewCond(&e.mu)
 	e.front = newFrontend(e)
 	e.wg.Add(3)
 	go e.actor(StageBackbone, e.bbIn, e.backboneStep)
@@ -154,15 +157,11 @@ func (e *Engine) Close() error {
 	}
 	e.mu.Unlock()
 	// Let cancelled turns drain through the stages, then stop them.
-	for {
-		e.mu.Lock()
-		n := e.running
-		e.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		time.Sleep(time.Millisecond)
+	e.mu.Lock()
+	for e.running > 0 {
+		e.idle.Wait()
 	}
+	e.mu.Unlock()
 	e.front.close()
 	close(e.stop)
 	e.wg.Wait()
@@ -323,7 +322,7 @@ func (e *Engine) Start(ctx context.Context, s *Session, req Request) (*Stream, e
 	e.running++
 	e.mu.Unlock()
 
-	t := e.newTurn(ctx, s, req)
+	t := e.newTurn(s, req)
 	t.kind, _ = t.sm.Step() // MaxNewTokens ≥ 1: the prompt's step samples text
 	// The conversation's new rows.
 	t.chatStart = s.chat.Len()
@@ -352,7 +351,9 @@ func (e *Engine) Start(ctx context.Context, s *Session, req Request) (*Stream, e
 	t.promptRows = s.chat.Len() - s.fed
 	if s.chat.Len()+req.MaxNewTokens > e.opts.MaxContext {
 		s.chat.Truncate(t.chatStart)
+		e.mu.Lock()
 		e.endRunning()
+		e.mu.Unlock()
 		s.release()
 		return nil, fmt.Errorf("%w: %d positions plus up to %d new ones exceed %d", ErrContextFull, s.chat.Len(), req.MaxNewTokens, e.opts.MaxContext)
 	}
@@ -386,10 +387,13 @@ func (e *Engine) clipFrames(c *audio.Clip) (int, error) {
 	return frames, nil
 }
 
+// endRunning gives a turn's slot back (e.mu held by the caller), waking a
+// Close that waits for the last one.
 func (e *Engine) endRunning() {
-	e.mu.Lock()
 	e.running--
-	e.mu.Unlock()
+	if e.running == 0 {
+		e.idle.Broadcast()
+	}
 }
 
 func (s *Session) release() {
@@ -439,7 +443,7 @@ type turn struct {
 	tm        Timings
 	busyMu    sync.Mutex
 	seq       int
-	codec     codecState
+	codec     *mimi.Stream // the turn's codec stream, opened at its first frame
 	stopWatch func() bool
 	finished  bool
 }
@@ -452,7 +456,7 @@ const (
 	inFrame
 )
 
-func (e *Engine) newTurn(ctx context.Context, s *Session, req Request) *turn {
+func (e *Engine) newTurn(s *Session, req Request) *turn {
 	tctx, cancel := context.WithCancelCause(context.Background())
 	seed := req.Seed
 	t := &turn{
@@ -467,7 +471,6 @@ func (e *Engine) newTurn(ctx context.Context, s *Session, req Request) *turn {
 		start:  time.Now(),
 	}
 	t.tm.Busy = map[string]time.Duration{}
-	_ = ctx
 	return t
 }
 

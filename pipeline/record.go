@@ -25,6 +25,7 @@ type Recorder struct {
 	frameIx []int
 	frames  [][]int
 	wav     []float32
+	dirty   bool // steps or frames were added since the last assemble
 }
 
 type recorded[T any] struct {
@@ -85,6 +86,7 @@ func (r *Recorder) Ints(name string) ([]int, []int, bool) {
 func (r *Recorder) textStep(hidden, logits []float32, pick int, yielded bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.dirty = true
 	y := 0
 	if yielded {
 		y = 1
@@ -96,6 +98,7 @@ func (r *Recorder) textStep(hidden, logits []float32, pick int, yielded bool) {
 func (r *Recorder) audioStep(hidden []float32, picks []int, logits [][]float32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.dirty = true
 	m := make([]float32, len(logits))
 	for i, l := range logits {
 		m[i] = margin(l)
@@ -110,6 +113,7 @@ func (r *Recorder) audioStep(hidden []float32, picks []int, logits [][]float32) 
 func (r *Recorder) decoded(audioStep int, codes []int, pcm []float32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.dirty = true
 	r.frameIx = append(r.frameIx, audioStep)
 	r.frames = append(r.frames, append([]int(nil), codes...))
 	r.wav = append(r.wav, pcm...)
@@ -132,14 +136,16 @@ func margin(l []float32) float32 {
 	return best - second
 }
 
-// assemble turns the step records into the reference's step arrays.
+// assemble turns the step records into the reference's step arrays, once
+// per change.
 func (r *Recorder) assemble() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	S := len(r.steps)
-	if S == 0 {
+	if S == 0 || !r.dirty {
 		return
 	}
+	r.dirty = false
 	cb := r.cb
 	if cb == 0 {
 		cb = 8

@@ -16,7 +16,6 @@ import (
 	"github.com/omni-pipe/omni-pipe/stages/chat"
 	"github.com/omni-pipe/omni-pipe/stages/depth"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2"
-	"github.com/omni-pipe/omni-pipe/stages/mimi"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 )
 
@@ -517,10 +516,6 @@ type codecMsg struct {
 	err       error
 }
 
-type codecState struct {
-	stream *mimi.Stream
-}
-
 // finish ends t after its last frame has been decoded: the codec stage
 // emits the terminal event. err is nil for a turn that ended normally.
 func (e *Engine) finish(t *turn, err error) {
@@ -580,10 +575,10 @@ func (e *Engine) decode(t *turn, msgs []codecMsg) {
 		frames[k] = m.frame
 	}
 	start := time.Now()
-	if t.codec.stream == nil {
-		t.codec.stream = e.m.Codec.NewStream()
+	if t.codec == nil {
+		t.codec = e.m.Codec.NewStream()
 	}
-	pcm, err := t.codec.stream.DecodeFrames(t.ctx, frames)
+	pcm, err := t.codec.DecodeFrames(t.ctx, frames)
 	e.record(StageCodec, []*turn{t}, start, "frames")
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
@@ -609,9 +604,9 @@ func (e *Engine) decode(t *turn, msgs []codecMsg) {
 // complete ends t: history, timings, the terminal event, and the release
 // of its session and slot.
 func (e *Engine) complete(t *turn, err error) {
-	if t.codec.stream != nil {
-		t.codec.stream.Close()
-		t.codec.stream = nil
+	if t.codec != nil {
+		t.codec.Close()
+		t.codec = nil
 	}
 	if err == nil {
 		err = t.failed() // e.g. cancelled after the last step
@@ -658,7 +653,7 @@ func (e *Engine) complete(t *turn, err error) {
 	// over, so that it can start the next turn at once.
 	e.mu.Lock()
 	delete(e.turns, t)
-	e.running--
+	e.endRunning()
 	e.mu.Unlock()
 	s.mu.Lock()
 	if err == nil || t.tm.Steps > 0 {
