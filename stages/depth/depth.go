@@ -60,7 +60,7 @@ func Load(b *weights.Binder, cfg config.Depthformer, codebooks, hidden int) (*De
 	d := &Depth{Cfg: cfg, Codebooks: codebooks,
 		Linear:  b.Tensor("depth_linear.weight", codebooks*D, hidden),
 		LinearB: b.Tensor("depth_linear.bias", codebooks*D),
-		InvFreq: invFreqF32(cfg.RoPETheta(), hd),
+		InvFreq: nn.RoPEInvFreq(cfg.RoPETheta(), hd), // precompute_freqs_cis, fp32
 	}
 	for i := 0; i < cfg.Layers; i++ {
 		lb := b.Subf("depthformer.layers.%d", i)
@@ -95,17 +95,6 @@ func Load(b *weights.Binder, cfg config.Depthformer, codebooks, hidden int) (*De
 		return nil, fmt.Errorf("depthformer: %d layers, %d codebooks", cfg.Layers, codebooks)
 	}
 	return d, nil
-}
-
-// invFreqF32 is precompute_freqs_cis's 1/θ^(2j/d), in fp32.
-func invFreqF32(theta float64, headDim int) []float32 {
-	out := make([]float32, headDim/2)
-	for j := range out {
-		e := float32(2*j) / float32(headDim)
-		p := float32(math.Pow(float64(float32(theta)), float64(e)))
-		out[j] = float32(1 / float64(p))
-	}
-	return out
 }
 
 // Picker chooses codebook i's code for batch row r from its bf16 logits

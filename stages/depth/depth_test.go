@@ -224,7 +224,7 @@ func TestBatchIndependence(t *testing.T) {
 }
 
 func TestInvFreq(t *testing.T) {
-	got := invFreqF32(1e6, 32)
+	got := nn.RoPEInvFreq(1e6, 32)
 	for j, v := range got {
 		want := 1 / math.Pow(1e6, float64(2*j)/32)
 		if math.Abs(float64(v)-want) > want*1e-6 {

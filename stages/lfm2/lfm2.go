@@ -127,11 +127,9 @@ func Load(b *weights.Binder, cfg config.LFM2) (*Model, error) {
 // 1/θ^(2j/d) computed in fp32 as transformers does, then rounded to bf16 as
 // from_pretrained's dtype cast leaves them.
 func InvFreqBF16(theta float64, headDim int) []float32 {
-	out := make([]float32, headDim/2)
-	for j := range out {
-		e := float32(2*j) / float32(headDim) // fp32 arange / dim
-		p := float32(math.Pow(float64(float32(theta)), float64(e)))
-		out[j] = gpu.RoundBF16(float32(1 / float64(p)))
+	out := nn.RoPEInvFreq(theta, headDim)
+	for j, v := range out {
+		out[j] = gpu.RoundBF16(v)
 	}
 	return out
 }

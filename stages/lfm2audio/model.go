@@ -53,12 +53,7 @@ type Model struct {
 // Summary describes the loaded model in a few lines (for logs).
 func (m *Model) Summary() string {
 	c := m.Cfg
-	attn := 0
-	for _, t := range c.LFM.LayerTypes {
-		if t != config.LayerConv {
-			attn++
-		}
-	}
+	attn := c.LFM.AttentionLayers()
 	return fmt.Sprintf("%s: %.3gM parameters bound in %d tensors\n"+
 		"  backbone: LFM2 %d layers (%d attention) × %d, FFN %d, vocab %d\n"+
 		"  encoder: FastConformer %d × %d, %d heads; adapter → %d\n"+

@@ -5,6 +5,7 @@ package nn
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 )
@@ -122,4 +123,17 @@ func (a *Arena) Free() {
 		a.dev.Free(t)
 	}
 	a.bufs, a.next = nil, 0
+}
+
+// RoPEInvFreq returns RoPE's default inverse frequencies 1/θ^(2j/d) for
+// j < d/2, computed in fp32 as transformers and liquid-audio do (an fp32
+// arange divided by d, an fp32 power, an fp32 reciprocal).
+func RoPEInvFreq(theta float64, headDim int) []float32 {
+	out := make([]float32, headDim/2)
+	for j := range out {
+		e := float32(2*j) / float32(headDim)
+		p := float32(math.Pow(float64(float32(theta)), float64(e)))
+		out[j] = float32(1 / float64(p))
+	}
+	return out
 }
