@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/omni-pipe/omni-pipe/internal/numcmp"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
 )
 
@@ -92,7 +93,7 @@ func (r *Recorder) textStep(hidden, logits []float32, pick int, yielded bool) {
 		y = 1
 	}
 	r.steps = append(r.steps, stepRecord{mod: 1, yielded: y, token: pick, hidden: hidden,
-		textMargin: margin(logits), textLogits: append([]float32(nil), logits...)})
+		textMargin: float32(numcmp.Margin(logits)), textLogits: append([]float32(nil), logits...)})
 }
 
 func (r *Recorder) audioStep(hidden []float32, picks []int, logits [][]float32) {
@@ -101,7 +102,7 @@ func (r *Recorder) audioStep(hidden []float32, picks []int, logits [][]float32) 
 	r.dirty = true
 	m := make([]float32, len(logits))
 	for i, l := range logits {
-		m[i] = margin(l)
+		m[i] = float32(numcmp.Margin(l))
 	}
 	r.cb = len(picks)
 	r.steps = append(r.steps, stepRecord{mod: 3, yielded: 1, token: -1, codes: append([]int(nil), picks...),
@@ -117,23 +118,6 @@ func (r *Recorder) decoded(audioStep int, codes []int, pcm []float32) {
 	r.frameIx = append(r.frameIx, audioStep)
 	r.frames = append(r.frames, append([]int(nil), codes...))
 	r.wav = append(r.wav, pcm...)
-}
-
-// margin is top1 − top2 of bf16 logits.
-func margin(l []float32) float32 {
-	best, second := float32(math.Inf(-1)), float32(math.Inf(-1))
-	bi := -1
-	for i, v := range l {
-		if v > best || bi < 0 {
-			best, bi = v, i
-		}
-	}
-	for i, v := range l {
-		if i != bi && v > second {
-			second = v
-		}
-	}
-	return best - second
 }
 
 // assemble turns the step records into the reference's step arrays, once

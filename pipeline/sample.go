@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+
+	"github.com/omni-pipe/omni-pipe/internal/numcmp"
 )
 
 // Sampling configures how one kind of output (text or audio codes) is
@@ -108,7 +110,7 @@ func (s *Sampler) Pick(logits []float32, history []int) int {
 		}
 	}
 	if c.Greedy() {
-		return argmax64(p)
+		return argmax(p)
 	}
 	for i := range p {
 		p[i] /= c.Temperature
@@ -158,25 +160,10 @@ func (s *Sampler) Pick(logits []float32, history []int) int {
 	return last // rounding left acc just below u: the last possible entry
 }
 
-// argmax returns the first index of the largest value (torch.argmax).
-func argmax(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] || (x[best] != x[best] && v == v) {
-			best = i
-		}
-	}
-	return best
-}
-
-func argmax64(x []float64) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
+// argmax returns the first index of the largest value (torch.argmax on
+// bf16 logits; NaN never wins), or 0 when every value is NaN.
+func argmax[T float32 | float64](x []T) int {
+	return max(numcmp.Argmax(x), 0)
 }
 
 // kthLargest returns the k-th largest value of p (1-based).

@@ -18,6 +18,8 @@ import (
 	"math"
 	"sort"
 	"unsafe"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
 )
 
 // DType is a safetensors element type, spelled as in the header.
@@ -246,11 +248,11 @@ func (t *Tensor) Float32s() ([]float32, error) {
 		}
 	case BF16:
 		for i := range out {
-			out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(t.Data[2*i:])) << 16)
+			out[i] = gpu.BF16ToF32(binary.LittleEndian.Uint16(t.Data[2*i:]))
 		}
 	case F16:
 		for i := range out {
-			out[i] = f16(binary.LittleEndian.Uint16(t.Data[2*i:]))
+			out[i] = gpu.F16ToF32(binary.LittleEndian.Uint16(t.Data[2*i:]))
 		}
 	case F64:
 		for i := range out {
@@ -325,24 +327,4 @@ func (t *Tensor) Uint16s() ([]uint16, error) {
 		out[i] = binary.LittleEndian.Uint16(t.Data[2*i:])
 	}
 	return out, nil
-}
-
-func f16(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h) & 0x3ff
-	switch {
-	case exp == 0x1f:
-		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
-	case exp != 0:
-		return math.Float32frombits(sign | (exp+112)<<23 | mant<<13)
-	case mant == 0:
-		return math.Float32frombits(sign)
-	}
-	e := uint32(113)
-	for mant&0x400 == 0 {
-		mant <<= 1
-		e--
-	}
-	return math.Float32frombits(sign | e<<23 | (mant&0x3ff)<<13)
 }
