@@ -132,11 +132,25 @@ func (r *Resampler) OutputLen(n int) int {
 	if r.orig == 0 {
 		return n
 	}
+	return outputLen(n, r.orig, r.new)
+}
+
+// ResampledLen returns the number of samples n input samples become from
+// one rate to another (Resampler.OutputLen), without building a kernel.
+func ResampledLen(n, from, to int) int {
+	if from == to || from < 1 || to < 1 {
+		return n
+	}
+	g := gcd(from, to)
+	return outputLen(n, from/g, to/g)
+}
+
+func outputLen(n, orig, nw int) int {
 	if n <= 0 {
 		return 0
 	}
-	target := int(math.Ceil(float64(float32(float64(r.new*n) / float64(r.orig)))))
-	return min(target, (n/r.orig+1)*r.new)
+	target := int(math.Ceil(float64(float32(float64(nw*n) / float64(orig)))))
+	return min(target, (n/orig+1)*nw)
 }
 
 // Resample returns x at the output rate. Equal rates return a copy.
@@ -265,14 +279,17 @@ const resamplerCacheSize = 4
 // Resample converts x from one rate to another (see Resampler), reusing the
 // kernels of recently used rate pairs.
 func Resample(x []float32, from, to int) ([]float32, error) {
-	r, err := cachedResampler(from, to)
+	r, err := CachedResampler(from, to)
 	if err != nil {
 		return nil, err
 	}
 	return r.Resample(x), nil
 }
 
-func cachedResampler(from, to int) (*Resampler, error) {
+// CachedResampler returns a resampler for the rate pair, sharing the kernels
+// of recently used pairs (a Resampler is safe for concurrent use; its
+// Streams are not).
+func CachedResampler(from, to int) (*Resampler, error) {
 	c := &resamplers
 	c.Lock()
 	for i, r := range c.recent {

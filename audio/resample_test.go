@@ -340,3 +340,17 @@ func TestResampleAntiAliasing(t *testing.T) {
 		})
 	}
 }
+
+func TestResampledLenMatchesOutputLen(t *testing.T) {
+	for _, pair := range [][2]int{{24000, 16000}, {44100, 16000}, {8000, 16000}, {16000, 16000}, {48000, 22050}} {
+		r, err := NewResampler(pair[0], pair[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int{0, 1, 7, 1000, 44101, 1 << 20} {
+			if got, want := ResampledLen(n, pair[0], pair[1]), r.OutputLen(n); got != want {
+				t.Errorf("%v, %d samples: ResampledLen %d, OutputLen %d", pair, n, got, want)
+			}
+		}
+	}
+}

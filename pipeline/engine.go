@@ -372,14 +372,10 @@ func (e *Engine) Start(ctx context.Context, s *Session, req Request) (*Stream, e
 
 // clipFrames validates a clip and returns its mel frame count.
 func (e *Engine) clipFrames(c *audio.Clip) (int, error) {
-	n := len(c.Samples)
-	if c.SampleRate != e.m.Mel.SampleRate() {
-		r, err := audio.NewResampler(c.SampleRate, e.m.Mel.SampleRate())
-		if err != nil {
-			return 0, err
-		}
-		n = r.OutputLen(n)
+	if c.SampleRate < 1 || c.SampleRate > audio.MaxSampleRate {
+		return 0, fmt.Errorf("audio sample rate %d Hz outside 1..%d", c.SampleRate, audio.MaxSampleRate)
 	}
+	n := audio.ResampledLen(len(c.Samples), c.SampleRate, e.m.Mel.SampleRate())
 	frames, valid := e.m.Mel.Frames(n)
 	if n == 0 || valid < 2 {
 		return 0, fmt.Errorf("%w (%d samples at %d Hz)", audio.ErrTooShort, len(c.Samples), c.SampleRate)

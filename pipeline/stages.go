@@ -70,7 +70,7 @@ func (f *frontend) mel(t *turn) *turn {
 		rec.SetInts("input_sample_rate", []int{clip.SampleRate}, 1)
 	}
 	if clip.SampleRate != m.SampleRate() {
-		r, err := audio.NewResampler(clip.SampleRate, m.SampleRate())
+		r, err := audio.CachedResampler(clip.SampleRate, m.SampleRate())
 		if err != nil {
 			t.err = fmt.Errorf("resample: %w", err)
 			return t

@@ -16,14 +16,7 @@ const fixtures = "../../testdata/lfm2-audio-tiny/"
 // melFrames counts a clip's log-mel frames the way the front end will:
 // resampled to 16 kHz, then T = L16//160 + 1.
 func melFrames(t *testing.T, mel *audio.LogMel, c *audio.Clip) int {
-	n := len(c.Samples)
-	if c.SampleRate != mel.SampleRate() {
-		r, err := audio.NewResampler(c.SampleRate, mel.SampleRate())
-		if err != nil {
-			t.Fatal(err)
-		}
-		n = r.OutputLen(n)
-	}
+	n := audio.ResampledLen(len(c.Samples), c.SampleRate, mel.SampleRate())
 	frames, _ := mel.Frames(n)
 	return frames
 }
