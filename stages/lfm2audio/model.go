@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 
 	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -187,7 +186,6 @@ func load(dev gpu.Device, src source) (_ *Model, err error) {
 		return nil, err
 	}
 	if extra := b.Unexpected(); len(extra) > 0 {
-		sort.Strings(extra)
 		return nil, fmt.Errorf("model.safetensors holds %d tensors this model does not use, e.g. %q: is it an LFM2-Audio checkpoint?", len(extra), extra[0])
 	}
 	m.Params, m.Bound = b.Params(), b.Bound()
