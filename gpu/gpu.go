@@ -157,3 +157,33 @@ type Device interface {
 
 // ErrClosed is returned by queues whose device was closed.
 var ErrClosed = errors.New("gpu: device closed")
+
+// Info describes a device for logs, /health, /metrics and bench reports.
+type Info struct {
+	// Kind is the backend: "cpu" or "cuda".
+	Kind string `json:"kind"`
+	// Name is the device's name ("NVIDIA H200", "cpu (16 workers, avx2+fma)").
+	Name string `json:"name"`
+	// Driver names the driver and its version where there is one
+	// ("CUDA driver 13.0, NVRTC 13.0").
+	Driver string `json:"driver,omitempty"`
+	// MemUsed is the device memory this process holds in buffers, in bytes
+	// (on the CPU: buffers allocated by the backend, not mapped weights).
+	MemUsed int64 `json:"mem_used_bytes"`
+	// MemTotal is the device's memory in bytes (0 where not meaningful).
+	MemTotal int64 `json:"mem_total_bytes,omitempty"`
+}
+
+// Informer is implemented by devices that describe themselves.
+type Informer interface {
+	Info() Info
+}
+
+// DescribeDevice returns d's Info, or one built from Name when d does not
+// implement Informer.
+func DescribeDevice(d Device) Info {
+	if i, ok := d.(Informer); ok {
+		return i.Info()
+	}
+	return Info{Kind: "unknown", Name: d.Name()}
+}

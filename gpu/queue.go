@@ -176,6 +176,14 @@ type AttnParams struct {
 	// Window, when > 0, also hides keys at or before position−Window
 	// (query i sees keys j with i−Window < j ≤ i).
 	Window int
+	// ProbBF16 reproduces the reference's flash-attention kernels (cuDNN's
+	// fused flash for the backbone, FlashAttention-2 for the depthformer):
+	// with m the row's maximum scaled score over the visible keys, the
+	// unnormalised probabilities p_j = exp(s_j − m) are rounded to bfloat16
+	// before the product with V, while the row sum l = Σ p_j is taken from
+	// the unrounded fp32 values; out = (Σ bf16(p_j)·v_j) / l. When false
+	// the probabilities stay fp32 (out = Σ p_j·v_j / l).
+	ProbBF16 bool
 }
 
 // Conv2DParams configures Conv2D. H and W name the two spatial axes of x

@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -52,6 +53,8 @@ type buffer struct {
 	f32 []float32
 	u16 []uint16 // BF16 or F16 bit patterns
 	i32 []int32
+	// owned marks buffers the backend allocated (counted in Info's MemUsed).
+	owned bool
 }
 
 func (b *buffer) DType() gpu.DType { return b.dt }
@@ -75,9 +78,13 @@ type Device struct {
 	asm  bool // run the assembly kernels
 	mu   sync.Mutex
 	shut bool
+	used atomic.Int64 // bytes in buffers from Alloc and copying Loads
 }
 
-var _ gpu.Device = (*Device)(nil)
+var (
+	_ gpu.Device   = (*Device)(nil)
+	_ gpu.Informer = (*Device)(nil)
+)
 
 // New returns a CPU device whose worker pool has workers goroutines
 // (runtime.NumCPU() when workers ≤ 0). It runs the AVX2+FMA assembly
@@ -109,7 +116,7 @@ func (d *Device) Alloc(dt gpu.DType, rows, cols int) gpu.Tensor {
 		panic(fmt.Sprintf("cpu: alloc [%d,%d]", rows, cols))
 	}
 	n := rows * cols
-	b := &buffer{dt: dt}
+	b := &buffer{dt: dt, owned: true}
 	switch dt {
 	case gpu.F32:
 		b.f32 = make([]float32, n)
@@ -120,7 +127,13 @@ func (d *Device) Alloc(dt gpu.DType, rows, cols int) gpu.Tensor {
 	default:
 		panic(fmt.Sprintf("cpu: alloc of %v", dt))
 	}
+	d.used.Add(int64(n * dt.Size()))
 	return gpu.Tensor{Buf: b, Rows: rows, Cols: cols, Stride: cols}
+}
+
+// Info implements gpu.Informer.
+func (d *Device) Info() gpu.Info {
+	return gpu.Info{Kind: "cpu", Name: d.name, MemUsed: d.used.Load()}
 }
 
 // Load implements gpu.Device. The tensor aliases data.
@@ -164,6 +177,9 @@ func (d *Device) Load(dt gpu.DType, rows, cols int, data []byte) (gpu.Tensor, er
 // fail loudly.
 func (d *Device) Free(t gpu.Tensor) {
 	if b, ok := t.Buf.(*buffer); ok {
+		if b.owned {
+			d.used.Add(-int64(b.Len() * b.dt.Size()))
+		}
 		b.f32, b.u16, b.i32 = nil, nil, nil
 	}
 }

@@ -1,0 +1,30 @@
+// Package cuda is the NVIDIA backend of package gpu. It loads libcuda,
+// libnvrtc at run time through purego (the binary stays CGO_ENABLED=0 and
+// runs unchanged where there is no GPU), compiles its CUDA C kernels with
+// NVRTC for the device's own architecture and caches the machine code on
+// disk.
+package cuda
+
+import "github.com/omni-pipe/omni-pipe/gpu"
+
+// Options configures New.
+type Options struct {
+	// Ordinal selects the GPU (0: the first).
+	Ordinal int
+	// CacheDir holds compiled kernels ("": the user's cache directory,
+	// os.UserCacheDir()/omni-pipe/cuda; "-": no disk cache).
+	CacheDir string
+	// Fault compiles the kernels with a planted fault (the kernel contract's
+	// controls; see faults.go). Empty for the real kernels.
+	Fault string
+}
+
+// New opens the GPU.
+func New(o Options) (*Device, error) {
+	if _, err := loadDriver(); err != nil {
+		return nil, err
+	}
+	return openDevice(o)
+}
+
+var _ gpu.Device = (*Device)(nil)

@@ -1,0 +1,153 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// result is a CUresult.
+type result uintptr
+
+const (
+	cudaSuccess  result = 0
+	errNotReady  result = 600 // CUDA_ERROR_NOT_READY (cuEventQuery, cuStreamQuery)
+	rtldNowGlobl        = purego.RTLD_NOW | purego.RTLD_GLOBAL
+)
+
+// Error is a failed CUDA driver, NVRTC or cuBLAS call.
+type Error struct {
+	Call string
+	Code int
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	if e.Msg != "" {
+		return fmt.Sprintf("cuda: %s: %s (%d)", e.Call, e.Msg, e.Code)
+	}
+	return fmt.Sprintf("cuda: %s: error %d", e.Call, e.Code)
+}
+
+// ErrNoDriver reports that libcuda.so.1 could not be loaded.
+var ErrNoDriver = errors.New("no CUDA driver: libcuda.so.1 not found")
+
+// driver holds the entry points of libcuda this backend calls. Each is a
+// raw symbol address called through purego.SyscallN (no reflection on the
+// hot path).
+type driver struct {
+	h uintptr
+
+	cuInit, cuDriverGetVersion, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute, cuDeviceTotalMem        uintptr
+	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxSetCurrent, cuCtxSynchronize, cuGetErrorString uintptr
+	cuMemAlloc, cuMemFree, cuMemAllocAsync, cuMemFreeAsync, cuMemGetInfo                                     uintptr
+	cuMemHostAlloc, cuMemFreeHost, cuMemHostGetDevicePointer                                                 uintptr
+	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync, cuMemsetD32Async, cuMemsetD16Async             uintptr
+	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamWaitEvent                                  uintptr
+	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventSynchronize, cuEventElapsedTime, cuEventQuery       uintptr
+	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuFuncSetAttribute, cuLaunchKernel                uintptr
+	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate, cuGraphLaunch, cuGraphDestroy              uintptr
+	cuGraphExecDestroy, cuGraphExecUpdate                                                                    uintptr
+	cuDeviceGetDefaultMemPool, cuMemPoolSetAttribute                                                         uintptr
+}
+
+var (
+	drvOnce sync.Once
+	drv     *driver
+	drvErr  error
+)
+
+// loadDriver dlopens libcuda.so.1 once per process.
+func loadDriver() (*driver, error) {
+	drvOnce.Do(func() {
+		h, err := purego.Dlopen("libcuda.so.1", rtldNowGlobl)
+		if err != nil {
+			drvErr = ErrNoDriver
+			return
+		}
+		d := &driver{h: h}
+		syms := []struct {
+			p    *uintptr
+			name string
+		}{
+			{&d.cuInit, "cuInit"}, {&d.cuDriverGetVersion, "cuDriverGetVersion"},
+			{&d.cuDeviceGet, "cuDeviceGet"}, {&d.cuDeviceGetName, "cuDeviceGetName"},
+			{&d.cuDeviceGetAttribute, "cuDeviceGetAttribute"}, {&d.cuDeviceTotalMem, "cuDeviceTotalMem_v2"},
+			{&d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"}, {&d.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"},
+			{&d.cuCtxSetCurrent, "cuCtxSetCurrent"}, {&d.cuCtxSynchronize, "cuCtxSynchronize"},
+			{&d.cuGetErrorString, "cuGetErrorString"},
+			{&d.cuMemAlloc, "cuMemAlloc_v2"}, {&d.cuMemFree, "cuMemFree_v2"},
+			{&d.cuMemAllocAsync, "cuMemAllocAsync"}, {&d.cuMemFreeAsync, "cuMemFreeAsync"},
+			{&d.cuMemGetInfo, "cuMemGetInfo_v2"},
+			{&d.cuMemHostAlloc, "cuMemHostAlloc"}, {&d.cuMemFreeHost, "cuMemFreeHost"},
+			{&d.cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"},
+			{&d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"}, {&d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
+			{&d.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"}, {&d.cuMemsetD32Async, "cuMemsetD32Async"},
+			{&d.cuMemsetD16Async, "cuMemsetD16Async"},
+			{&d.cuStreamCreate, "cuStreamCreate"}, {&d.cuStreamDestroy, "cuStreamDestroy_v2"},
+			{&d.cuStreamSynchronize, "cuStreamSynchronize"}, {&d.cuStreamWaitEvent, "cuStreamWaitEvent"},
+			{&d.cuEventCreate, "cuEventCreate"}, {&d.cuEventDestroy, "cuEventDestroy_v2"},
+			{&d.cuEventRecord, "cuEventRecord"}, {&d.cuEventSynchronize, "cuEventSynchronize"},
+			{&d.cuEventElapsedTime, "cuEventElapsedTime_v2"}, {&d.cuEventQuery, "cuEventQuery"},
+			{&d.cuModuleLoadData, "cuModuleLoadData"}, {&d.cuModuleUnload, "cuModuleUnload"},
+			{&d.cuModuleGetFunction, "cuModuleGetFunction"}, {&d.cuFuncSetAttribute, "cuFuncSetAttribute"},
+			{&d.cuLaunchKernel, "cuLaunchKernel"},
+			{&d.cuStreamBeginCapture, "cuStreamBeginCapture_v2"}, {&d.cuStreamEndCapture, "cuStreamEndCapture"},
+			{&d.cuGraphInstantiate, "cuGraphInstantiateWithFlags"}, {&d.cuGraphLaunch, "cuGraphLaunch"},
+			{&d.cuGraphDestroy, "cuGraphDestroy"}, {&d.cuGraphExecDestroy, "cuGraphExecDestroy"},
+			{&d.cuGraphExecUpdate, "cuGraphExecUpdate_v2"},
+			{&d.cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool"}, {&d.cuMemPoolSetAttribute, "cuMemPoolSetAttribute"},
+		}
+		for _, s := range syms {
+			p, err := purego.Dlsym(h, s.name)
+			if err != nil {
+				drvErr = fmt.Errorf("cuda: libcuda.so.1 lacks %s (driver too old?)", s.name)
+				return
+			}
+			*s.p = p
+		}
+		drv = d
+	})
+	return drv, drvErr
+}
+
+// call invokes a driver entry point and turns a non-zero CUresult into an
+// *Error naming the call.
+func (d *driver) call(name string, fn uintptr, args ...uintptr) error {
+	r, _, _ := purego.SyscallN(fn, args...)
+	if result(r) == cudaSuccess {
+		return nil
+	}
+	return d.err(name, result(r))
+}
+
+func (d *driver) err(name string, r result) error {
+	e := &Error{Call: name, Code: int(r)}
+	var s *byte
+	if x, _, _ := purego.SyscallN(d.cuGetErrorString, uintptr(r), uintptr(unsafe.Pointer(&s))); x == 0 && s != nil {
+		e.Msg = goString(s)
+	}
+	return e
+}
+
+// goString copies a NUL-terminated C string.
+func goString(p *byte) string {
+	if p == nil {
+		return ""
+	}
+	var n int
+	for *(*byte)(unsafe.Add(unsafe.Pointer(p), n)) != 0 {
+		n++
+	}
+	return string(unsafe.Slice(p, n))
+}
+
+// cString returns a NUL-terminated copy of s (keep it alive across the call).
+func cString(s string) []byte {
+	b := make([]byte, len(s)+1)
+	copy(b, s)
+	return b
+}
