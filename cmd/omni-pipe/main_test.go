@@ -168,3 +168,25 @@ func TestParityCommand(t *testing.T) {
 		t.Errorf("parity: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// TestTokenizeEmpty: empty input is an empty list in every format, not
+// JSON's null.
+func TestTokenizeEmpty(t *testing.T) {
+	tests := []struct {
+		flag, want string
+	}{
+		{"--json", "[]\n"},
+		{"--pieces", ""},
+		{"", "\n"},
+	}
+	for _, tt := range tests {
+		args := []string{"tokenize", "--tokenizer", tiny + "/tokenizer.json"}
+		if tt.flag != "" {
+			args = append(args, tt.flag)
+		}
+		code, out, errOut := runCmd(t, "", args...)
+		if code != exitOK || out != tt.want {
+			t.Errorf("tokenize %s on empty input: exit %d, stdout %q (stderr %q); want %q", tt.flag, code, out, errOut, tt.want)
+		}
+	}
+}

@@ -45,7 +45,13 @@ func init() {
 				ids := tok.Encode(string(in))
 				switch {
 				case *asJSON:
-					b, _ := json.Marshal(ids)
+					if ids == nil {
+						ids = []int{} // [], not null
+					}
+					b, err := json.Marshal(ids)
+					if err != nil {
+						return err
+					}
 					fmt.Fprintln(e.stdout, string(b))
 				case *pieces:
 					for _, id := range ids {
