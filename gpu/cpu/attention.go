@@ -14,6 +14,11 @@ import (
 // read, and a row's output depends only on its own query, its position and
 // the cache: never on how many rows one call computes. dst may be q itself
 // (each item reads its query heads before it writes their outputs).
+//
+// With p.ProbBF16 the weights are the flash kernels': p_j = exp(s_j − m)
+// is rounded to bf16 before the product with the values, the row sum l is
+// taken over the unrounded fp32 p_j, and the weighted sum is divided by l
+// after the product (out = Σ bf16(p_j)·v_j / l).
 func (q *Queue) Attention(dst, qt, k, v gpu.Tensor, p gpu.AttnParams) {
 	hd := p.HeadDim
 	if hd < 1 || p.KVHeads < 1 || p.Heads%p.KVHeads != 0 || qt.Cols != p.Heads*hd || dst.Cols != qt.Cols ||
@@ -48,8 +53,8 @@ func (q *Queue) Attention(dst, qt, k, v gpu.Tensor, p gpu.AttnParams) {
 				continue
 			}
 			L := last - first + 1
-			wk.col = grow(wk.col, G*L)
-			sc := wk.col
+			wk.col = grow(wk.col, G*L+G)
+			sc, sums := wk.col[:G*L], wk.col[G*L:]
 			// sc[g, j] = q[i, (kh·G+g)·hd : …] · k[first+j, kh·hd : …]
 			s := mm{
 				x: qs[i*qt.Stride+kh*G*hd:], xs: hd,
@@ -60,7 +65,13 @@ func (q *Queue) Attention(dst, qt, k, v gpu.Tensor, p gpu.AttnParams) {
 			for g := 0; g < G; g++ {
 				row := sc[g*L : (g+1)*L]
 				vScale(asm, row, row, p.Scale)
-				softmax(asm, row)
+				if !p.ProbBF16 {
+					softmax(asm, row)
+					continue
+				}
+				vExpShift(asm, row, row, vMax(asm, row))
+				sums[g] = vSum(asm, row) // the fp32 p_j, before rounding
+				vRound(asm, row)
 			}
 			// out[g, :] = Σ_j sc[g, j] · v[first+j, kh·hd : …]
 			o := xw{
@@ -69,6 +80,11 @@ func (q *Queue) Attention(dst, qt, k, v gpu.Tensor, p gpu.AttnParams) {
 				dst: out, ds: hd, M: G, N: hd, K: L,
 			}
 			o.run(wk, 0, G, 0, hd, asm)
+			if p.ProbBF16 {
+				for g := 0; g < G; g++ {
+					vDivs(asm, out[g*hd:(g+1)*hd], sums[g])
+				}
+			}
 		}
 	})
 }

@@ -52,7 +52,6 @@ func checkAttention(dst, qt, k, v gpu.Tensor, c attnCase, drop bool) errStats {
 	var st errStats
 	hd, G := c.p.HeadDim, c.p.Heads/c.p.KVHeads
 	gDot := gamma(matmulRoundings(hd))
-	scale := float64(c.p.Scale)
 	for i := 0; i < qt.Rows; i++ {
 		first, last := visible(c, i)
 		if drop {
@@ -67,27 +66,11 @@ func checkAttention(dst, qt, k, v gpu.Tensor, c attnCase, drop bool) errStats {
 				continue
 			}
 			L := last - first + 1
-			s := make([]float64, L)
-			m, delta := math.Inf(-1), 0.0
-			for j := range s {
-				var dot, abs float64
-				for d := 0; d < hd; d++ {
-					p := at(qt, i, h*hd+d) * at(k, first+j, kh*hd+d)
-					dot += p
-					abs += math.Abs(p)
-				}
-				s[j] = dot * scale
-				m = max(m, s[j])
-				delta = max(delta, gDot*math.Abs(scale)*abs+u*math.Abs(s[j]))
-			}
+			s, delta := exactScores(qt, k, c, i, h, first, L, gDot)
 			var sum float64
-			spread := 0.0
 			for j := range s {
-				spread = max(spread, math.Abs(s[j]-m))
-				s[j] = math.Exp(s[j] - m)
 				sum += s[j]
 			}
-			delta += u*spread + u
 			epsP := 2*delta + gamma(L) + u
 			for d := 0; d < hd; d++ {
 				var o, abs float64
@@ -106,76 +89,194 @@ func checkAttention(dst, qt, k, v gpu.Tensor, c attnCase, drop bool) errStats {
 	return st
 }
 
+// exactScores returns the unnormalised weights p_j = exp(s_j − m) of query
+// row i, head h against keys first … first+L−1 in float64, and the bound
+// δ on the float32 pipeline's exponent error: a score s_j carries an
+// absolute error up to γ_n·scale·Σ|q·k| (the dot, n the MatMul roundings
+// of hd) + u·|s_j| (the scale), the subtraction of the row max adds
+// u·|s_j − m| and exp its own rounding u.
+func exactScores(qt, k gpu.Tensor, c attnCase, i, h, first, L int, gDot float64) (p []float64, delta float64) {
+	hd, G := c.p.HeadDim, c.p.Heads/c.p.KVHeads
+	kh := h / G
+	scale := float64(c.p.Scale)
+	p = make([]float64, L)
+	m := math.Inf(-1)
+	for j := range p {
+		var dot, abs float64
+		for d := 0; d < hd; d++ {
+			x := at(qt, i, h*hd+d) * at(k, first+j, kh*hd+d)
+			dot += x
+			abs += math.Abs(x)
+		}
+		p[j] = dot * scale
+		m = max(m, p[j])
+		delta = max(delta, gDot*math.Abs(scale)*abs+u*math.Abs(p[j]))
+	}
+	spread := 0.0
+	for j := range p {
+		spread = max(spread, math.Abs(p[j]-m))
+		p[j] = math.Exp(p[j] - m)
+	}
+	return p, delta + u*spread + u
+}
+
+// checkAttentionProbBF16 replays the ProbBF16 mode in float64: out =
+// Σ bf16(p_j)·v_j / Σ p_j. The float32 p̃_j is within a relative
+// ε = expm1(2δ) of the exact p_j (δ from exactScores: the score and the
+// row max each carry it), so its bf16 rounding r_j lies between the
+// roundings of p_j(1−ε) and p_j(1+ε): almost always one value, replayed
+// exactly; where the interval straddles a rounding boundary the replay
+// takes the midpoint and the bound adds half the gap times |v_j|. The fp32
+// row sum l̃ = l(1+λ) has |λ| ≤ (1+ε)(1+γ_L) − 1, the weighted sum adds
+// γ_L·S (S = Σ r_j|v_j|) and the division u, so with κ = (u+|λ|)/(1−|λ|)
+// every output is within (S·(κ + γ_L(1+κ)) + Σ_straddling gap_j/2·|v_j|)/l.
+// A weight left in fp32 moves outputs by about 2⁻⁹·S/l, far outside that.
+// drop leaves the last visible key out (the planted fault).
+func checkAttentionProbBF16(dst, qt, k, v gpu.Tensor, c attnCase, drop bool) errStats {
+	var st errStats
+	hd, G := c.p.HeadDim, c.p.Heads/c.p.KVHeads
+	gDot := gamma(matmulRoundings(hd))
+	for i := 0; i < qt.Rows; i++ {
+		first, last := visible(c, i)
+		if drop {
+			last--
+		}
+		for h := 0; h < c.p.Heads; h++ {
+			kh := h / G
+			if last < first {
+				for d := 0; d < hd; d++ {
+					st.add(float32(at(dst, i, h*hd+d)), 0, 0, func() string { return "empty" })
+				}
+				continue
+			}
+			L := last - first + 1
+			p, delta := exactScores(qt, k, c, i, h, first, L, gDot)
+			eps := math.Expm1(2 * delta)
+			mid, half := make([]float64, L), make([]float64, L)
+			var l float64
+			for j, pj := range p {
+				l += pj
+				lo := float64(roundBF16(float32(pj * (1 - eps))))
+				hi := float64(roundBF16(float32(pj * (1 + eps))))
+				mid[j], half[j] = (lo+hi)/2, (hi-lo)/2
+			}
+			lambda := (1+eps)*(1+gamma(L)) - 1
+			kappa := (u + lambda) / (1 - lambda)
+			for d := 0; d < hd; d++ {
+				var o, S, amb float64
+				for j := range p {
+					vv := at(v, first+j, kh*hd+d)
+					o += mid[j] * vv
+					S += (mid[j] + half[j]) * math.Abs(vv)
+					amb += half[j] * math.Abs(vv)
+				}
+				o /= l
+				bound := (S*(kappa+gamma(L)*(1+kappa)) + amb) / l
+				st.add(float32(at(dst, i, h*hd+d)), o, bound, func() string {
+					return fmt.Sprintf("row %d head %d dim %d: got %v want %v", i, h, d, at(dst, i, h*hd+d), o)
+				})
+			}
+		}
+	}
+	return st
+}
+
+// TestAttention checks both weight modes against their float64 replays,
+// on outputs poisoned beforehand, and that each replay tells the modes
+// apart: the other mode's output (fp32 weights where bf16 ones are due, or
+// the reverse) fails it, as does a dropped key.
 func TestAttention(t *testing.T) {
 	for _, ks := range kernelSets(t) {
 		for _, workers := range []int{1, 2} {
 			dev, q := newTestDevice(t, workers, ks.asm)
 			for ci, c := range attnCases {
-				t.Run(fmt.Sprintf("%s/w%d/case%d", ks.name, workers, ci), func(t *testing.T) {
-					rng := rand.New(rand.NewPCG(uint64(ci), 17))
-					c.p.Scale = float32(1 / math.Sqrt(float64(c.p.HeadDim)))
-					kvw := c.p.KVHeads * c.p.HeadDim
-					qt := view(dev, gpu.F32, c.rows, c.p.Heads*c.p.HeadDim, ci%2, 0)
-					k := view(dev, gpu.F32, c.keys, kvw, 3, 0)
-					v := view(dev, gpu.F32, c.keys, kvw, 0, 2)
-					for _, x := range []gpu.Tensor{qt, k, v} {
-						fillRandom(rng, x)
+				for _, probBF16 := range []bool{false, true} {
+					c := c
+					c.p.ProbBF16 = probBF16
+					check := checkAttention
+					if probBF16 {
+						check = checkAttentionProbBF16
 					}
-					// Larger queries give peaked softmaxes too.
-					q.Scale(qt, qt, 3)
-					dst := view(dev, gpu.F32, c.rows, c.p.Heads*c.p.HeadDim, 1, 1)
-					q.Attention(dst, qt, k, v, c.p)
-					checkPadding(t, dst)
-					st := checkAttention(dst, qt, k, v, c, false)
-					if st.bad > 0 {
-						t.Fatalf("%d of %d outside the bound; first %s", st.bad, st.n, st.first)
-					}
-					fault := checkAttention(dst, qt, k, v, c, true)
-					t.Logf("max |err|/bound %.3g; a dropped key is flagged in %d of %d elements", st.maxRatio, fault.bad, fault.n)
-					if fault.bad < fault.n/2 {
-						t.Fatalf("a dropped key was caught in only %d of %d elements", fault.bad, fault.n)
-					}
-
-					// Each row alone (a decode step) gives the same floats.
-					for i := 0; i < c.rows; i++ {
-						one := view(dev, gpu.F32, 1, dst.Cols, 0, 0)
-						p := c.p
-						p.QPos0 += i
-						q.Attention(one, qt.Row(i), k, v, p)
-						if _, col, ok := bitsEqual(one, dst.Row(i)); !ok {
-							t.Fatalf("row %d alone differs at column %d", i, col)
-						}
-					}
-
-					// Invisible keys and values may hold NaN: nothing changes.
-					for i := 0; i < c.rows; i++ {
-						first, last := visible(c, i)
-						for j := 0; j < c.keys; j++ {
-							if j >= first && j <= last {
-								continue
-							}
-							seen := false // visible to another row of this call?
-							for i2 := 0; i2 < c.rows; i2++ {
-								f2, l2 := visible(c, i2)
-								seen = seen || (j >= f2 && j <= l2)
-							}
-							if seen {
-								continue
-							}
-							for col := 0; col < kvw; col++ {
-								f32s(k)[j*k.Stride+col] = float32(math.NaN())
-								f32s(v)[j*v.Stride+col] = float32(math.NaN())
-							}
-						}
-					}
-					again := view(dev, gpu.F32, c.rows, dst.Cols, 0, 0)
-					q.Attention(again, qt, k, v, c.p)
-					if r, col, ok := bitsEqual(again, dst); !ok {
-						t.Fatalf("NaN in invisible keys changed [%d,%d] to %v", r, col, at(again, r, col))
-					}
-				})
+					t.Run(fmt.Sprintf("%s/w%d/case%d/probbf16=%v", ks.name, workers, ci, probBF16), func(t *testing.T) {
+						testAttentionCase(t, dev, q, ci, c, check)
+					})
+				}
 			}
 		}
+	}
+}
+
+func testAttentionCase(t *testing.T, dev *Device, q *Queue, ci int, c attnCase,
+	check func(dst, qt, k, v gpu.Tensor, c attnCase, drop bool) errStats) {
+	rng := rand.New(rand.NewPCG(uint64(ci), 17))
+	c.p.Scale = float32(1 / math.Sqrt(float64(c.p.HeadDim)))
+	kvw := c.p.KVHeads * c.p.HeadDim
+	qt := view(dev, gpu.F32, c.rows, c.p.Heads*c.p.HeadDim, ci%2, 0)
+	k := view(dev, gpu.F32, c.keys, kvw, 3, 0)
+	v := view(dev, gpu.F32, c.keys, kvw, 0, 2)
+	for _, x := range []gpu.Tensor{qt, k, v} {
+		fillRandom(rng, x)
+	}
+	// Larger queries give peaked softmaxes too.
+	q.Scale(qt, qt, 3)
+	dst := view(dev, gpu.F32, c.rows, c.p.Heads*c.p.HeadDim, 1, 1) // poisoned
+	q.Attention(dst, qt, k, v, c.p)
+	checkPadding(t, dst)
+	st := check(dst, qt, k, v, c, false)
+	if st.bad > 0 {
+		t.Fatalf("%d of %d outside the bound; first %s", st.bad, st.n, st.first)
+	}
+	fault := check(dst, qt, k, v, c, true)
+	other := view(dev, gpu.F32, c.rows, c.p.Heads*c.p.HeadDim, 0, 0)
+	po := c.p
+	po.ProbBF16 = !po.ProbBF16
+	q.Attention(other, qt, k, v, po)
+	wrong := check(other, qt, k, v, c, false)
+	t.Logf("max |err|/bound %.3g; a dropped key is flagged in %d of %d elements, the other weight mode in %d",
+		st.maxRatio, fault.bad, fault.n, wrong.bad)
+	if fault.bad < fault.n/2 {
+		t.Fatalf("a dropped key was caught in only %d of %d elements", fault.bad, fault.n)
+	}
+	if wrong.bad < wrong.n/2 {
+		t.Fatalf("the other weight mode (ProbBF16=%v) was caught in only %d of %d elements", po.ProbBF16, wrong.bad, wrong.n)
+	}
+
+	// Each row alone (a decode step) gives the same floats.
+	for i := 0; i < c.rows; i++ {
+		one := view(dev, gpu.F32, 1, dst.Cols, 0, 0)
+		p := c.p
+		p.QPos0 += i
+		q.Attention(one, qt.Row(i), k, v, p)
+		if _, col, ok := bitsEqual(one, dst.Row(i)); !ok {
+			t.Fatalf("row %d alone differs at column %d", i, col)
+		}
+	}
+
+	// Invisible keys and values may hold NaN: nothing changes.
+	for i := 0; i < c.rows; i++ {
+		first, last := visible(c, i)
+		for j := 0; j < c.keys; j++ {
+			if j >= first && j <= last {
+				continue
+			}
+			seen := false // visible to another row of this call?
+			for i2 := 0; i2 < c.rows; i2++ {
+				f2, l2 := visible(c, i2)
+				seen = seen || (j >= f2 && j <= l2)
+			}
+			if seen {
+				continue
+			}
+			for col := 0; col < kvw; col++ {
+				f32s(k)[j*k.Stride+col] = float32(math.NaN())
+				f32s(v)[j*v.Stride+col] = float32(math.NaN())
+			}
+		}
+	}
+	again := view(dev, gpu.F32, c.rows, dst.Cols, 0, 0)
+	q.Attention(again, qt, k, v, c.p)
+	if r, col, ok := bitsEqual(again, dst); !ok {
+		t.Fatalf("NaN in invisible keys changed [%d,%d] to %v", r, col, at(again, r, col))
 	}
 }
 
