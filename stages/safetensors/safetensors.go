@@ -142,33 +142,62 @@ func parse(data []byte, name string) (*File, error) {
 		return nil, fail("header JSON: trailing data after the object")
 	}
 	f := &File{Path: name, tensors: make(map[string]*Tensor, len(raw))}
-	type span struct {
-		name       string
+	// Entries are checked in name order so that a bad file gets the same
+	// error every time.
+	keys := make([]string, 0, len(raw))
+	for key := range raw {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	type entry struct {
+		key string
+		headerEntry
+		bits       int
 		begin, end int64
 	}
-	spans := make([]span, 0, len(raw))
-	for key, msg := range raw {
+	entries := make([]entry, 0, len(keys))
+	var extent int64 // the data bytes the header describes
+	for _, key := range keys {
+		msg := raw[key]
 		if key == "__metadata__" {
 			if err := json.Unmarshal(msg, &f.Metadata); err != nil {
 				return nil, fail("__metadata__ must map strings to strings: %v", err)
 			}
 			continue
 		}
-		var e headerEntry
+		e := entry{key: key}
 		dec := json.NewDecoder(bytes.NewReader(msg))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&e); err != nil {
+		if err := dec.Decode(&e.headerEntry); err != nil {
 			return nil, fail("tensor %q: header entry: %v", key, err)
 		}
-		bits, ok := dtypeBits[e.DType]
-		if !ok {
+		var ok bool
+		if e.bits, ok = dtypeBits[e.DType]; !ok {
 			return nil, fail("tensor %q: unknown dtype %q", key, e.DType)
 		}
 		if len(e.DataOffsets) != 2 {
 			return nil, fail("tensor %q: data_offsets must hold 2 numbers, has %d", key, len(e.DataOffsets))
 		}
-		begin, end := e.DataOffsets[0], e.DataOffsets[1]
-		if begin < 0 || end < begin || end > int64(len(body)) {
+		e.begin, e.end = e.DataOffsets[0], e.DataOffsets[1]
+		if e.begin < 0 || e.end < e.begin {
+			return nil, fail("tensor %q: data_offsets [%d, %d] are not a span", key, e.begin, e.end)
+		}
+		extent = max(extent, e.end)
+		entries = append(entries, e)
+	}
+	// A file cut short (an interrupted download or copy) ends before the
+	// data its header describes.
+	if extent > int64(len(body)) && extent <= math.MaxInt64-8-int64(hl) {
+		return nil, fail("truncated: file has %d bytes, header needs %d", len(data), 8+int64(hl)+extent)
+	}
+	type span struct {
+		name       string
+		begin, end int64
+	}
+	spans := make([]span, 0, len(entries))
+	for _, e := range entries {
+		key, begin, end := e.key, e.begin, e.end
+		if end > int64(len(body)) {
 			return nil, fail("tensor %q: data_offsets [%d, %d] outside the %d data bytes", key, begin, end, len(body))
 		}
 		n := int64(1)
@@ -180,7 +209,7 @@ func parse(data []byte, name string) (*File, error) {
 			n *= d
 			shape[i] = int(d)
 		}
-		if want := (n*int64(bits) + 7) / 8; want != end-begin {
+		if want := (n*int64(e.bits) + 7) / 8; want != end-begin {
 			return nil, fail("tensor %q: shape %v of %s needs %d bytes, data_offsets span %d", key, e.Shape, e.DType, want, end-begin)
 		}
 		f.tensors[key] = &Tensor{Name: key, DType: e.DType, Shape: shape, Data: body[begin:end:end]}

@@ -3,6 +3,7 @@ package safetensors
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,7 +92,9 @@ func TestBadHeaders(t *testing.T) {
 		{"broken json", header(`{"a":`, 0), "header JSON"},
 		{"unknown dtype", header(`{"w":{"dtype":"Q4","shape":[1],"data_offsets":[0,1]}}`, 1), `unknown dtype "Q4"`},
 		{"span mismatch", header(`{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}`, 8), `tensor "w": shape [2] of F32 needs 8 bytes`},
-		{"out of range", header(`{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`, 4), `tensor "w": data_offsets [0, 8] outside`},
+		{"out of range", header(`{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`, 4), `truncated: file has 66 bytes, header needs 70`},
+		{"far out of range", header(`{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,9223372036854775807]}}`, 4), `tensor "w": data_offsets [0, 9223372036854775807] outside`},
+		{"reversed span", header(`{"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}}`, 8), `tensor "w": data_offsets [8, 0] are not a span`},
 		{"negative", header(`{"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}}`, 8), `bad shape`},
 		{"overlap", header(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}`, 8), `overlap`},
 		{"extra field", header(`{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}}`, 4), `unknown field`},
@@ -108,18 +111,31 @@ func TestBadHeaders(t *testing.T) {
 	}
 }
 
+// TestTruncatedFile: a file cut short anywhere in its data says so, with
+// the sizes, and the same error every time (not the first tensor that a map
+// iteration happens to meet).
 func TestTruncatedFile(t *testing.T) {
 	data, err := os.ReadFile(fixture)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(t.TempDir(), "cut.safetensors")
-	if err := os.WriteFile(p, data[:len(data)/2], 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err = Open(p)
-	if err == nil || !strings.Contains(err.Error(), "outside") || !strings.Contains(err.Error(), p) {
-		t.Errorf("truncated file: err = %v", err)
+	hl := int(binary.LittleEndian.Uint64(data[:8]))
+	for _, n := range []int{8 + hl, 8 + hl + 1, len(data) / 2, len(data) - 1} {
+		p := filepath.Join(t.TempDir(), "cut.safetensors")
+		if err := os.WriteFile(p, data[:n], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("%s: truncated: file has %d bytes, header needs %d", p, n, len(data))
+		for range 5 {
+			_, err = Open(p)
+			if err == nil || err.Error() != want {
+				t.Fatalf("cut at %d: err = %v, want %q", n, err, want)
+			}
+			_, err = Parse(data[:n], p)
+			if err == nil || err.Error() != want {
+				t.Fatalf("cut at %d: Parse: err = %v, want %q", n, err, want)
+			}
+		}
 	}
 }
 
