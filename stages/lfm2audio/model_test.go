@@ -87,7 +87,7 @@ func TestLoadErrors(t *testing.T) {
 			p := filepath.Join(dir, "model.safetensors")
 			data, _ := os.ReadFile(p)
 			return os.WriteFile(p, data[:len(data)-1000], 0o644)
-		}, "outside"},
+		}, "truncated: file has"},
 		{"no codec", func(dir string) error { return os.Remove(filepath.Join(dir, "mimi.safetensors")) }, "no codec weights"},
 		{"no tokenizer", func(dir string) error { return os.Remove(filepath.Join(dir, "tokenizer.json")) }, "tokenizer"},
 		{"bad config", func(dir string) error {
