@@ -41,6 +41,13 @@ type Depth struct {
 	EmbNorm   []gpu.Tensor // depth_embeddings.i.embedding_norm [1, dim]
 	ToLogits  []gpu.Tensor // depth_embeddings.i.to_logits, or Emb[i] when tied
 	InvFreq   []float32    // fp32, as precompute_freqs_cis
+	// FlashAttention says the reference's attention runs in flash kernels,
+	// which round the unnormalised probabilities to bf16 before the product
+	// with the values (gpu.AttnParams.ProbBF16): BF16 mode then does too.
+	// torch's SDPA picks FlashAttention-2 for liquid-audio's depthformer
+	// at every head size up to 256 (it pads the head to a multiple of 8;
+	// cuDNN's kernel needs one). Load sets it.
+	FlashAttention bool
 }
 
 // Layer is one StandardBlock(MHA).
@@ -58,9 +65,10 @@ func Load(b *weights.Binder, cfg config.Depthformer, codebooks, hidden int) (*De
 	D, F := cfg.Dim, cfg.FFNDim()
 	hd, kv := cfg.HeadDim(), cfg.KVHeads()*cfg.HeadDim()
 	d := &Depth{Cfg: cfg, Codebooks: codebooks,
-		Linear:  b.Tensor("depth_linear.weight", codebooks*D, hidden),
-		LinearB: b.Tensor("depth_linear.bias", codebooks*D),
-		InvFreq: nn.RoPEInvFreq(cfg.RoPETheta(), hd), // precompute_freqs_cis, fp32
+		Linear:         b.Tensor("depth_linear.weight", codebooks*D, hidden),
+		LinearB:        b.Tensor("depth_linear.bias", codebooks*D),
+		InvFreq:        nn.RoPEInvFreq(cfg.RoPETheta(), hd), // precompute_freqs_cis, fp32
+		FlashAttention: true,
 	}
 	for i := 0; i < cfg.Layers; i++ {
 		lb := b.Subf("depthformer.layers.%d", i)
@@ -208,7 +216,7 @@ func (d *Depth) block(c *nn.Ctx, l int, x, kc, vc gpu.Tensor, pos int) {
 		c.Q.Attention(o.Row(r), q.Row(r), kc.Slice(base, base+pos+1), vc.Slice(base, base+pos+1), gpu.AttnParams{
 			Heads: H, KVHeads: KVH, HeadDim: hd,
 			Scale: float32(1 / math.Sqrt(float64(hd))),
-			QPos0: pos, Causal: true,
+			QPos0: pos, Causal: true, ProbBF16: c.P == nn.BF16 && d.FlashAttention,
 		})
 	}
 	c.Round(o)

@@ -35,6 +35,14 @@ type Model struct {
 	// computed in fp32 and rounded to bf16 (from_pretrained casts the
 	// buffer), one per pair of head dimensions.
 	InvFreq []float32
+	// FlashAttention says the reference's attention runs in flash kernels,
+	// which round the unnormalised probabilities to bf16 before the product
+	// with the values (gpu.AttnParams.ProbBF16): BF16 mode then does too.
+	// transformers' sdpa attention passes no mask for an unpadded causal
+	// batch, and torch's SDPA then picks cuDNN's fused flash kernel (head
+	// sizes that are multiples of 8, on an H100/H200 with cuDNN ≥ 9.15) or
+	// FlashAttention-2 (any head size up to 256). Load sets it.
+	FlashAttention bool
 }
 
 // Block is one LFM2 decoder layer; exactly one of Conv and Attn is set.
@@ -72,7 +80,7 @@ func Load(b *weights.Binder, cfg config.LFM2) (*Model, error) {
 		return nil, err
 	}
 	H, F := cfg.HiddenSize, cfg.FFNDim()
-	m := &Model{Cfg: cfg}
+	m := &Model{Cfg: cfg, FlashAttention: true}
 	m.Embed = b.Tensor("embed_tokens.weight", cfg.VocabSize, H)
 	m.Norm = b.Tensor("embedding_norm.weight", H)
 	hd := cfg.HeadDim()
@@ -350,6 +358,7 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h gpu.Tensor, seqs []Seq) {
 			Heads: at.Heads, KVHeads: at.KVHeads, HeadDim: hd,
 			Scale: float32(1 / math.Sqrt(float64(hd))),
 			QPos0: p, Causal: true, Window: at.Window,
+			ProbBF16: c.P == nn.BF16 && m.FlashAttention,
 		})
 		r0 += s.Rows
 	}

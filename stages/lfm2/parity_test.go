@@ -287,3 +287,55 @@ func TestTeacherForcedSteps(t *testing.T) {
 		})
 	}
 }
+
+// TestFlashAttentionPrefillBitExact: the fixtures' reference ran the
+// backbone's attention in FlashAttention-2 (torch's SDPA: no mask for an
+// unpadded causal batch; head size 6 rules out cuDNN's kernel, not
+// flash's). With its rounding point (bf16 unnormalised probabilities, fp32
+// row sum) the BF16 prefill reproduces the reference's rows bit for bit:
+// all of case2's and case3's, case1's first 23 (then one activation rounds
+// the other way and the difference propagates) and case4's first 129. Rows
+// from 128 on see keys in two of FlashAttention-2's 128-key blocks, which
+// it weighs by exp(s − running max) and rescales, where ProbBF16 uses the
+// row max; rows 0–127 must agree. With fp32 probabilities only the first
+// row (one key: weight 1) is identical.
+func TestFlashAttentionPrefillBitExact(t *testing.T) {
+	tm := loadTestModel(t)
+	// The rows that must be identical with the flash rounding, per case.
+	want := map[string]int{"case1_question_16k": 23, "case2_tone_noise_24k": 57, "case3_text_only": 39, "case4_two_turn": 128}
+	H := tm.cfg.LFM.HiddenSize
+	for _, name := range []string{"case1_question_16k", "case2_tone_noise_24k", "case3_text_only", "case4_two_turn"} {
+		t.Run(name, func(t *testing.T) {
+			r := openCase(t, name)
+			ref := r.floats(t, "prefill_hidden")
+			identical := func(flash bool) (rows, equal int) {
+				tm.m.FlashAttention = flash
+				defer func() { tm.m.FlashAttention = true }()
+				c := nn.NewCtx(tm.dev, tm.dev.NewQueue("test"), nn.BF16)
+				x := tm.promptRows(t, c, r)
+				got := read(t, c, tm.m.Forward(c, x, []Seq{{Cache: tm.m.NewCache(tm.dev), Rows: x.Rows}}))
+				rows = -1
+				for i := range got {
+					if math.Float32bits(got[i]) == math.Float32bits(ref[i]) {
+						equal++
+					} else if rows < 0 {
+						rows = i / H
+					}
+				}
+				if rows < 0 {
+					rows = x.Rows
+				}
+				return rows, equal
+			}
+			rows32, eq32 := identical(false)
+			rows, eq := identical(true)
+			t.Logf("leading identical rows: fp32 probabilities %d (%d of %d values equal), flash rounding %d (%d equal)", rows32, eq32, len(ref), rows, eq)
+			if rows < want[name] {
+				t.Errorf("with the flash rounding only the first %d rows are bit-identical, want %d", rows, want[name])
+			}
+			if rows32 > 1 {
+				t.Errorf("with fp32 probabilities %d leading rows are identical: the check no longer tells the modes apart", rows32)
+			}
+		})
+	}
+}
