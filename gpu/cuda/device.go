@@ -1,12 +1,349 @@
 package cuda
 
 import (
-	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 )
 
-// Device is a CUDA GPU.
-type Device struct{ gpu.Device }
+// Device attribute codes (CUdevice_attribute).
+const (
+	attrCCMajor  = 75
+	attrCCMinor  = 76
+	attrSMs      = 16
+	attrMaxSmem  = 97 // max shared memory per block, opt-in
+	poolRelease  = 4  // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+	streamNoSync = 1  // CU_STREAM_NON_BLOCKING
+	hostMapped   = 2  // CU_MEMHOSTALLOC_DEVICEMAP
+	hostPortable = 1  // CU_MEMHOSTALLOC_PORTABLE
+	eventNoTime  = 2  // CU_EVENT_DISABLE_TIMING
+)
 
-func openDevice(o Options) (*Device, error) { return nil, errors.New("cuda: backend under construction") }
+// Device is a CUDA GPU. One goroutine locked to an OS thread owns the
+// context and makes every driver call (CUDA contexts are per thread);
+// queues record their ops and hand them to it in batches.
+type Device struct {
+	drv      *driver
+	nv       *nvrtc
+	ordinal  int
+	ctx      uintptr
+	name     string
+	arch     string
+	sms      int
+	drvVer   int
+	nvVer    string
+	totalMem int64
+	fault    string
+
+	mod      uintptr
+	fns      map[string]uintptr
+	compiled string // "compiled" or "cache"
+
+	work      chan func()
+	exited    chan struct{}
+	allocS    uintptr // stream for allocation, zeroing and loads
+	used      atomic.Int64
+	mu        sync.Mutex
+	closed    bool
+	queues    []*Queue
+	closeOnce sync.Once
+}
+
+var (
+	_ gpu.Device   = (*Device)(nil)
+	_ gpu.Informer = (*Device)(nil)
+)
+
+// buffer is device memory: a CUdeviceptr and its element type.
+type buffer struct {
+	ptr   uintptr
+	dt    gpu.DType
+	n     int
+	bytes int64
+	// last is the queue that last recorded an op on the buffer: Free
+	// queues the release behind that queue's work (stream-ordered).
+	last  atomic.Pointer[Queue]
+	freed atomic.Bool
+}
+
+func (b *buffer) DType() gpu.DType { return b.dt }
+func (b *buffer) Len() int         { return b.n }
+
+func openDevice(o Options) (*Device, error) {
+	drv, err := loadDriver()
+	if err != nil {
+		return nil, err
+	}
+	nv, err := loadNVRTC()
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, work: make(chan func()), exited: make(chan struct{})}
+	ready := make(chan error, 1)
+	go d.owner(o, ready)
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// owner is the goroutine that holds the context: it initialises the
+// device, then runs every closure sent on d.work until the channel closes.
+func (d *Device) owner(o Options, ready chan<- error) {
+	runtime.LockOSThread()
+	defer close(d.exited)
+	if err := d.init(o); err != nil {
+		ready <- err
+		return
+	}
+	ready <- nil
+	for f := range d.work {
+		f()
+	}
+}
+
+func (d *Device) init(o Options) error {
+	c := d.drv
+	if err := c.call("cuInit", c.cuInit, 0); err != nil {
+		return fmt.Errorf("cuda: no usable GPU: %w", err)
+	}
+	var ver int32
+	if err := c.call("cuDriverGetVersion", c.cuDriverGetVersion, uintptr(unsafe.Pointer(&ver))); err != nil {
+		return err
+	}
+	d.drvVer = int(ver)
+	var dev int32
+	if err := c.call("cuDeviceGet", c.cuDeviceGet, uintptr(unsafe.Pointer(&dev)), uintptr(o.Ordinal)); err != nil {
+		return fmt.Errorf("cuda: GPU %d: %w", o.Ordinal, err)
+	}
+	name := make([]byte, 256)
+	if err := c.call("cuDeviceGetName", c.cuDeviceGetName, uintptr(unsafe.Pointer(&name[0])), 256, uintptr(dev)); err != nil {
+		return err
+	}
+	d.name = goString(&name[0])
+	attr := func(a int) int {
+		var v int32
+		c.call("cuDeviceGetAttribute", c.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a), uintptr(dev))
+		return int(v)
+	}
+	d.arch = fmt.Sprintf("sm_%d%d", attr(attrCCMajor), attr(attrCCMinor))
+	d.sms = attr(attrSMs)
+	var total uintptr
+	c.call("cuDeviceTotalMem", c.cuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(dev))
+	d.totalMem = int64(total)
+	if err := c.call("cuDevicePrimaryCtxRetain", c.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&d.ctx)), uintptr(dev)); err != nil {
+		return err
+	}
+	if err := c.call("cuCtxSetCurrent", c.cuCtxSetCurrent, d.ctx); err != nil {
+		return err
+	}
+	// Keep freed memory in the pool (no trimming at every synchronisation).
+	var pool uintptr
+	if c.call("cuDeviceGetDefaultMemPool", c.cuDeviceGetDefaultMemPool, uintptr(unsafe.Pointer(&pool)), uintptr(dev)) == nil {
+		thr := ^uint64(0)
+		c.call("cuMemPoolSetAttribute", c.cuMemPoolSetAttribute, pool, poolRelease, uintptr(unsafe.Pointer(&thr)))
+	}
+	if err := c.call("cuStreamCreate", c.cuStreamCreate, uintptr(unsafe.Pointer(&d.allocS)), streamNoSync); err != nil {
+		return err
+	}
+	maj, min := d.nv.Version()
+	d.nvVer = fmt.Sprintf("%d.%d", maj, min)
+	opts := compileOptions(d.arch, o.Fault)
+	file := cachePath(o.CacheDir, cacheKey(kernelSource, opts, d.drvVer, d.nvVer))
+	cubin, cached, err := d.nv.Compile(kernelSource, opts, file)
+	if err != nil {
+		return fmt.Errorf("cuda: compile kernels for %s: %w", d.arch, err)
+	}
+	d.compiled = "compiled"
+	if cached {
+		d.compiled = "cache"
+	}
+	if err := c.call("cuModuleLoadData", c.cuModuleLoadData, uintptr(unsafe.Pointer(&d.mod)), uintptr(unsafe.Pointer(&cubin[0]))); err != nil {
+		if cached { // a stale or damaged cache entry: compile afresh
+			cubin, _, err = d.nv.Compile(kernelSource, opts, "")
+			if err == nil {
+				err = c.call("cuModuleLoadData", c.cuModuleLoadData, uintptr(unsafe.Pointer(&d.mod)), uintptr(unsafe.Pointer(&cubin[0])))
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("cuda: load kernels: %w", err)
+		}
+	}
+	d.fns = make(map[string]uintptr, len(kernelNames))
+	for _, k := range kernelNames {
+		var f uintptr
+		n := cString(k)
+		if err := c.call("cuModuleGetFunction "+k, c.cuModuleGetFunction, uintptr(unsafe.Pointer(&f)), d.mod, uintptr(unsafe.Pointer(&n[0]))); err != nil {
+			return err
+		}
+		d.fns[k] = f
+	}
+	return nil
+}
+
+// do runs f on the owner thread and waits for it.
+func (d *Device) do(f func() error) error {
+	var err error
+	done := make(chan struct{})
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return gpu.ErrClosed
+	}
+	d.mu.Unlock()
+	d.work <- func() { err = f(); close(done) }
+	<-done
+	return err
+}
+
+// Name implements gpu.Device.
+func (d *Device) Name() string { return d.name }
+
+// Arch returns the architecture the kernels were compiled for ("sm_90").
+func (d *Device) Arch() string { return d.arch }
+
+// KernelSource says whether the kernels were compiled now or read from the
+// disk cache.
+func (d *Device) KernelSource() string { return d.compiled }
+
+// Info implements gpu.Informer.
+func (d *Device) Info() gpu.Info {
+	return gpu.Info{
+		Kind:     "cuda",
+		Name:     fmt.Sprintf("%s (%s, %d SMs)", d.name, d.arch, d.sms),
+		Driver:   fmt.Sprintf("CUDA driver %d.%d, NVRTC %s", d.drvVer/1000, d.drvVer%1000/10, d.nvVer),
+		MemUsed:  d.used.Load(),
+		MemTotal: d.totalMem,
+	}
+}
+
+// Alloc implements gpu.Device: zeroed device memory.
+func (d *Device) Alloc(dt gpu.DType, rows, cols int) gpu.Tensor {
+	if rows < 0 || cols < 0 || dt.Size() == 0 {
+		panic(fmt.Sprintf("cuda: alloc %v[%d,%d]", dt, rows, cols))
+	}
+	b, err := d.alloc(dt, rows*cols, nil)
+	if err != nil {
+		// Out of device memory is not a programmer error, but the gpu API
+		// has no error here: callers size their memory against budgets.
+		panic(fmt.Sprintf("cuda: alloc %v[%d,%d]: %v", dt, rows, cols, err))
+	}
+	return gpu.Tensor{Buf: b, Rows: rows, Cols: cols, Stride: cols}
+}
+
+// alloc allocates n elements of dt and fills them from data (zeroes when
+// data is nil), finished before it returns.
+func (d *Device) alloc(dt gpu.DType, n int, data []byte) (*buffer, error) {
+	bytes := int64(n * dt.Size())
+	sz := max(bytes, 256)
+	sz = (sz + 255) &^ 255
+	b := &buffer{dt: dt, n: n, bytes: sz}
+	c := d.drv
+	err := d.do(func() error {
+		if err := c.call("cuMemAllocAsync", c.cuMemAllocAsync, uintptr(unsafe.Pointer(&b.ptr)), uintptr(sz), d.allocS); err != nil {
+			return err
+		}
+		if data != nil && len(data) > 0 {
+			if err := c.call("cuMemcpyHtoDAsync", c.cuMemcpyHtoDAsync, b.ptr, uintptr(unsafe.Pointer(&data[0])), uintptr(len(data)), d.allocS); err != nil {
+				return err
+			}
+		} else if err := c.call("cuMemsetD32Async", c.cuMemsetD32Async, b.ptr, 0, uintptr(sz/4), d.allocS); err != nil {
+			return err
+		}
+		return c.call("cuStreamSynchronize", c.cuStreamSynchronize, d.allocS)
+	})
+	runtime.KeepAlive(data)
+	if err != nil {
+		return nil, err
+	}
+	d.used.Add(sz)
+	return b, nil
+}
+
+// Load implements gpu.Device: the bytes are copied to device memory.
+func (d *Device) Load(dt gpu.DType, rows, cols int, data []byte) (gpu.Tensor, error) {
+	n := rows * cols
+	if rows < 0 || cols < 0 || dt.Size() == 0 || len(data) != n*dt.Size() {
+		return gpu.Tensor{}, fmt.Errorf("cuda: load %v[%d,%d] from %d bytes", dt, rows, cols, len(data))
+	}
+	b, err := d.alloc(dt, n, data)
+	if err != nil {
+		return gpu.Tensor{}, fmt.Errorf("cuda: load %v[%d,%d]: %w", dt, rows, cols, err)
+	}
+	return gpu.Tensor{Buf: b, Rows: rows, Cols: cols, Stride: cols}, nil
+}
+
+// Free implements gpu.Device. The release is stream-ordered: it is queued
+// behind the work already recorded on the last queue that used the buffer,
+// so memory is not reused before that work ends.
+func (d *Device) Free(t gpu.Tensor) {
+	b, ok := t.Buf.(*buffer)
+	if !ok || b == nil || b.freed.Swap(true) {
+		return
+	}
+	d.used.Add(-b.bytes)
+	if q := b.last.Load(); q != nil && q.enqueueFree(b) {
+		return
+	}
+	c := d.drv
+	d.do(func() error { return c.call("cuMemFreeAsync", c.cuMemFreeAsync, b.ptr, d.allocS) })
+}
+
+// NewQueue implements gpu.Device: a CUDA stream.
+func (d *Device) NewQueue(name string) gpu.Queue {
+	q := &Queue{d: d, name: name}
+	c := d.drv
+	if err := d.do(func() error {
+		if err := c.call("cuStreamCreate", c.cuStreamCreate, uintptr(unsafe.Pointer(&q.stream)), streamNoSync); err != nil {
+			return err
+		}
+		return c.call("cuEventCreate", c.cuEventCreate, uintptr(unsafe.Pointer(&q.upEvent)), eventNoTime)
+	}); err != nil {
+		q.err = err
+	}
+	d.mu.Lock()
+	d.queues = append(d.queues, q)
+	d.mu.Unlock()
+	return q
+}
+
+// Close implements gpu.Device: it waits for every queue, then releases the
+// context's resources and stops the owner goroutine.
+func (d *Device) Close() error {
+	var err error
+	d.closeOnce.Do(func() {
+		d.mu.Lock()
+		qs := append([]*Queue(nil), d.queues...)
+		d.mu.Unlock()
+		for _, q := range qs {
+			if e := q.Sync(); e != nil && err == nil {
+				err = e
+			}
+		}
+		c := d.drv
+		d.do(func() error {
+			c.call("cuCtxSynchronize", c.cuCtxSynchronize)
+			for _, q := range qs {
+				if q.stage != 0 {
+					c.call("cuMemFreeHost", c.cuMemFreeHost, q.stage)
+				}
+				c.call("cuStreamDestroy", c.cuStreamDestroy, q.stream)
+				c.call("cuEventDestroy", c.cuEventDestroy, q.upEvent)
+			}
+			c.call("cuModuleUnload", c.cuModuleUnload, d.mod)
+			c.call("cuStreamDestroy", c.cuStreamDestroy, d.allocS)
+			c.call("cuDevicePrimaryCtxRelease", c.cuDevicePrimaryCtxRelease, uintptr(d.ordinal))
+			return nil
+		})
+		d.mu.Lock()
+		d.closed = true
+		d.mu.Unlock()
+		close(d.work)
+		<-d.exited
+	})
+	return err
+}

@@ -41,11 +41,11 @@ var ErrNoDriver = errors.New("no CUDA driver: libcuda.so.1 not found")
 type driver struct {
 	h uintptr
 
-	cuInit, cuDriverGetVersion, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute, cuDeviceTotalMem        uintptr
+	cuInit, cuDriverGetVersion, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute, cuDeviceTotalMem         uintptr
 	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxSetCurrent, cuCtxSynchronize, cuGetErrorString uintptr
 	cuMemAlloc, cuMemFree, cuMemAllocAsync, cuMemFreeAsync, cuMemGetInfo                                     uintptr
 	cuMemHostAlloc, cuMemFreeHost, cuMemHostGetDevicePointer                                                 uintptr
-	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync, cuMemsetD32Async, cuMemsetD16Async             uintptr
+	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync, cuMemsetD32Async, cuMemsetD16Async              uintptr
 	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamWaitEvent                                  uintptr
 	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventSynchronize, cuEventElapsedTime, cuEventQuery       uintptr
 	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuFuncSetAttribute, cuLaunchKernel                uintptr

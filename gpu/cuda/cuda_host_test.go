@@ -1,0 +1,137 @@
+package cuda
+
+import (
+	"errors"
+	"math"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+)
+
+// These tests need no GPU: they check the host-side logic (argument
+// packing, cache keys, launch shapes) and that the embedded source defines
+// what the Go side launches.
+
+func TestCacheKeyCoversWhatChangesTheCode(t *testing.T) {
+	base := cacheKey("src", []string{"-a", "-b"}, 13000, "13.0")
+	if got := cacheKey("src", []string{"-b", "-a"}, 13000, "13.0"); got != base {
+		t.Errorf("option order changed the key: %s vs %s", got, base)
+	}
+	for name, k := range map[string]string{
+		"source": cacheKey("src2", []string{"-a", "-b"}, 13000, "13.0"),
+		"option": cacheKey("src", []string{"-a", "-b", "-DFAULT_X"}, 13000, "13.0"),
+		"driver": cacheKey("src", []string{"-a", "-b"}, 13010, "13.0"),
+		"nvrtc":  cacheKey("src", []string{"-a", "-b"}, 13000, "13.1"),
+		"arch":   cacheKey("src", compileOptions("sm_80", ""), 13000, "13.0"),
+	} {
+		if k == base {
+			t.Errorf("a different %s gave the same cache key", name)
+		}
+	}
+	if a, b := cacheKey("s", compileOptions("sm_90", ""), 1, "1"), cacheKey("s", compileOptions("sm_89", ""), 1, "1"); a == b {
+		t.Error("architectures share a cache entry")
+	}
+}
+
+func TestCachePath(t *testing.T) {
+	if p := cachePath("-", "k"); p != "" {
+		t.Errorf(`cachePath("-") = %q, want no cache`, p)
+	}
+	if p := cachePath("/x/y", "k"); p != "/x/y/k.cubin" {
+		t.Errorf("cachePath = %q", p)
+	}
+	if p := cachePath("", "k"); p != "" && !strings.HasSuffix(p, "omni-pipe/cuda/k.cubin") {
+		t.Errorf("default cache path %q", p)
+	}
+}
+
+func TestCompileOptionsTargetMachineCode(t *testing.T) {
+	o := strings.Join(compileOptions("sm_90", ""), " ")
+	if !strings.Contains(o, "--gpu-architecture=sm_90") || strings.Contains(o, "compute_") {
+		t.Errorf("options %q do not ask for sm_90 machine code", o)
+	}
+	if !strings.Contains(o, "--fmad=false") {
+		t.Errorf("options %q let the compiler contract products (rounding points move)", o)
+	}
+	if f := strings.Join(compileOptions("sm_90", "ROPE"), " "); !strings.Contains(f, "-DFAULT_ROPE") {
+		t.Errorf("fault options %q", f)
+	}
+}
+
+func TestKernelSourceDefinesEveryLaunchedKernel(t *testing.T) {
+	for _, k := range kernelNames {
+		plain := regexp.MustCompile(`__global__ void (__launch_bounds__\(\d+\) )?` + k + `\(`)
+		macro := regexp.MustCompile(`MATMUL_KERNEL\(` + k + `,`)
+		if !plain.MatchString(kernelSource) && !macro.MatchString(kernelSource) {
+			t.Errorf("kernels.cu defines no kernel %s", k)
+		}
+	}
+	for _, dt := range []gpu.DType{gpu.F32, gpu.BF16, gpu.F16} {
+		for _, r := range []int{1, 2, 3, 4, 5, 9, 100} {
+			name := matmulKernel(matmulRows(r), dt)
+			found := false
+			for _, k := range kernelNames {
+				found = found || k == name
+			}
+			if !found {
+				t.Errorf("matmul of %d rows of %v launches %s, which is not loaded", r, dt, name)
+			}
+		}
+	}
+}
+
+func TestEveryFaultIsPlanted(t *testing.T) {
+	for f, op := range Faults {
+		if !strings.Contains(kernelSource, "FAULT_"+f+"\n") {
+			t.Errorf("fault %s (op %s) is not in kernels.cu", f, op)
+		}
+	}
+	for _, m := range regexp.MustCompile(`FAULT_([A-Z0-9_]+)`).FindAllStringSubmatch(kernelSource, -1) {
+		if _, ok := Faults[m[1]]; !ok {
+			t.Errorf("kernels.cu plants FAULT_%s, which no contract control checks", m[1])
+		}
+	}
+}
+
+func TestArgumentPacking(t *testing.T) {
+	if a := f(1.5); a.v != uint64(math.Float32bits(1.5)) || a.reloc {
+		t.Errorf("f(1.5) = %+v", a)
+	}
+	if a := i(-3); int64(a.v) != -3 {
+		t.Errorf("i(-3) = %+v (an int kernel parameter reads the low 4 bytes: %d)", a, int32(a.v))
+	}
+	if a := i(-3); int32(uint32(a.v)) != -3 {
+		t.Errorf("low word of i(-3) = %d", int32(uint32(a.v)))
+	}
+	if a := upload(48); !a.reloc || a.v != 48 {
+		t.Errorf("upload(48) = %+v", a)
+	}
+	if b2i(true).v != 1 || b2i(false).v != 0 {
+		t.Error("b2i")
+	}
+}
+
+func TestMatmulLaunchShape(t *testing.T) {
+	for _, c := range []struct{ m, n, r int }{{1, 1, 1}, {1, 6144, 1}, {2, 5, 2}, {3, 33, 4}, {9, 2048, 8}, {300, 65536, 8}} {
+		if r := matmulRows(c.m); r != c.r {
+			t.Errorf("matmulRows(%d) = %d, want %d", c.m, r, c.r)
+		}
+		g := matmulGrid(c.m, c.n, c.r)
+		// 4 warps a block, 4 weight rows a warp: every output is covered.
+		if int(g[0])*16 < c.n || int(g[1])*c.r < c.m || int(g[0]-1)*16 >= c.n || int(g[1]-1)*c.r >= c.m {
+			t.Errorf("grid %v for %d×%d with %d-row tiles", g, c.m, c.n, c.r)
+		}
+	}
+}
+
+func TestNoDriverIsAClearError(t *testing.T) {
+	if _, err := loadDriver(); err == nil {
+		t.Skip("this machine has a CUDA driver")
+	}
+	_, err := New(Options{})
+	if !errors.Is(err, ErrNoDriver) || err.Error() != "no CUDA driver: libcuda.so.1 not found" {
+		t.Errorf("New without a driver: %v", err)
+	}
+}

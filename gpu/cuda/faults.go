@@ -1,0 +1,25 @@
+package cuda
+
+// Faults maps each planted fault of kernels.cu (compiled in with
+// Options.Fault, as -DFAULT_<name>) to the op whose contract check must
+// catch it. They are the kernel contract's controls: a check that passes a
+// perturbed kernel proves nothing.
+var Faults = map[string]string{
+	"TRANSPOSE":  "transpose",       // reads the tile one column off
+	"BINARY":     "add",             // halves b in the last column
+	"ROWOP":      "addrow",          // reads v one column off
+	"ROUND":      "roundbf16",       // truncates instead of rounding to nearest even
+	"ACT":        "act",             // SiLU with sigmoid(+x) instead of sigmoid(−x)
+	"RMSNORM":    "rmsnorm",         // drops eps
+	"LAYERNORM":  "layernorm",       // drops the bias
+	"SOFTMAX":    "softmax",         // a denominator 1e-4 too large
+	"ROPE":       "rope",            // positions off by one
+	"EMBED":      "embed",           // sums the second id twice, the first never
+	"SHORTCONV":  "shortconv",       // zeroes the first output row
+	"MATMUL":     "matmul",          // bias index off by one
+	"ATTN_MASK":  "attention",       // sliding window one key too wide
+	"ATTN_ROUND": "attention",       // drops the bf16 rounding of exp(s − m)
+	"CONV1D":     "conv1d",          // input index off by one
+	"CONVTR":     "convtranspose1d", // kernel taps reversed
+	"CONV2D":     "conv2d",          // first kernel row's column shifted
+}

@@ -1,0 +1,641 @@
+// omni-pipe's CUDA kernels: one per gpu.Queue op. Compiled at run time by
+// NVRTC for the device's own architecture (see nvrtc.go). Every kernel has
+// a float64 host replay in contract_test.go; each FAULT_* block is a planted
+// fault that the replay must catch (compiled only in the contract's
+// controls).
+//
+// Conventions: tensors are 2-D row-major views (element (r, c) at
+// base[r*ld + c]); activations are float; weights are float, bf16 or f16
+// (dtype codes below). Indices are 64-bit where a product can pass 2^31.
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef long long i64;
+
+#define NEG_INF __int_as_float(0xff800000)
+
+#define DT_F32 1
+#define DT_BF16 2
+#define DT_F16 3
+
+__device__ __forceinline__ float bf16f(u16 h) { return __uint_as_float(((u32)h) << 16); }
+
+__device__ __forceinline__ float f16f(u16 h) {
+  float f;
+  asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h));
+  return f;
+}
+
+// load returns element i of a float/bf16/f16 array as float.
+__device__ __forceinline__ float load(const void* p, int dt, i64 i) {
+  if (dt == DT_F32) return ((const float*)p)[i];
+  u16 h = ((const u16*)p)[i];
+  return dt == DT_BF16 ? bf16f(h) : f16f(h);
+}
+
+// rbf16 rounds to the nearest bfloat16, ties to even, NaN kept quiet (the
+// same bit recipe as gpu.RoundBF16).
+__device__ __forceinline__ float rbf16(float v) {
+  u32 b = __float_as_uint(v);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return __uint_as_float((b | 0x00400000u) & 0xffff0000u);
+  b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+  return __uint_as_float(b);
+}
+
+// Grid-stride loop over n elements of a rows×cols view.
+#define EACH(n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+extern "C" {
+
+// ---- data movement ---------------------------------------------------------
+
+__global__ void fill_f32(float* d, i64 ldd, int rows, int cols, float v) {
+  EACH((i64)rows * cols) {
+    i64 r = i / cols, c = i % cols;
+    d[r * ldd + c] = v;
+  }
+}
+
+__global__ void copy_u32(u32* d, i64 ldd, const u32* s, i64 lds, int rows, int cols) {
+  EACH((i64)rows * cols) {
+    i64 r = i / cols, c = i % cols;
+    d[r * ldd + c] = s[r * lds + c];
+  }
+}
+
+__global__ void copy_u16(u16* d, i64 ldd, const u16* s, i64 lds, int rows, int cols) {
+  EACH((i64)rows * cols) {
+    i64 r = i / cols, c = i % cols;
+    d[r * ldd + c] = s[r * lds + c];
+  }
+}
+
+__global__ void transpose_f32(float* d, i64 ldd, const float* s, i64 lds, int rows, int cols) {
+  // d[c, r] = s[r, c]; s is rows×cols.
+  __shared__ float tile[32][33];
+  int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  for (int y = threadIdx.y; y < 32; y += blockDim.y) {
+    int r = r0 + y, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[y][threadIdx.x] = s[(i64)r * lds + c];
+  }
+  __syncthreads();
+  for (int y = threadIdx.y; y < 32; y += blockDim.y) {
+    int c = c0 + y, r = r0 + threadIdx.x;
+#ifdef FAULT_TRANSPOSE
+    if (c < cols && r < rows) d[(i64)c * ldd + r] = tile[threadIdx.x][(y + 1) % 32];
+#else
+    if (c < cols && r < rows) d[(i64)c * ldd + r] = tile[threadIdx.x][y];
+#endif
+  }
+}
+
+// ---- elementwise -----------------------------------------------------------
+
+#define OP_ADD 1
+#define OP_MUL 2
+
+__global__ void binary_f32(int op, float* d, i64 ldd, const float* a, i64 lda, const float* b, i64 ldb,
+                           int rows, int cols) {
+  EACH((i64)rows * cols) {
+    i64 r = i / cols, c = i % cols;
+    float x = a[r * lda + c], y = b[r * ldb + c];
+#ifdef FAULT_BINARY
+    if (c == cols - 1) y = 0.5f * y;
+#endif
+    d[r * ldd + c] = op == OP_ADD ? x + y : x * y;
+  }
+}
+
+__global__ void rowop_f32(int op, float* d, i64 ldd, const float* a, i64 lda, const void* v, int vdt, int rows,
+                          int cols) {
+  EACH((i64)rows * cols) {
+    i64 r = i / cols, c = i % cols;
+#ifdef FAULT_ROWOP
+    float y = load(v, vdt, c == 0 ? 0 : c - 1);
+#else
+    float y = load(v, vdt, c);
+#endif
+    float x = a[r * lda + c];
+    d[r * ldd + c] = op == OP_ADD ? x + y : x * y;
+  }
+}
+
+__global__ void scale_f32(float* d, i64 ldd, const float* a, i64 lda, float s, int rows, int cols) {
+  EACH((i64)rows * cols) {
+    i64 r = i / cols, c = i % cols;
+    d[r * ldd + c] = a[r * lda + c] * s;
+  }
+}
+
+__global__ void round_bf16(float* d, i64 ldd, int rows, int cols) {
+  EACH((i64)rows * cols) {
+    i64 r = i / cols, c = i % cols;
+#ifdef FAULT_ROUND
+    d[r * ldd + c] = __uint_as_float(__float_as_uint(d[r * ldd + c]) & 0xffff0000u);  // truncates
+#else
+    d[r * ldd + c] = rbf16(d[r * ldd + c]);
+#endif
+  }
+}
+
+#define ACT_SILU 1
+#define ACT_GELU 2
+#define ACT_RELU 3
+#define ACT_ELU 4
+#define ACT_SIGMOID 5
+
+__global__ void act_f32(int f, float* d, i64 ldd, const float* a, i64 lda, int rows, int cols) {
+  EACH((i64)rows * cols) {
+    i64 r = i / cols, c = i % cols;
+    float x = a[r * lda + c], y;
+    switch (f) {
+      case ACT_SILU:
+#ifdef FAULT_ACT
+        y = x / (1.0f + expf(x));
+#else
+        y = x / (1.0f + expf(-x));
+#endif
+        break;
+      case ACT_GELU: y = (float)(0.5 * (double)x * (1.0 + erf((double)x * 0.70710678118654752440))); break;
+      case ACT_RELU: y = fmaxf(x, 0.0f); break;
+      case ACT_ELU: y = x > 0.0f ? x : expf(x) - 1.0f; break;
+      default: y = 1.0f / (1.0f + expf(-x)); break;
+    }
+    d[r * ldd + c] = y;
+  }
+}
+
+__global__ void glu_f32(float* d, i64 ldd, const float* a, i64 lda, int rows, int n) {
+  EACH((i64)rows * n) {
+    i64 r = i / n, c = i % n;
+    float x = a[r * lda + c], g = a[r * lda + n + c];
+    d[r * ldd + c] = x * (1.0f / (1.0f + expf(-g)));
+  }
+}
+
+// ---- row reductions (one block of 256 threads per row) ---------------------
+
+// blockSum returns the sum of v over the block in a fixed order: each warp's
+// butterfly, then warp 0 over the warps' sums. Every thread gets the result.
+__device__ float blockSum(float v, float* sh) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+  __syncthreads();
+  if (l == 0) sh[w] = v;
+  __syncthreads();
+  float s = l < nw ? sh[l] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  return s;
+}
+
+__device__ float blockMax(float v, float* sh) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+  __syncthreads();
+  if (l == 0) sh[w] = v;
+  __syncthreads();
+  float s = l < nw ? sh[l] : NEG_INF;
+  for (int o = 16; o > 0; o >>= 1) s = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, o));
+  return s;
+}
+
+__global__ void rmsnorm_f32(float* d, i64 ldd, const float* a, i64 lda, int cols, float eps) {
+  __shared__ float sh[32];
+  const float* x = a + (i64)blockIdx.x * lda;
+  float* y = d + (i64)blockIdx.x * ldd;
+  float ss = 0.0f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) ss = fmaf(x[c], x[c], ss);
+  ss = blockSum(ss, sh);
+#ifdef FAULT_RMSNORM
+  float inv = (float)(1.0 / sqrt((double)(ss / (float)cols)));
+#else
+  float inv = (float)(1.0 / sqrt((double)(ss / (float)cols + eps)));
+#endif
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) y[c] = x[c] * inv;
+}
+
+__global__ void layernorm_f32(float* d, i64 ldd, const float* a, i64 lda, const void* w, int wdt, const void* b,
+                              int bdt, int cols, float eps) {
+  __shared__ float sh[32];
+  const float* x = a + (i64)blockIdx.x * lda;
+  float* y = d + (i64)blockIdx.x * ldd;
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) s += x[c];
+  float mean = blockSum(s, sh) / (float)cols;
+  float v = 0.0f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    float t = x[c] - mean;
+    v = fmaf(t, t, v);
+  }
+  float var = blockSum(v, sh) / (float)cols;
+  float inv = (float)(1.0 / sqrt((double)(var + eps)));
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    float o = (x[c] - mean) * inv * load(w, wdt, c);
+#ifndef FAULT_LAYERNORM
+    if (b) o += load(b, bdt, c);
+#endif
+    y[c] = o;
+  }
+}
+
+__global__ void softmax_f32(float* d, i64 ldd, int cols) {
+  __shared__ float sh[32];
+  float* x = d + (i64)blockIdx.x * ldd;
+  float m = NEG_INF;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, x[c]);
+  m = blockMax(m, sh);
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    float e = expf(x[c] - m);
+    x[c] = e;
+    s += e;
+  }
+  s = blockSum(s, sh);
+#ifdef FAULT_SOFTMAX
+  s = s * 1.0001f;
+#endif
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) x[c] = x[c] / s;
+}
+
+// ---- RoPE ------------------------------------------------------------------
+
+// rope rotates rows in place: row r is at position pos[r]; pair j of each
+// head rotates by pos·invf[j] (fp32 product, cos/sin in double rounded to
+// float as the CPU backend does). interleaved pairs (2j, 2j+1), else (j,
+// j+hd/2). bf16 rounds cos, sin, each product and each sum.
+__global__ void rope_f32(float* d, i64 ldd, int rows, int cols, int hd, int interleaved, const float* invf,
+                         const int* pos, int bf16) {
+  int half = hd / 2;
+  i64 n = (i64)rows * half;
+  EACH(n) {
+    int r = (int)(i / half), j = (int)(i % half);
+#ifdef FAULT_ROPE
+    float ang = (float)(pos[r] + 1) * invf[j];
+#else
+    float ang = (float)pos[r] * invf[j];
+#endif
+    float c = (float)cos((double)ang), s = (float)sin((double)ang);
+    if (bf16) { c = rbf16(c); s = rbf16(s); }
+    float* row = d + (i64)r * ldd;
+    for (int h = 0; h < cols; h += hd) {
+      int i0 = interleaved ? h + 2 * j : h + j;
+      int i1 = interleaved ? h + 2 * j + 1 : h + j + half;
+      float x0 = row[i0], x1 = row[i1];
+      if (bf16) {
+        row[i0] = rbf16(rbf16(x0 * c) - rbf16(x1 * s));
+        row[i1] = rbf16(rbf16(x1 * c) + rbf16(x0 * s));
+      } else {
+        row[i0] = x0 * c - x1 * s;
+        row[i1] = x1 * c + x0 * s;
+      }
+    }
+  }
+}
+
+// ---- embedding -------------------------------------------------------------
+
+// embed: d[r] = Σ_{i<n} table[ids[r·n+i]] (summed in i order).
+__global__ void embed_f32(float* d, i64 ldd, const void* table, int tdt, i64 ldt, const int* ids, int n, int rows,
+                          int cols) {
+  EACH((i64)rows * cols) {
+    i64 r = i / cols, c = i % cols;
+    float s = 0.0f;
+    for (int k = 0; k < n; k++) {
+#ifdef FAULT_EMBED
+      int id = ids[r * n + (k == 0 && n > 1 ? 1 : k)];
+#else
+      int id = ids[r * n + k];
+#endif
+      s += load(table, tdt, (i64)id * ldt + c);
+    }
+    d[r * ldd + c] = s;
+  }
+}
+
+// ---- LFM2 short convolution ------------------------------------------------
+
+// shortconv: one thread per channel; x' = [state; x]; d[t,c] = Σ_k w[c,k]·x'[t+k,c]
+// (k ascending); afterwards state holds the last L−1 rows of x'.
+__global__ void shortconv_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, float* state,
+                              i64 lds, int T, int C, int L) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float win[16];  // L ≤ 16 (checked on the host)
+  for (int j = 0; j < L - 1; j++) win[j] = state[(i64)j * lds + c];
+  for (int t = 0; t < T; t++) {
+    win[L - 1] = x[(i64)t * ldx + c];
+    float acc = 0.0f;
+    for (int k = 0; k < L; k++) acc += load(w, wdt, (i64)c * L + k) * win[k];
+#ifdef FAULT_SHORTCONV
+    if (t == 0) acc = 0.0f;
+#endif
+    d[(i64)t * ldd + c] = acc;
+    for (int j = 0; j < L - 1; j++) win[j] = win[j + 1];
+  }
+  for (int j = 0; j < L - 1; j++) state[(i64)j * lds + c] = win[j];
+}
+
+// ---- matrix product --------------------------------------------------------
+
+// matmul: d[m, n] = Σ_k x[m, k]·w[n, k] (+ bias[n]).
+//
+// The summation order of an output element depends only on K: lane l of a
+// warp owns k = 256·s + 8·l + e (e < 8) and accumulates its products with
+// FMA in (s, e) order; the 32 lane sums are then added by a xor butterfly.
+// A warp computes an R×C tile of outputs (R rows of x, C rows of w), so
+// every row's value is the same whatever M, the tile and the grid: a decode
+// row stepped alone equals the same row in any batch, bit for bit.
+template <int R, int C, int WDT>
+__device__ __forceinline__ void mm_tile(float* d, i64 ldd, const float* x, i64 ldx, const void* w, i64 ldw,
+                                        const void* bias, int bdt, int M, int N, int K, int m0, int n0) {
+  int lane = threadIdx.x & 31;
+  float acc[R][C];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int c = 0; c < C; c++) acc[r][c] = 0.0f;
+  const float* xr[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) xr[r] = x + (i64)min(m0 + r, M - 1) * ldx;
+  i64 wo[C];
+#pragma unroll
+  for (int c = 0; c < C; c++) wo[c] = (i64)min(n0 + c, N - 1) * ldw;
+  // Vector loads need 16-byte alignment of every row start and of ld.
+  bool xv = ((((unsigned long long)x) & 15) == 0) && (ldx % 4 == 0);
+  bool wv = WDT == DT_F32 ? ((((unsigned long long)w) & 15) == 0) && (ldw % 4 == 0)
+                          : ((((unsigned long long)w) & 15) == 0) && (ldw % 8 == 0);
+  for (int k0 = 8 * lane; k0 < K; k0 += 256) {
+    float xs[R][8], ws[C][8];
+    if (k0 + 8 <= K && xv) {
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        float4 a = *(const float4*)(xr[r] + k0), b = *(const float4*)(xr[r] + k0 + 4);
+        xs[r][0] = a.x; xs[r][1] = a.y; xs[r][2] = a.z; xs[r][3] = a.w;
+        xs[r][4] = b.x; xs[r][5] = b.y; xs[r][6] = b.z; xs[r][7] = b.w;
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int e = 0; e < 8; e++) xs[r][e] = k0 + e < K ? xr[r][k0 + e] : 0.0f;
+    }
+    if (k0 + 8 <= K && wv) {
+#pragma unroll
+      for (int c = 0; c < C; c++) {
+        if (WDT == DT_F32) {
+          const float* p = (const float*)w + wo[c] + k0;
+          float4 a = __ldg((const float4*)p), b = __ldg((const float4*)(p + 4));
+          ws[c][0] = a.x; ws[c][1] = a.y; ws[c][2] = a.z; ws[c][3] = a.w;
+          ws[c][4] = b.x; ws[c][5] = b.y; ws[c][6] = b.z; ws[c][7] = b.w;
+        } else {
+          uint4 v = __ldg((const uint4*)((const u16*)w + wo[c] + k0));
+          u32 q[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            if (WDT == DT_BF16) {
+              ws[c][2 * e] = __uint_as_float(q[e] << 16);
+              ws[c][2 * e + 1] = __uint_as_float(q[e] & 0xffff0000u);
+            } else {
+              ws[c][2 * e] = f16f((u16)(q[e] & 0xffffu));
+              ws[c][2 * e + 1] = f16f((u16)(q[e] >> 16));
+            }
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int e = 0; e < 8; e++) ws[c][e] = k0 + e < K ? load(w, WDT, wo[c] + k0 + e) : 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      if (k0 + e < K) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+          for (int c = 0; c < C; c++) acc[r][c] = fmaf(xs[r][e], ws[c][e], acc[r][c]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int c = 0; c < C; c++)
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) acc[r][c] += __shfl_xor_sync(0xffffffffu, acc[r][c], o);
+  // Lane r·C + c writes element (r, c).
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+      int m = m0 + r, n = n0 + c;
+      if (lane == ((r * C + c) & 31) && m < M && n < N) {
+        float v = acc[r][c];
+#ifdef FAULT_MATMUL
+        if (bias && n != 0) v += load(bias, bdt, n - 1);
+#else
+        if (bias) v += load(bias, bdt, n);
+#endif
+        d[(i64)m * ldd + n] = v;
+      }
+    }
+}
+
+// One warp per tile; blockDim.x = 128 (4 warps); grid.x covers N/C tiles
+// by 4, grid.y covers M/R.
+#define MATMUL_KERNEL(name, R, C, WDT)                                                                        \
+  __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const float* x, i64 ldx, const void* w,     \
+                                              i64 ldw, const void* bias, int bdt, int M, int N, int K) {     \
+    int tile = blockIdx.x * 4 + (threadIdx.x >> 5);                                                          \
+    int n0 = tile * C, m0 = blockIdx.y * R;                                                                  \
+    if (n0 >= N) return;                                                                                     \
+    mm_tile<R, C, WDT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, m0, n0);                                  \
+  }
+
+MATMUL_KERNEL(matmul_r1_f32, 1, 4, DT_F32)
+MATMUL_KERNEL(matmul_r2_f32, 2, 4, DT_F32)
+MATMUL_KERNEL(matmul_r4_f32, 4, 4, DT_F32)
+MATMUL_KERNEL(matmul_r8_f32, 8, 4, DT_F32)
+MATMUL_KERNEL(matmul_r1_bf16, 1, 4, DT_BF16)
+MATMUL_KERNEL(matmul_r2_bf16, 2, 4, DT_BF16)
+MATMUL_KERNEL(matmul_r4_bf16, 4, 4, DT_BF16)
+MATMUL_KERNEL(matmul_r8_bf16, 8, 4, DT_BF16)
+MATMUL_KERNEL(matmul_r1_f16, 1, 4, DT_F16)
+MATMUL_KERNEL(matmul_r2_f16, 2, 4, DT_F16)
+MATMUL_KERNEL(matmul_r4_f16, 4, 4, DT_F16)
+MATMUL_KERNEL(matmul_r8_f16, 8, 4, DT_F16)
+
+// ---- attention -------------------------------------------------------------
+
+// attention: one block per (query row i, query head h). Phase 1 writes the
+// scaled scores of the visible keys into scratch sc (one row of maxL per
+// (i, h)) and takes their maximum m; phase 2 replaces them by p = exp(s − m)
+// (rounded to bf16 when probBF16) and sums the unrounded p into l; phase 3
+// computes out[d] = Σ_j p_j·v[j, d] / l (j ascending per thread group,
+// groups added in order).
+__global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, const float* k, i64 ldk, const float* v,
+                              i64 ldv, float* sc, i64 maxL, int heads, int kvheads, int hd, float scale, int qpos0,
+                              int causal, int window, int nkeys, int probBF16) {
+  extern __shared__ float shm[];  // hd floats of q, then 32 for reductions, then hd*groups partials
+  float* qs = shm;
+  float* red = shm + hd;
+  float* part = red + 32;
+  int i = blockIdx.x, h = blockIdx.y;
+  int kh = h / (heads / kvheads);
+  int pos = qpos0 + i;
+  int first = 0, last = causal ? min(nkeys - 1, pos) : nkeys - 1;
+#ifdef FAULT_ATTN_MASK
+  if (window > 0) first = max(first, pos - window);
+#else
+  if (window > 0) first = max(first, pos - window + 1);
+#endif
+  float* out = dst + (i64)i * ldd + (i64)h * hd;
+  const float* qr = q + (i64)i * ldq + (i64)h * hd;
+  for (int e = threadIdx.x; e < hd; e += blockDim.x) qs[e] = qr[e];
+  __syncthreads();
+  if (last < first) {
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) out[e] = 0.0f;
+    return;
+  }
+  int L = last - first + 1;
+  float* s = sc + ((i64)i * heads + h) * maxL;
+  float m = NEG_INF;
+  for (int j = threadIdx.x; j < L; j += blockDim.x) {
+    const float* kr = k + (i64)(first + j) * ldk + (i64)kh * hd;
+    float a = 0.0f;
+    for (int e = 0; e < hd; e++) a = fmaf(qs[e], kr[e], a);
+    a *= scale;
+    s[j] = a;
+    m = fmaxf(m, a);
+  }
+  m = blockMax(m, red);
+  float l = 0.0f;
+  for (int j = threadIdx.x; j < L; j += blockDim.x) {
+    float p = expf(s[j] - m);
+    l += p;
+#ifdef FAULT_ATTN_ROUND
+    s[j] = p;
+#else
+    s[j] = probBF16 ? rbf16(p) : p;
+#endif
+  }
+  l = blockSum(l, red);
+  __syncthreads();  // every p is in s
+  // Phase 3: groups of hd threads split the keys.
+  int groups = max(1, (int)blockDim.x / hd);
+  int g = threadIdx.x / hd, e = threadIdx.x % hd;
+  if (g < groups && e < hd) {
+    float a = 0.0f;
+    for (int j = g; j < L; j += groups) a = fmaf(s[j], v[(i64)(first + j) * ldv + (i64)kh * hd + e], a);
+    part[g * hd + e] = a;
+  }
+  if (hd > (int)blockDim.x) {  // large heads: each thread loops over dims
+    for (int e2 = threadIdx.x; e2 < hd; e2 += blockDim.x) {
+      float a = 0.0f;
+      for (int j = 0; j < L; j++) a = fmaf(s[j], v[(i64)(first + j) * ldv + (i64)kh * hd + e2], a);
+      out[e2] = a / l;
+    }
+    return;
+  }
+  __syncthreads();
+  for (int e2 = threadIdx.x; e2 < hd; e2 += blockDim.x) {
+    float a = 0.0f;
+    for (int g2 = 0; g2 < groups; g2++) a += part[g2 * hd + e2];
+    out[e2] = a / l;
+  }
+}
+
+// ---- convolutions ----------------------------------------------------------
+
+// conv1d: d[t, o] = b[o] + Σ_{c<cg, k<K} w[o, c, k]·x[t·stride + k·dil − pad, grp(o)·cg + c].
+__global__ void conv1d_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, const void* b,
+                           int bdt, int Tin, int Cin, int Tout, int Cout, int K, int stride, int dil, int pad,
+                           int groups) {
+  int cg = Cin / groups, og = Cout / groups;
+  EACH((i64)Tout * Cout) {
+    int t = (int)(i / Cout), o = (int)(i % Cout);
+    int g = o / og;
+    float acc = 0.0f;
+    for (int c = 0; c < cg; c++) {
+      const float* xc = x + g * cg + c;
+      i64 wb = ((i64)o * cg + c) * K;
+      for (int kk = 0; kk < K; kk++) {
+#ifdef FAULT_CONV1D
+        int ti = t * stride + kk * dil - pad + 1;
+#else
+        int ti = t * stride + kk * dil - pad;
+#endif
+        if (ti >= 0 && ti < Tin) acc = fmaf(load(w, wdt, wb + kk), xc[(i64)ti * ldx], acc);
+      }
+    }
+    if (b) acc += load(b, bdt, o);
+    d[(i64)t * ldd + o] = acc;
+  }
+}
+
+// convtr1d: full[u, o] = b[o] + Σ_{t·stride + k = u} Σ_{c<cg} x[t, grp(o)·cg + c]·w[grp·cg + c, o mod og, k];
+// d receives rows [skip, skip + Tout) of full.
+__global__ void convtr1d_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, const void* b,
+                             int bdt, int Tin, int Cin, int Tout, int Cout, int K, int stride, int skip, int groups) {
+  int cg = Cin / groups, og = Cout / groups;
+  EACH((i64)Tout * Cout) {
+    int ur = (int)(i / Cout), o = (int)(i % Cout);
+    int u = ur + skip;
+    int g = o / og, oo = o % og;
+    float acc = 0.0f;
+    for (int kk = 0; kk < K; kk++) {
+      int num = u - kk;
+      if (num < 0 || num % stride) continue;
+      int t = num / stride;
+      if (t >= Tin) continue;
+      for (int c = 0; c < cg; c++) {
+        int ci = g * cg + c;
+#ifdef FAULT_CONVTR
+        float wv = load(w, wdt, ((i64)ci * og + oo) * K + (K - 1 - kk));
+#else
+        float wv = load(w, wdt, ((i64)ci * og + oo) * K + kk);
+#endif
+        acc = fmaf(x[(i64)t * ldx + ci], wv, acc);
+      }
+    }
+    if (b) acc += load(b, bdt, o);
+    d[(i64)ur * ldd + o] = acc;
+  }
+}
+
+// conv2d over x [H, Cin·W] (channel c's W values at c·W of a row) with w
+// [Cout, cg·KH·KW]; d is [Hout, Cout·Wout].
+__global__ void conv2d_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, const void* b,
+                           int bdt, int H, int Cin, int W, int Hout, int Cout, int Wout, int KH, int KW, int sH,
+                           int sW, int pH, int pW, int groups) {
+  int cg = Cin / groups, og = Cout / groups;
+  EACH((i64)Hout * Cout * Wout) {
+    int ho = (int)(i / ((i64)Cout * Wout));
+    int rem = (int)(i % ((i64)Cout * Wout));
+    int o = rem / Wout, wo = rem % Wout;
+    int g = o / og;
+    float acc = 0.0f;
+    for (int c = 0; c < cg; c++) {
+      int ci = g * cg + c;
+      for (int a = 0; a < KH; a++) {
+        int hi = ho * sH + a - pH;
+        if (hi < 0 || hi >= H) continue;
+        const float* xr = x + (i64)hi * ldx + (i64)ci * W;
+        i64 wb = (((i64)o * cg + c) * KH + a) * KW;
+        for (int bb = 0; bb < KW; bb++) {
+#ifdef FAULT_CONV2D
+          int wi = wo * sW + bb - pW + (a == 0 ? 1 : 0);
+#else
+          int wi = wo * sW + bb - pW;
+#endif
+          if (wi >= 0 && wi < W) acc = fmaf(load(w, wdt, wb + bb), xr[wi], acc);
+        }
+      }
+    }
+    if (b) acc += load(b, bdt, o);
+    d[(i64)ho * ldd + (i64)o * Wout + wo] = acc;
+  }
+}
+
+}  // extern "C"

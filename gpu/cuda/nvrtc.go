@@ -1,0 +1,189 @@
+package cuda
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+//go:embed kernels.cu
+var kernelSource string
+
+// nvrtc holds libnvrtc's entry points.
+type nvrtc struct {
+	lib                                                            string
+	create, destroy, compile, logSize, getLog, cubinSize, getCubin uintptr
+	version, errString                                             uintptr
+}
+
+var (
+	nvOnce sync.Once
+	nv     *nvrtc
+	nvErr  error
+)
+
+// nvrtcNames are the sonames tried in order (CUDA 13, 12, unversioned).
+var nvrtcNames = []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}
+
+func loadNVRTC() (*nvrtc, error) {
+	nvOnce.Do(func() {
+		var h uintptr
+		var name string
+		for _, n := range nvrtcNames {
+			if p, err := purego.Dlopen(n, rtldNowGlobl); err == nil {
+				h, name = p, n
+				break
+			}
+		}
+		if h == 0 {
+			nvErr = fmt.Errorf("cuda: NVRTC not found (tried %s): install the CUDA toolkit's libnvrtc", strings.Join(nvrtcNames, ", "))
+			return
+		}
+		n := &nvrtc{lib: name}
+		for _, s := range []struct {
+			p    *uintptr
+			name string
+		}{
+			{&n.create, "nvrtcCreateProgram"}, {&n.destroy, "nvrtcDestroyProgram"},
+			{&n.compile, "nvrtcCompileProgram"}, {&n.logSize, "nvrtcGetProgramLogSize"},
+			{&n.getLog, "nvrtcGetProgramLog"}, {&n.cubinSize, "nvrtcGetCUBINSize"},
+			{&n.getCubin, "nvrtcGetCUBIN"}, {&n.version, "nvrtcVersion"},
+			{&n.errString, "nvrtcGetErrorString"},
+		} {
+			p, err := purego.Dlsym(h, s.name)
+			if err != nil {
+				nvErr = fmt.Errorf("cuda: %s lacks %s", name, s.name)
+				return
+			}
+			*s.p = p
+		}
+		nv = n
+	})
+	return nv, nvErr
+}
+
+// Version returns NVRTC's major and minor version.
+func (n *nvrtc) Version() (int, int) {
+	var maj, min int32
+	purego.SyscallN(n.version, uintptr(unsafe.Pointer(&maj)), uintptr(unsafe.Pointer(&min)))
+	return int(maj), int(min)
+}
+
+func (n *nvrtc) check(call string, r uintptr) error {
+	if r == 0 {
+		return nil
+	}
+	e := &Error{Call: call, Code: int(r)}
+	if p, _, _ := purego.SyscallN(n.errString, r); p != 0 {
+		e.Msg = goString(*(**byte)(unsafe.Pointer(&p)))
+	}
+	return e
+}
+
+// compileOptions returns NVRTC's options for an architecture and fault.
+// Contraction of a*b+c into FMA is off so that every rounding point is the
+// one written in the source (explicit fmaf calls stay fused).
+func compileOptions(arch string, fault string) []string {
+	opts := []string{"--gpu-architecture=" + arch, "--std=c++17", "--fmad=false", "-default-device"}
+	if fault != "" {
+		opts = append(opts, "-DFAULT_"+fault)
+	}
+	return opts
+}
+
+// cacheKey names the compiled module of source under opts for a driver
+// and NVRTC version: any change to one of them compiles afresh.
+func cacheKey(source string, opts []string, driverVersion int, nvrtcVersion string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "omni-pipe cuda kernels\x00driver %d\x00nvrtc %s\x00", driverVersion, nvrtcVersion)
+	o := append([]string(nil), opts...)
+	sort.Strings(o)
+	for _, s := range o {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	h.Write([]byte(source))
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// cachePath returns the cache file for key under dir ("" means the user's
+// cache directory; "-" disables the cache).
+func cachePath(dir, key string) string {
+	if dir == "-" {
+		return ""
+	}
+	if dir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return ""
+		}
+		dir = filepath.Join(base, "omni-pipe", "cuda")
+	}
+	return filepath.Join(dir, key+".cubin")
+}
+
+// Compile returns machine code (a cubin) for the kernels, from the disk
+// cache when present; fromCache says which.
+func (n *nvrtc) Compile(source string, opts []string, cacheFile string) (cubin []byte, fromCache bool, err error) {
+	if cacheFile != "" {
+		if b, err := os.ReadFile(cacheFile); err == nil && len(b) > 0 {
+			return b, true, nil
+		}
+	}
+	src := cString(source)
+	name := cString("omni-pipe.cu")
+	var prog uintptr
+	r, _, _ := purego.SyscallN(n.create, uintptr(unsafe.Pointer(&prog)), uintptr(unsafe.Pointer(&src[0])),
+		uintptr(unsafe.Pointer(&name[0])), 0, 0, 0)
+	if err := n.check("nvrtcCreateProgram", r); err != nil {
+		return nil, false, err
+	}
+	defer purego.SyscallN(n.destroy, uintptr(unsafe.Pointer(&prog)))
+	cs := make([][]byte, len(opts))
+	ptrs := make([]*byte, len(opts))
+	for i, o := range opts {
+		cs[i] = cString(o)
+		ptrs[i] = &cs[i][0]
+	}
+	r, _, _ = purego.SyscallN(n.compile, prog, uintptr(len(opts)), uintptr(unsafe.Pointer(&ptrs[0])))
+	if cerr := n.check("nvrtcCompileProgram", r); cerr != nil {
+		var ls uintptr
+		purego.SyscallN(n.logSize, prog, uintptr(unsafe.Pointer(&ls)))
+		if ls > 1 {
+			log := make([]byte, ls)
+			purego.SyscallN(n.getLog, prog, uintptr(unsafe.Pointer(&log[0])))
+			return nil, false, fmt.Errorf("%w:\n%s", cerr, strings.TrimRight(string(log), "\x00\n"))
+		}
+		return nil, false, cerr
+	}
+	var size uintptr
+	r, _, _ = purego.SyscallN(n.cubinSize, prog, uintptr(unsafe.Pointer(&size)))
+	if err := n.check("nvrtcGetCUBINSize", r); err != nil {
+		return nil, false, err
+	}
+	cubin = make([]byte, size)
+	r, _, _ = purego.SyscallN(n.getCubin, prog, uintptr(unsafe.Pointer(&cubin[0])))
+	if err := n.check("nvrtcGetCUBIN", r); err != nil {
+		return nil, false, err
+	}
+	if cacheFile != "" {
+		// Best effort: write a temporary file and rename it into place so
+		// that concurrent processes never read a partial module.
+		if err := os.MkdirAll(filepath.Dir(cacheFile), 0o755); err == nil {
+			tmp := fmt.Sprintf("%s.%d.tmp", cacheFile, os.Getpid())
+			if os.WriteFile(tmp, cubin, 0o644) == nil {
+				os.Rename(tmp, cacheFile)
+			}
+		}
+	}
+	return cubin, false, nil
+}

@@ -1,0 +1,117 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+)
+
+// matmulRows picks the rows of x one warp tile covers: the summation order
+// does not depend on it (kernels.cu), only the weight re-reads do.
+func matmulRows(m int) int {
+	switch {
+	case m <= 1:
+		return 1
+	case m <= 2:
+		return 2
+	case m <= 4:
+		return 4
+	}
+	return 8
+}
+
+// matmulKernel names the kernel for a row tile and weight type.
+func matmulKernel(r int, dt gpu.DType) string {
+	var s string
+	switch dt {
+	case gpu.F32:
+		s = "f32"
+	case gpu.BF16:
+		s = "bf16"
+	case gpu.F16:
+		s = "f16"
+	default:
+		panic(fmt.Sprintf("cuda: matmul weight %v", dt))
+	}
+	return fmt.Sprintf("matmul_r%d_%s", r, s)
+}
+
+// matmulGrid returns the launch grid for M×N outputs with R rows a tile (4
+// weight rows a warp, 4 warps a block).
+func matmulGrid(m, n, r int) [3]uint32 {
+	tiles := (n + 3) / 4
+	return [3]uint32{uint32((tiles + 3) / 4), uint32((m + r - 1) / r), 1}
+}
+
+// MatMul implements gpu.Queue.
+func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
+	M, K, N := x.Rows, x.Cols, w.Rows
+	if w.Cols != K || dst.Rows != M || dst.Cols != N || (!bias.IsNil() && bias.Len() < N) {
+		panic(fmt.Sprintf("cuda: matmul %v · %vᵀ -> %v (bias %v)", x, w, dst, bias))
+	}
+	wantF32("matmul", dst, x)
+	if M == 0 || N == 0 {
+		return
+	}
+	if K == 0 {
+		if bias.IsNil() {
+			q.Fill(dst, 0)
+		} else {
+			q.Fill(dst, 0)
+			q.AddRow(dst, dst, bias)
+		}
+		return
+	}
+	r := matmulRows(M)
+	q.launch(matmulKernel(r, w.DType()), matmulGrid(M, N, r), blk128, 0,
+		q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
+}
+
+func checkConv(op string, x, w, bias gpu.Tensor, cin, cout, groups, k int) {
+	if groups < 1 || cin%groups != 0 || cout%groups != 0 || k < 1 || !w.Contiguous() || dtCode(w.DType()) == 0 ||
+		(!bias.IsNil() && (bias.Len() < cout || dtCode(bias.DType()) == 0)) {
+		panic(fmt.Sprintf("cuda: %s x %v w %v bias %v (cin %d cout %d groups %d k %d)", op, x, w, bias, cin, cout, groups, k))
+	}
+}
+
+// Conv1D implements gpu.Queue.
+func (q *Queue) Conv1D(dst, x, w, bias gpu.Tensor, cp gpu.ConvParams) {
+	Cin, Cout := x.Cols, dst.Cols
+	checkConv("conv1d", x, w, bias, Cin, Cout, cp.Groups, cp.K)
+	if w.Rows != Cout || w.Cols != Cin/cp.Groups*cp.K || cp.Stride < 1 || cp.Dilation < 1 {
+		panic(fmt.Sprintf("cuda: conv1d x %v w %v dst %v %+v", x, w, dst, cp))
+	}
+	wantF32("conv1d", dst, x)
+	q.launch("conv1d_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())),
+		q.t(bias), p(dtCode(bias.DType())), i(x.Rows), i(Cin), i(dst.Rows), i(Cout), i(cp.K), i(cp.Stride), i(cp.Dilation),
+		i(cp.PadLeft), i(cp.Groups))
+}
+
+// ConvTranspose1D implements gpu.Queue.
+func (q *Queue) ConvTranspose1D(dst, x, w, bias gpu.Tensor, cp gpu.ConvParams) {
+	Cin, Cout := x.Cols, dst.Cols
+	checkConv("convtranspose1d", x, w, bias, Cin, Cout, cp.Groups, cp.K)
+	if w.Rows != Cin || w.Cols != Cout/cp.Groups*cp.K || cp.Stride < 1 || cp.PadLeft < 0 {
+		panic(fmt.Sprintf("cuda: convtranspose1d x %v w %v dst %v %+v", x, w, dst, cp))
+	}
+	wantF32("convtranspose1d", dst, x)
+	q.launch("convtr1d_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())),
+		q.t(bias), p(dtCode(bias.DType())), i(x.Rows), i(Cin), i(dst.Rows), i(Cout), i(cp.K), i(cp.Stride), i(cp.PadLeft),
+		i(cp.Groups))
+}
+
+// Conv2D implements gpu.Queue.
+func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, cp gpu.Conv2DParams) {
+	if cp.W < 1 || cp.Cin < 1 || x.Cols != cp.Cin*cp.W || cp.Wout < 1 || dst.Cols%cp.Wout != 0 || cp.StrideH < 1 || cp.StrideW < 1 {
+		panic(fmt.Sprintf("cuda: conv2d x %v dst %v %+v", x, dst, cp))
+	}
+	Cout := dst.Cols / cp.Wout
+	checkConv("conv2d", x, w, bias, cp.Cin, Cout, cp.Groups, cp.KH*cp.KW)
+	if w.Rows != Cout || w.Cols != cp.Cin/cp.Groups*cp.KH*cp.KW {
+		panic(fmt.Sprintf("cuda: conv2d x %v w %v dst %v %+v", x, w, dst, cp))
+	}
+	wantF32("conv2d", dst, x)
+	q.launch("conv2d_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())),
+		q.t(bias), p(dtCode(bias.DType())), i(x.Rows), i(cp.Cin), i(cp.W), i(dst.Rows), i(Cout), i(cp.Wout), i(cp.KH), i(cp.KW),
+		i(cp.StrideH), i(cp.StrideW), i(cp.PadH), i(cp.PadW), i(cp.Groups))
+}

@@ -1,0 +1,593 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+	"github.com/omni-pipe/omni-pipe/gpu"
+)
+
+// kernelNames lists every kernel of kernels.cu the backend launches.
+var kernelNames = []string{
+	"fill_f32", "copy_u32", "copy_u16", "transpose_f32",
+	"binary_f32", "rowop_f32", "scale_f32", "round_bf16", "act_f32", "glu_f32",
+	"rmsnorm_f32", "layernorm_f32", "softmax_f32", "rope_f32", "embed_f32", "shortconv_f32",
+	"matmul_r1_f32", "matmul_r2_f32", "matmul_r4_f32", "matmul_r8_f32",
+	"matmul_r1_bf16", "matmul_r2_bf16", "matmul_r4_bf16", "matmul_r8_bf16",
+	"matmul_r1_f16", "matmul_r2_f16", "matmul_r4_f16", "matmul_r8_f16",
+	"attention_f32", "conv1d_f32", "convtr1d_f32", "conv2d_f32",
+}
+
+// Kernel-side codes (kernels.cu).
+const (
+	opAdd = 1
+	opMul = 2
+)
+
+func dtCode(dt gpu.DType) int64 {
+	switch dt {
+	case gpu.F32:
+		return 1
+	case gpu.BF16:
+		return 2
+	case gpu.F16:
+		return 3
+	}
+	return 0
+}
+
+// cmd is one recorded command: a kernel launch, or (free ≠ 0) a
+// stream-ordered release of device memory.
+type cmd struct {
+	fn    uintptr
+	grid  [3]uint32
+	block [2]uint32
+	shm   uint32
+	a0    int32 // first argument slot
+	na    int32 // argument count
+	free  uintptr
+}
+
+// batch is what a queue has recorded since its last flush.
+type batch struct {
+	cmds   []cmd
+	slots  []uint64 // kernel arguments, 8 bytes each (little-endian)
+	up     []byte   // host data the batch uploads (8-byte aligned pieces)
+	relocs []int32  // slots holding an offset into up, to become a device address
+}
+
+func (b *batch) reset() {
+	b.cmds, b.slots, b.up, b.relocs = b.cmds[:0], b.slots[:0], b.up[:0], b.relocs[:0]
+}
+
+// Queue is the CUDA backend's gpu.Queue: a CUDA stream. Ops are recorded
+// by the calling goroutine and handed to the device's owner thread in one
+// batch at Read, Sync or when the batch is large; the host waits only in
+// Read and Sync.
+type Queue struct {
+	d      *Device
+	name   string
+	stream uintptr
+
+	mu  sync.Mutex // guards rec (Free may append from another goroutine)
+	rec batch
+	run batch // the batch being executed (owned by the flushing goroutine)
+
+	// stage is pinned, device-mapped host memory holding the uploads of the
+	// last flush; upEvent marks when the device finished reading it.
+	stage, stageDev uintptr
+	stageLen        int
+	upPending       bool
+	upEvent         uintptr
+
+	scores  *buffer // attention scratch
+	readBuf *buffer // contiguous staging for strided reads
+	err     error   // sticky: the first failure, returned by Read and Sync
+	params  []unsafe.Pointer
+}
+
+var _ gpu.Queue = (*Queue)(nil)
+
+// maxBatch is the number of recorded commands that triggers a flush.
+const maxBatch = 4096
+
+// Name implements gpu.Queue.
+func (q *Queue) Name() string { return q.name }
+
+// ptr returns t's device address and marks the buffer as used by q.
+func (q *Queue) ptr(t gpu.Tensor) int64 {
+	if t.Buf == nil {
+		return 0
+	}
+	b, ok := t.Buf.(*buffer)
+	if !ok {
+		panic(fmt.Sprintf("cuda: tensor %v is not CUDA memory", t))
+	}
+	if b.freed.Load() {
+		panic(fmt.Sprintf("cuda: use of freed tensor %v", t))
+	}
+	if b.last.Load() != q {
+		b.last.Store(q)
+	}
+	return int64(b.ptr) + int64(t.Off)*int64(b.dt.Size())
+}
+
+// arg is a kernel argument: an integer, a float32 (as its bits) or an
+// upload offset to relocate.
+type arg struct {
+	v     uint64
+	reloc bool
+}
+
+func i(v int) arg         { return arg{v: uint64(int64(v))} }
+func p(v int64) arg       { return arg{v: uint64(v)} }
+func f(v float32) arg     { return arg{v: uint64(math.Float32bits(v))} }
+func upload(off int) arg  { return arg{v: uint64(off), reloc: true} }
+func ld(t gpu.Tensor) arg { return i(t.Stride) }
+
+func b2i(b bool) arg {
+	if b {
+		return i(1)
+	}
+	return i(0)
+}
+func (q *Queue) t(t gpu.Tensor) arg { return p(q.ptr(t)) }
+
+// launch records a kernel launch.
+func (q *Queue) launch(name string, grid [3]uint32, block [2]uint32, shm int, args ...arg) {
+	fn, ok := q.d.fns[name]
+	if !ok {
+		panic("cuda: no kernel " + name)
+	}
+	for j := range grid {
+		if grid[j] == 0 {
+			return // nothing to do
+		}
+	}
+	q.mu.Lock()
+	r := &q.rec
+	c := cmd{fn: fn, grid: grid, block: block, shm: uint32(shm), a0: int32(len(r.slots)), na: int32(len(args))}
+	for _, a := range args {
+		if a.reloc {
+			r.relocs = append(r.relocs, int32(len(r.slots)))
+		}
+		r.slots = append(r.slots, a.v)
+	}
+	r.cmds = append(r.cmds, c)
+	n := len(r.cmds)
+	q.mu.Unlock()
+	if n >= maxBatch {
+		q.flush()
+	}
+}
+
+// put appends host bytes to the batch's uploads and returns their offset.
+func (q *Queue) put(b []byte) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	off := (len(q.rec.up) + 15) &^ 15
+	for len(q.rec.up) < off {
+		q.rec.up = append(q.rec.up, 0)
+	}
+	q.rec.up = append(q.rec.up, b...)
+	return off
+}
+
+func bytesOf[T int32 | float32](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*4)
+}
+
+// enqueueFree queues a stream-ordered release of b behind q's recorded
+// work; false when q is unusable.
+func (q *Queue) enqueueFree(b *buffer) bool {
+	if q.stream == 0 {
+		return false
+	}
+	q.mu.Lock()
+	q.rec.cmds = append(q.rec.cmds, cmd{free: b.ptr})
+	q.mu.Unlock()
+	return true
+}
+
+// flush hands the recorded batch to the owner thread, which launches it.
+func (q *Queue) flush() {
+	q.mu.Lock()
+	q.rec, q.run = q.run, q.rec
+	q.rec.reset()
+	q.mu.Unlock()
+	r := &q.run
+	if len(r.cmds) == 0 {
+		return
+	}
+	err := q.d.do(func() error { return q.execute(r) })
+	if err != nil && q.err == nil {
+		q.err = err
+	}
+	r.reset()
+}
+
+// execute runs on the owner thread.
+func (q *Queue) execute(r *batch) error {
+	c := q.d.drv
+	if q.err != nil {
+		// After a failure the stream's state is unknown: only releases run.
+		for _, cm := range r.cmds {
+			if cm.free != 0 {
+				c.call("cuMemFreeAsync", c.cuMemFreeAsync, cm.free, q.stream)
+			}
+		}
+		return nil
+	}
+	if len(r.up) > 0 {
+		if q.upPending {
+			if err := c.call("cuEventSynchronize", c.cuEventSynchronize, q.upEvent); err != nil {
+				return err
+			}
+			q.upPending = false
+		}
+		if len(r.up) > q.stageLen {
+			if q.stage != 0 {
+				c.call("cuMemFreeHost", c.cuMemFreeHost, q.stage)
+				q.stage, q.stageLen = 0, 0
+			}
+			n := max(1<<20, 2*len(r.up))
+			if err := c.call("cuMemHostAlloc", c.cuMemHostAlloc, uintptr(unsafe.Pointer(&q.stage)), uintptr(n), hostMapped|hostPortable); err != nil {
+				return err
+			}
+			if err := c.call("cuMemHostGetDevicePointer", c.cuMemHostGetDevicePointer, uintptr(unsafe.Pointer(&q.stageDev)), q.stage, 0); err != nil {
+				return err
+			}
+			q.stageLen = n
+		}
+		copy(unsafe.Slice(*(**byte)(unsafe.Pointer(&q.stage)), len(r.up)), r.up)
+		for _, s := range r.relocs {
+			r.slots[s] += uint64(q.stageDev)
+		}
+	}
+	if cap(q.params) < len(r.slots) {
+		q.params = make([]unsafe.Pointer, len(r.slots), 2*len(r.slots))
+	}
+	q.params = q.params[:len(r.slots)]
+	for j := range r.slots {
+		q.params[j] = unsafe.Pointer(&r.slots[j])
+	}
+	for _, cm := range r.cmds {
+		if cm.free != 0 {
+			if err := c.call("cuMemFreeAsync", c.cuMemFreeAsync, cm.free, q.stream); err != nil {
+				return err
+			}
+			continue
+		}
+		var pp uintptr
+		if cm.na > 0 {
+			pp = uintptr(unsafe.Pointer(&q.params[cm.a0]))
+		}
+		res, _, _ := purego.SyscallN(c.cuLaunchKernel, cm.fn,
+			uintptr(cm.grid[0]), uintptr(cm.grid[1]), uintptr(cm.grid[2]),
+			uintptr(cm.block[0]), uintptr(cm.block[1]), 1,
+			uintptr(cm.shm), q.stream, pp, 0)
+		if res != 0 {
+			return c.err("cuLaunchKernel", result(res))
+		}
+	}
+	if len(r.up) > 0 {
+		if err := c.call("cuEventRecord", c.cuEventRecord, q.upEvent, q.stream); err != nil {
+			return err
+		}
+		q.upPending = true
+	}
+	return nil
+}
+
+// Sync implements gpu.Queue.
+func (q *Queue) Sync() error {
+	q.flush()
+	if q.err != nil {
+		return q.err
+	}
+	c := q.d.drv
+	if err := q.d.do(func() error { return c.call("cuStreamSynchronize", c.cuStreamSynchronize, q.stream) }); err != nil {
+		q.err = err
+	}
+	return q.err
+}
+
+// grid1 is a grid-stride launch over n elements.
+func (q *Queue) grid1(n int) [3]uint32 {
+	b := (n + 255) / 256
+	b = min(b, q.d.sms*16)
+	return [3]uint32{uint32(b), 1, 1}
+}
+
+var (
+	blk256 = [2]uint32{256, 1}
+	blk128 = [2]uint32{128, 1}
+)
+
+func sameShape(op string, a, b gpu.Tensor) {
+	if a.Rows != b.Rows || a.Cols != b.Cols {
+		panic(fmt.Sprintf("cuda: %s: shapes %v and %v differ", op, a, b))
+	}
+}
+
+func wantF32(op string, ts ...gpu.Tensor) {
+	for _, t := range ts {
+		if t.DType() != gpu.F32 {
+			panic(fmt.Sprintf("cuda: %s: want F32, got %v", op, t))
+		}
+	}
+}
+
+// Write implements gpu.Queue.
+func (q *Queue) Write(dst gpu.Tensor, src []float32) {
+	if len(src) != dst.Len() {
+		panic(fmt.Sprintf("cuda: write %d values to %v", len(src), dst))
+	}
+	wantF32("write", dst)
+	q.writeWords(dst, bytesOf(src))
+}
+
+// WriteInt implements gpu.Queue.
+func (q *Queue) WriteInt(dst gpu.Tensor, src []int32) {
+	if len(src) != dst.Len() {
+		panic(fmt.Sprintf("cuda: write %d ints to %v", len(src), dst))
+	}
+	if dst.DType() != gpu.I32 {
+		panic(fmt.Sprintf("cuda: write ints to %v", dst))
+	}
+	q.writeWords(dst, bytesOf(src))
+}
+
+func (q *Queue) writeWords(dst gpu.Tensor, b []byte) {
+	if dst.Len() == 0 {
+		return
+	}
+	off := q.put(b)
+	q.launch("copy_u32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), upload(off), i(dst.Cols), i(dst.Rows), i(dst.Cols))
+}
+
+// Read implements gpu.Queue.
+func (q *Queue) Read(dst []float32, src gpu.Tensor) error {
+	if len(dst) != src.Len() {
+		return fmt.Errorf("cuda: read %v into %d values", src, len(dst))
+	}
+	if src.DType() != gpu.F32 {
+		return fmt.Errorf("cuda: read of %v", src)
+	}
+	if len(dst) == 0 {
+		return q.Sync()
+	}
+	from := src
+	if !src.Contiguous() {
+		if q.readBuf == nil || q.readBuf.n < src.Len() {
+			q.grow(&q.readBuf, gpu.F32, src.Len())
+		}
+		from = gpu.Tensor{Buf: q.readBuf, Rows: src.Rows, Cols: src.Cols, Stride: src.Cols}
+		q.Copy(from, src)
+	}
+	addr := uintptr(q.ptr(from))
+	q.flush()
+	if q.err != nil {
+		return q.err
+	}
+	c := q.d.drv
+	err := q.d.do(func() error {
+		if err := c.call("cuMemcpyDtoHAsync", c.cuMemcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), addr, uintptr(4*len(dst)), q.stream); err != nil {
+			return err
+		}
+		return c.call("cuStreamSynchronize", c.cuStreamSynchronize, q.stream)
+	})
+	if err != nil {
+		q.err = fmt.Errorf("cuda: read %v on %s: %w", src, q.name, err)
+	}
+	return q.err
+}
+
+// grow replaces a queue scratch buffer by one of at least n elements (the
+// old one is released behind the queue's work).
+func (q *Queue) grow(bp **buffer, dt gpu.DType, n int) {
+	if *bp != nil {
+		q.d.Free(gpu.Tensor{Buf: *bp, Rows: 1, Cols: (*bp).n, Stride: (*bp).n})
+	}
+	b, err := q.d.alloc(dt, max(n, 1024)*5/4, nil)
+	if err != nil {
+		panic(fmt.Sprintf("cuda: scratch of %d elements: %v", n, err))
+	}
+	*bp = b
+}
+
+// Copy implements gpu.Queue.
+func (q *Queue) Copy(dst, src gpu.Tensor) {
+	sameShape("copy", dst, src)
+	if dst.DType() != src.DType() {
+		panic(fmt.Sprintf("cuda: copy %v to %v", src, dst))
+	}
+	name := "copy_u32"
+	if dst.DType().Size() == 2 {
+		name = "copy_u16"
+	}
+	q.launch(name, q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(src), ld(src), i(dst.Rows), i(dst.Cols))
+}
+
+// Fill implements gpu.Queue.
+func (q *Queue) Fill(dst gpu.Tensor, v float32) {
+	wantF32("fill", dst)
+	q.launch("fill_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), i(dst.Rows), i(dst.Cols), f(v))
+}
+
+func (q *Queue) binary(op int, name string, dst, a, b gpu.Tensor) {
+	sameShape(name, dst, a)
+	sameShape(name, dst, b)
+	wantF32(name, dst, a, b)
+	q.launch("binary_f32", q.grid1(dst.Len()), blk256, 0, i(op), q.t(dst), ld(dst), q.t(a), ld(a), q.t(b), ld(b), i(dst.Rows), i(dst.Cols))
+}
+
+// Add implements gpu.Queue.
+func (q *Queue) Add(dst, a, b gpu.Tensor) { q.binary(opAdd, "add", dst, a, b) }
+
+// Mul implements gpu.Queue.
+func (q *Queue) Mul(dst, a, b gpu.Tensor) { q.binary(opMul, "mul", dst, a, b) }
+
+func (q *Queue) rowop(op int, name string, dst, a, v gpu.Tensor) {
+	sameShape(name, dst, a)
+	wantF32(name, dst, a)
+	if v.Len() < dst.Cols || dtCode(v.DType()) == 0 {
+		panic(fmt.Sprintf("cuda: %s: vector %v for %v", name, v, dst))
+	}
+	q.launch("rowop_f32", q.grid1(dst.Len()), blk256, 0, i(op), q.t(dst), ld(dst), q.t(a), ld(a), q.t(v), p(dtCode(v.DType())), i(dst.Rows), i(dst.Cols))
+}
+
+// AddRow implements gpu.Queue.
+func (q *Queue) AddRow(dst, a, v gpu.Tensor) { q.rowop(opAdd, "addrow", dst, a, v) }
+
+// MulRow implements gpu.Queue.
+func (q *Queue) MulRow(dst, a, v gpu.Tensor) { q.rowop(opMul, "mulrow", dst, a, v) }
+
+// Scale implements gpu.Queue.
+func (q *Queue) Scale(dst, a gpu.Tensor, s float32) {
+	sameShape("scale", dst, a)
+	wantF32("scale", dst, a)
+	q.launch("scale_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(a), ld(a), f(s), i(dst.Rows), i(dst.Cols))
+}
+
+// RoundBF16 implements gpu.Queue.
+func (q *Queue) RoundBF16(dst gpu.Tensor) {
+	wantF32("roundbf16", dst)
+	q.launch("round_bf16", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), i(dst.Rows), i(dst.Cols))
+}
+
+// Act implements gpu.Queue.
+func (q *Queue) Act(dst, a gpu.Tensor, fn gpu.Activation) {
+	sameShape("act", dst, a)
+	wantF32("act", dst, a)
+	if fn < gpu.SiLU || fn > gpu.Sigmoid {
+		panic(fmt.Sprintf("cuda: activation %v", fn))
+	}
+	q.launch("act_f32", q.grid1(dst.Len()), blk256, 0, i(int(fn)), q.t(dst), ld(dst), q.t(a), ld(a), i(dst.Rows), i(dst.Cols))
+}
+
+// GLU implements gpu.Queue.
+func (q *Queue) GLU(dst, a gpu.Tensor) {
+	if a.Rows != dst.Rows || a.Cols != 2*dst.Cols {
+		panic(fmt.Sprintf("cuda: glu %v -> %v", a, dst))
+	}
+	wantF32("glu", dst, a)
+	q.launch("glu_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(a), ld(a), i(dst.Rows), i(dst.Cols))
+}
+
+// RMSNorm implements gpu.Queue.
+func (q *Queue) RMSNorm(dst, a gpu.Tensor, eps float32) {
+	sameShape("rmsnorm", dst, a)
+	wantF32("rmsnorm", dst, a)
+	q.launch("rmsnorm_f32", [3]uint32{uint32(dst.Rows), 1, 1}, blk256, 0, q.t(dst), ld(dst), q.t(a), ld(a), i(dst.Cols), f(eps))
+}
+
+// LayerNorm implements gpu.Queue.
+func (q *Queue) LayerNorm(dst, a, w, b gpu.Tensor, eps float32) {
+	sameShape("layernorm", dst, a)
+	wantF32("layernorm", dst, a)
+	if w.Len() < dst.Cols || (!b.IsNil() && b.Len() < dst.Cols) {
+		panic(fmt.Sprintf("cuda: layernorm %v with w %v b %v", dst, w, b))
+	}
+	q.launch("layernorm_f32", [3]uint32{uint32(dst.Rows), 1, 1}, blk256, 0, q.t(dst), ld(dst), q.t(a), ld(a),
+		q.t(w), p(dtCode(w.DType())), q.t(b), p(dtCode(b.DType())), i(dst.Cols), f(eps))
+}
+
+// Softmax implements gpu.Queue.
+func (q *Queue) Softmax(dst gpu.Tensor) {
+	wantF32("softmax", dst)
+	if dst.Cols == 0 {
+		return
+	}
+	q.launch("softmax_f32", [3]uint32{uint32(dst.Rows), 1, 1}, blk256, 0, q.t(dst), ld(dst), i(dst.Cols))
+}
+
+// RoPE implements gpu.Queue.
+func (q *Queue) RoPE(dst gpu.Tensor, rp gpu.RoPEParams) {
+	hd := rp.HeadDim
+	if hd <= 0 || hd%2 != 0 || dst.Cols%hd != 0 || len(rp.InvFreq) != hd/2 || len(rp.Pos) != dst.Rows {
+		panic(fmt.Sprintf("cuda: rope %v head %d invfreq %d pos %d", dst, hd, len(rp.InvFreq), len(rp.Pos)))
+	}
+	wantF32("rope", dst)
+	if dst.Rows == 0 {
+		return
+	}
+	fo := q.put(bytesOf(rp.InvFreq))
+	po := q.put(bytesOf(rp.Pos))
+	q.launch("rope_f32", q.grid1(dst.Rows*hd/2), blk256, 0, q.t(dst), ld(dst), i(dst.Rows), i(dst.Cols), i(hd),
+		b2i(rp.Style == gpu.Interleaved), upload(fo), upload(po), b2i(rp.BF16))
+}
+
+// Attention implements gpu.Queue.
+func (q *Queue) Attention(dst, qt, k, v gpu.Tensor, ap gpu.AttnParams) {
+	hd := ap.HeadDim
+	if hd < 1 || ap.KVHeads < 1 || ap.Heads%ap.KVHeads != 0 || qt.Cols != ap.Heads*hd || dst.Cols != qt.Cols ||
+		dst.Rows != qt.Rows || k.Cols != ap.KVHeads*hd || v.Cols != k.Cols || v.Rows != k.Rows || ap.Window < 0 {
+		panic(fmt.Sprintf("cuda: attention q %v k %v v %v dst %v heads %d/%d dim %d", qt, k, v, dst, ap.Heads, ap.KVHeads, hd))
+	}
+	wantF32("attention", dst, qt, k, v)
+	if qt.Rows == 0 {
+		return
+	}
+	maxL := max(k.Rows, 1)
+	need := qt.Rows * ap.Heads * maxL
+	if q.scores == nil || q.scores.n < need {
+		q.grow(&q.scores, gpu.F32, need)
+	}
+	sc := gpu.Tensor{Buf: q.scores, Rows: 1, Cols: need, Stride: need}
+	shm := 4 * (hd + 32 + max(128, hd))
+	q.launch("attention_f32", [3]uint32{uint32(qt.Rows), uint32(ap.Heads), 1}, blk128, shm,
+		q.t(dst), ld(dst), q.t(qt), ld(qt), q.t(k), ld(k), q.t(v), ld(v), q.t(sc), i(maxL),
+		i(ap.Heads), i(ap.KVHeads), i(hd), f(ap.Scale), i(ap.QPos0), b2i(ap.Causal), i(ap.Window), i(k.Rows), b2i(ap.ProbBF16))
+}
+
+// maxShortConv is the longest ShortConv kernel the CUDA kernel holds in
+// registers.
+const maxShortConv = 16
+
+// ShortConv implements gpu.Queue.
+func (q *Queue) ShortConv(dst, x, w, state gpu.Tensor) {
+	sameShape("shortconv", dst, x)
+	C, L := x.Cols, w.Cols
+	if w.Rows != C || state.Rows != L-1 || state.Cols != C || !w.Contiguous() || L < 1 || L > maxShortConv {
+		panic(fmt.Sprintf("cuda: shortconv x %v w %v state %v", x, w, state))
+	}
+	wantF32("shortconv", dst, x, state)
+	q.launch("shortconv_f32", [3]uint32{uint32((C + 127) / 128), 1, 1}, blk128, 0, q.t(dst), ld(dst), q.t(x), ld(x),
+		q.t(w), p(dtCode(w.DType())), q.t(state), ld(state), i(x.Rows), i(C), i(L))
+}
+
+// Embed implements gpu.Queue.
+func (q *Queue) Embed(dst, table gpu.Tensor, ids []int32) {
+	if dst.Rows == 0 {
+		return
+	}
+	if len(ids)%dst.Rows != 0 || table.Cols != dst.Cols || dtCode(table.DType()) == 0 {
+		panic(fmt.Sprintf("cuda: embed %d ids from %v into %v", len(ids), table, dst))
+	}
+	for _, id := range ids {
+		if id < 0 || int(id) >= table.Rows {
+			panic(fmt.Sprintf("cuda: embed id %d outside table of %d rows", id, table.Rows))
+		}
+	}
+	wantF32("embed", dst)
+	off := q.put(bytesOf(ids))
+	q.launch("embed_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(table), p(dtCode(table.DType())), ld(table),
+		upload(off), i(len(ids)/dst.Rows), i(dst.Rows), i(dst.Cols))
+}
+
+// Transpose implements gpu.Queue.
+func (q *Queue) Transpose(dst, src gpu.Tensor) {
+	if dst.Rows != src.Cols || dst.Cols != src.Rows {
+		panic(fmt.Sprintf("cuda: transpose %v -> %v", src, dst))
+	}
+	wantF32("transpose", dst, src)
+	g := [3]uint32{uint32((src.Cols + 31) / 32), uint32((src.Rows + 31) / 32), 1}
+	q.launch("transpose_f32", g, [2]uint32{32, 8}, 0, q.t(dst), ld(dst), q.t(src), ld(src), i(src.Rows), i(src.Cols))
+}
