@@ -74,8 +74,11 @@ type segment struct {
 }
 
 // split appends to dst the segments of s: added tokens and the text
-// between them. Empty text segments are left out.
-func (m *addedMatcher) split(dst []segment, s string) []segment {
+// between them. Empty text segments are left out. With skipSpecial,
+// special tokens are not recognized: as in tokenizers (its
+// encode_special_tokens), the automaton still moves past such a match, so
+// no other token is found inside it.
+func (m *addedMatcher) split(dst []segment, s string, skipSpecial bool) []segment {
 	if m == nil || len(m.nodes[0].next) == 0 {
 		if s != "" {
 			dst = append(dst, segment{s, -1})
@@ -97,6 +100,9 @@ func (m *addedMatcher) split(dst []segment, s string) []segment {
 		// The automaton moves past every match, also one single_word
 		// then discards.
 		i = stop
+		if skipSpecial && t.special {
+			continue
+		}
 		if t.singleWord {
 			before, _ := utf8.DecodeLastRuneInString(s[:start])
 			after, _ := utf8.DecodeRuneInString(s[stop:])

@@ -36,8 +36,9 @@ const (
 
 func pairKey(a, b int) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
 
-// appendTokens appends the ids of word to dst.
-func (m *bpe) appendTokens(dst []int, word string) []int {
+// appendTokens appends the ids of word to dst. A stop (c) inside the
+// merges leaves dst with a partial word; the caller discards it.
+func (m *bpe) appendTokens(dst []int, word string, c *canceller) []int {
 	if word == "" {
 		return dst
 	}
@@ -52,7 +53,10 @@ func (m *bpe) appendTokens(dst []int, word string) []int {
 	if ok {
 		return append(dst, ids...)
 	}
-	ids = m.mergeWord(word)
+	ids = m.mergeWord(word, c)
+	if c.stopped() {
+		return dst // not cached: the merges stopped short
+	}
 	if len(word) < cacheMaxLen {
 		m.mu.Lock()
 		if len(m.cache) < cacheCapacity {
@@ -73,7 +77,7 @@ type symbol struct {
 
 // mergeWord splits word into vocabulary characters (with unk and byte
 // fallback as configured) and applies the merges.
-func (m *bpe) mergeWord(word string) []int {
+func (m *bpe) mergeWord(word string, c *canceller) []int {
 	syms := make([]symbol, 0, len(word))
 	add := func(id, n int) {
 		prev := len(syms) - 1
@@ -84,6 +88,9 @@ func (m *bpe) mergeWord(word string) []int {
 	}
 	unkID, unkLen := -1, 0 // pending unknown run
 	for i, r := range word {
+		if c.stopped() {
+			return nil
+		}
 		n := utf8.RuneLen(r)
 		s := word[i : i+n]
 		if i > 0 && m.prefix != "" {
@@ -119,7 +126,7 @@ func (m *bpe) mergeWord(word string) []int {
 	if unkID >= 0 {
 		add(unkID, unkLen)
 	}
-	m.mergeAll(syms)
+	m.mergeAll(syms, c)
 	ids := make([]int, 0, len(syms))
 	for _, s := range syms {
 		if s.len != 0 {
@@ -143,15 +150,22 @@ func (m *bpe) addBytes(s string, add func(id, n int)) bool {
 }
 
 // mergeAll applies merges with a priority queue of (rank, position), as
-// tokenizers' Word::merge_all does (without dropout).
-func (m *bpe) mergeAll(syms []symbol) {
+// tokenizers' Word::merge_all does (without dropout). It stops early,
+// leaving syms half merged, when c says so.
+func (m *bpe) mergeAll(syms []symbol, c *canceller) {
 	var q mergeQueue
 	for i := 0; i+1 < len(syms); i++ {
+		if c.stopped() {
+			return
+		}
 		if mg, ok := m.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
 			q.push(queued{pos: int32(i), merge: mg})
 		}
 	}
 	for len(q) > 0 {
+		if c.stopped() {
+			return
+		}
 		top := q.pop()
 		cur := &syms[top.pos]
 		if cur.len == 0 || cur.next == -1 {

@@ -51,7 +51,7 @@ func (r replaceNorm) normalize(s string) string {
 // Oniguruma iteration rules of regexSpans.
 func replaceAll(re *regexp2.Regexp, s, content string) string {
 	var b strings.Builder
-	for _, sp := range regexSpans(re, s) {
+	for _, sp := range regexSpans(re, s, nil) {
 		if sp.match {
 			b.WriteString(content)
 		} else {

@@ -8,22 +8,23 @@ import (
 
 // A preTokenizer splits one piece of normalized text into smaller pieces
 // (and may rewrite them, as ByteLevel does). It appends the non-empty
-// results to dst.
+// results to dst. The regex pre-tokenizers stop short when c says so (the
+// encode is then abandoned).
 type preTokenizer interface {
-	split(dst []string, piece string) []string
+	split(dst []string, piece string, c *canceller) []string
 }
 
 // preTokSequence runs each pre-tokenizer over all pieces the previous one
 // produced.
 type preTokSequence []preTokenizer
 
-func (seq preTokSequence) split(dst []string, piece string) []string {
+func (seq preTokSequence) split(dst []string, piece string, c *canceller) []string {
 	pieces := []string{piece}
 	var next []string
 	for _, p := range seq {
 		next = next[:0]
 		for _, s := range pieces {
-			next = p.split(next, s)
+			next = p.split(next, s, c)
 		}
 		pieces, next = next, pieces
 	}
@@ -42,13 +43,13 @@ type byteLevelPreTok struct {
 	useRegex       bool
 }
 
-func (b byteLevelPreTok) split(dst []string, piece string) []string {
+func (b byteLevelPreTok) split(dst []string, piece string, c *canceller) []string {
 	if b.addPrefixSpace && !strings.HasPrefix(piece, " ") {
 		piece = " " + piece
 	}
 	n := len(dst)
 	if b.useRegex {
-		dst = splitSpans(dst, piece, regexSpans(gpt2Regex, piece), isolated)
+		dst = splitSpans(dst, piece, regexSpans(gpt2Regex, piece, c), isolated)
 	} else if piece != "" {
 		dst = append(dst, piece)
 	}
@@ -65,8 +66,8 @@ type splitPreTok struct {
 	invert bool
 }
 
-func (s splitPreTok) split(dst []string, piece string) []string {
-	spans := regexSpans(s.re, piece)
+func (s splitPreTok) split(dst []string, piece string, c *canceller) []string {
+	spans := regexSpans(s.re, piece, c)
 	if s.invert {
 		spans = invertSpans(spans)
 	}
@@ -80,7 +81,7 @@ type funcPreTok struct {
 	b behavior
 }
 
-func (p funcPreTok) split(dst []string, piece string) []string {
+func (p funcPreTok) split(dst []string, piece string, c *canceller) []string {
 	return splitSpans(dst, piece, funcSpans(p.f, piece), p.b)
 }
 
@@ -88,7 +89,7 @@ func (p funcPreTok) split(dst []string, piece string) []string {
 // [^\w\s]+ (Rust regex classes); whitespace is dropped.
 type whitespacePreTok struct{}
 
-func (whitespacePreTok) split(dst []string, piece string) []string {
+func (whitespacePreTok) split(dst []string, piece string, c *canceller) []string {
 	const (
 		space = iota
 		word
@@ -124,7 +125,7 @@ func (whitespacePreTok) split(dst []string, piece string) []string {
 // isolate every punctuation character.
 type bertPreTok struct{}
 
-func (bertPreTok) split(dst []string, piece string) []string {
+func (bertPreTok) split(dst []string, piece string, c *canceller) []string {
 	for _, w := range splitSpans(nil, piece, funcSpans(isWhitespace, piece), removed) {
 		dst = splitSpans(dst, w, funcSpans(isPunctuation, w), isolated)
 	}

@@ -63,7 +63,7 @@ func TestRegexSpans(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := regexSpans(re, c.text); !reflect.DeepEqual(got, c.want) {
+		if got := regexSpans(re, c.text, nil); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("regexSpans(%q, %q) = %v, want %v", c.pattern, c.text, got, c.want)
 		}
 	}

@@ -45,8 +45,9 @@ func parseBehavior(name string) (behavior, error) {
 
 // regexSpans finds the matches of re in s the way tokenizers iterates
 // Oniguruma matches: an empty match that ends where the previous match
-// ended is skipped, and the search moves on by one character.
-func regexSpans(re *regexp2.Regexp, s string) []span {
+// ended is skipped, and the search moves on by one character. When c
+// says stop, the spans end short (the encode is abandoned).
+func regexSpans(re *regexp2.Regexp, s string, c *canceller) []span {
 	if s == "" {
 		return []span{{0, 0, false}}
 	}
@@ -64,6 +65,9 @@ func regexSpans(re *regexp2.Regexp, s string) []span {
 	prev := 0
 	lastEnd, lastMatchEnd := 0, -1
 	for lastEnd <= len(runes) {
+		if c.stopped() {
+			return spans
+		}
 		m, err := re.FindRunesMatchStartingAt(runes, lastEnd)
 		if err != nil || m == nil {
 			// regexp2 only fails on a timeout, and none is set.

@@ -10,10 +10,15 @@
 // pre-tokenizer chain and tokenized by the BPE model. Components this
 // package does not implement are refused by name when the file is loaded.
 //
+// EncodeContext encodes untrusted text: with EncodeOptions.SplitSpecial
+// a special token spelled in the text is plain text (tokenizers'
+// encode_special_tokens), and a long encode stops when its context ends.
+//
 // A Tokenizer is safe for concurrent use.
 package tokenizer
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -55,10 +60,39 @@ func Load(path string) (*Tokenizer, error) {
 // appear in text, special or not, are recognized. Ill-formed UTF-8 in
 // text is read as U+FFFD first, as Python's bytes.decode(errors="replace").
 func (t *Tokenizer) Encode(text string) []int {
+	ids, _ := t.encode(text, EncodeOptions{}, nil) // without a canceller it cannot fail
+	return ids
+}
+
+// EncodeOptions change how EncodeContext reads its text.
+type EncodeOptions struct {
+	// SplitSpecial leaves special added tokens unrecognized: text that
+	// spells one (a client's "<|im_end|>") is encoded as the plain text it
+	// is, as tokenizers' encode_special_tokens flag does (what
+	// transformers' encode(text, split_special_tokens=True) sets).
+	// Non-special added tokens are still recognized, as there. Text from
+	// untrusted sources is encoded this way so that it cannot forge
+	// control tokens.
+	SplitSpecial bool
+}
+
+// EncodeContext is Encode with options, abandoned when ctx ends: the
+// pre-tokenizer and the BPE model look at ctx every few hundred matches,
+// words and merges, and EncodeContext then returns nil and ctx's cause
+// (context.Cause). A normalizer's pass over a piece is not interrupted
+// (they are linear in its length).
+func (t *Tokenizer) EncodeContext(ctx context.Context, text string, opts EncodeOptions) ([]int, error) {
+	return t.encode(text, opts, newCanceller(ctx))
+}
+
+func (t *Tokenizer) encode(text string, opts EncodeOptions, c *canceller) ([]int, error) {
+	if c.stopped() {
+		return nil, c.err
+	}
 	text = lossyString(text)
 	var ids []int
 	var words []string
-	for _, seg := range t.rawAdded.split(nil, text) {
+	for _, seg := range t.rawAdded.split(nil, text, opts.SplitSpecial) {
 		if seg.id >= 0 {
 			ids = append(ids, seg.id)
 			continue
@@ -67,23 +101,80 @@ func (t *Tokenizer) Encode(text string) []int {
 		if t.normalizer != nil {
 			s = t.normalizer.normalize(s)
 		}
-		for _, seg := range t.normAdded.split(nil, s) {
+		for _, seg := range t.normAdded.split(nil, s, opts.SplitSpecial) {
 			if seg.id >= 0 {
 				ids = append(ids, seg.id)
 				continue
 			}
 			words = words[:0]
 			if t.preTok != nil {
-				words = t.preTok.split(words, seg.text)
+				words = t.preTok.split(words, seg.text, c)
 			} else {
 				words = append(words, seg.text)
 			}
 			for _, w := range words {
-				ids = t.model.appendTokens(ids, w)
+				if c.stopped() {
+					return nil, c.err
+				}
+				ids = t.model.appendTokens(ids, w, c)
 			}
 		}
 	}
-	return ids
+	if c.stopped() { // a stop inside the last word's merges or split
+		return nil, c.err
+	}
+	return ids, nil
+}
+
+// checkEvery is how many steps (regex matches, words, merges) an encode
+// takes between looks at its context.
+const checkEvery = 256
+
+// testHookCheck, when set (by tests), runs before each look at a
+// canceller's context.
+var testHookCheck func()
+
+// canceller tells a long encode that its caller gave up. A nil canceller
+// never stops. It belongs to one encode (one goroutine).
+type canceller struct {
+	ctx  context.Context
+	done <-chan struct{}
+	n    int
+	err  error // set once stopped: the context's cause
+}
+
+// newCanceller watches ctx, or returns nil for a context that never ends.
+func newCanceller(ctx context.Context) *canceller {
+	done := ctx.Done()
+	if done == nil {
+		return nil
+	}
+	return &canceller{ctx: ctx, done: done, n: checkEvery - 1} // the first call looks
+}
+
+// stopped reports whether the encode should stop, looking at the context
+// on every checkEvery-th call.
+func (c *canceller) stopped() bool {
+	if c == nil {
+		return false
+	}
+	if c.err != nil {
+		return true
+	}
+	if c.n++; c.n < checkEvery {
+		return false
+	}
+	c.n = 0
+	if testHookCheck != nil {
+		testHookCheck()
+	}
+	select {
+	case <-c.done:
+		c.err = context.Cause(c.ctx)
+		return true
+	default:
+		return false
+	}
 }
 
 // Decode returns the text of ids (tokenizers' decode(ids,
