@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -14,6 +15,91 @@ import (
 
 // Architectures omni-pipe can run, by config.json `architectures` entry.
 var Architectures = []string{"Lfm2AudioForConditionalGeneration"}
+
+// Bounds on the sizes a config.json may give. Each is far above every
+// released LFM2 and LFM2-Audio model (the largest, LFM2-Audio-1.5B, has 16
+// backbone layers of width 2048 with an FFN of 8192, a 65536-token
+// vocabulary, 8 codebooks, 17 encoder layers of width 512 and 6
+// depthformer layers of width 1024), so that larger future models load;
+// and each is low enough that a size within it cannot by itself make the
+// loader allocate absurd memory: what the configuration sizes before the
+// checkpoint's tensors are checked (layer lists, mel filters, RoPE tables)
+// stays small, and the tensors themselves must then match the checkpoint
+// (stages/weights binds nothing it does not find with the exact shape).
+const (
+	// MaxLayers bounds every layer count: backbone, encoder, depthformer.
+	MaxLayers = 1024
+	// MaxHidden bounds every model width: hidden_size, d_model, the
+	// depthformer's dim, the encoder's subsampling channels.
+	MaxHidden = 1 << 16
+	// MaxFFN bounds FFN widths: intermediate_size (block_ff_dim), the FFN
+	// width after the auto-adjust rule, block_multiple_of.
+	MaxFFN = 1 << 20
+	// MaxVocab bounds vocab_size (LFM2: 65536; the largest vocabularies in
+	// use are about 2^18).
+	MaxVocab = 1 << 22
+	// MaxHeads bounds attention head counts.
+	MaxHeads = 1024
+	// MaxCodebooks bounds codebooks: audio codes per frame (LFM2-Audio: 8;
+	// Mimi has 32 at most).
+	MaxCodebooks = 64
+	// MaxPositions bounds max_position_embeddings, sliding_window and the
+	// encoder's pos_emb_max_len (LFM2: 128000).
+	MaxPositions = 1 << 24
+	// MaxKernel bounds convolution kernels (conv_L_cache, conv_kernel_size,
+	// conv_context_size).
+	MaxKernel = 1024
+	// MaxInterleave bounds interleaved_n_text and interleaved_n_audio
+	// (LFM2-Audio: 6 and 12).
+	MaxInterleave = 1024
+	// MaxExpansion bounds the encoder's ff_expansion_factor (4).
+	MaxExpansion = 64
+	// MaxFFNMultiplier bounds block_ffn_dim_multiplier (1.0).
+	MaxFFNMultiplier = 16.0
+	// MaxFeatures bounds the preprocessor's mel features (128).
+	MaxFeatures = 512
+	// MaxNFFT bounds n_fft (512): 16384 is a second at 16 kHz.
+	MaxNFFT = 1 << 14
+	// MinSampleRate and MaxSampleRate bound the preprocessor's rate (16000).
+	MinSampleRate, MaxSampleRate = 1000, 384000
+	// MaxPadTo bounds pad_to (0).
+	MaxPadTo = 1 << 16
+)
+
+// sizeCheck collects out-of-bounds errors, each naming the field (with its
+// section's prefix), the value and the allowed range.
+type sizeCheck struct {
+	prefix string
+	errs   []error
+}
+
+func (s *sizeCheck) add(format string, args ...any) {
+	s.errs = append(s.errs, fmt.Errorf(s.prefix+format, args...))
+}
+
+// int checks lo ≤ v ≤ hi.
+func (s *sizeCheck) int(field string, v, lo, hi int) bool {
+	if v < lo || v > hi {
+		s.add("%s = %d, want %d..%d", field, v, lo, hi)
+		return false
+	}
+	return true
+}
+
+// float checks that v is finite and lo ≤ v ≤ hi (lo < v when open).
+func (s *sizeCheck) float(field string, v, lo, hi float64, open bool) bool {
+	ok := !math.IsNaN(v) && !math.IsInf(v, 0) && v <= hi && (v > lo || !open && v == lo)
+	if !ok {
+		lb := "["
+		if open {
+			lb = "("
+		}
+		s.add("%s = %v, want %s%v, %v]", field, v, lb, lo, hi)
+	}
+	return ok
+}
+
+func (s *sizeCheck) err() error { return errors.Join(s.errs...) }
 
 // Audio is LFM2-Audio's config.json (LFM2.5-Audio shares it).
 type Audio struct {
@@ -191,6 +277,10 @@ func (c *LFM2) Normalize() error {
 	if c.NumKeyValueHeads == 0 {
 		c.NumKeyValueHeads = c.NumAttentionHeads
 	}
+	// The sizes are bounded before anything is sized by them.
+	if err := c.checkSizes(); err != nil {
+		return err
+	}
 	if len(c.LayerTypes) == 0 {
 		idx := c.FullAttnIdxs
 		if idx == nil {
@@ -208,10 +298,6 @@ func (c *LFM2) Normalize() error {
 		}
 	}
 	var errs []error
-	if c.HiddenSize <= 0 || c.NumHiddenLayers <= 0 || c.VocabSize <= 0 || c.IntermediateSize <= 0 {
-		errs = append(errs, fmt.Errorf("hidden_size %d, num_hidden_layers %d, vocab_size %d and intermediate_size %d must be positive",
-			c.HiddenSize, c.NumHiddenLayers, c.VocabSize, c.IntermediateSize))
-	}
 	if len(c.LayerTypes) != c.NumHiddenLayers {
 		errs = append(errs, fmt.Errorf("layer_types has %d entries for %d layers", len(c.LayerTypes), c.NumHiddenLayers))
 	}
@@ -242,6 +328,42 @@ func (c *LFM2) Normalize() error {
 		errs = append(errs, fmt.Errorf("conv_L_cache %d must be positive", c.ConvLCache))
 	}
 	return errors.Join(errs...)
+}
+
+// checkSizes bounds every size and count of the section (see MaxLayers
+// and the other bounds).
+func (c *LFM2) checkSizes() error {
+	s := &sizeCheck{}
+	s.int("vocab_size", c.VocabSize, 1, MaxVocab)
+	s.int("hidden_size", c.HiddenSize, 1, MaxHidden)
+	ff := "intermediate_size"
+	if c.BlockFFDim != nil {
+		ff = "block_ff_dim"
+	}
+	okFF := s.int(ff, c.IntermediateSize, 1, MaxFFN)
+	s.int("num_hidden_layers", c.NumHiddenLayers, 1, MaxLayers)
+	s.int("num_attention_heads", c.NumAttentionHeads, 0, MaxHeads)
+	s.int("num_key_value_heads", c.NumKeyValueHeads, 0, MaxHeads)
+	s.int("max_position_embeddings", c.MaxPositionEmbeddings, 0, MaxPositions)
+	s.int("sliding_window", c.SlidingWindow, 0, MaxPositions)
+	s.int("conv_L_cache", c.ConvLCache, 1, MaxKernel)
+	okMult := s.int("block_multiple_of", c.BlockMultipleOf, 1, MaxFFN)
+	if n := len(c.FullAttnIdxs); n > MaxLayers {
+		s.add("full_attn_idxs has %d entries, want at most %d", n, MaxLayers)
+	}
+	if n := len(c.LayerTypes); n > MaxLayers {
+		s.add("layer_types has %d entries, want at most %d", n, MaxLayers)
+	}
+	s.float("norm_eps", c.NormEps, 0, 1, true)
+	s.float("rope_theta", c.RopeTheta, 0, 1e12, true)
+	okMul := true
+	if m := c.BlockFFNDimMultiplier; m.Set && !m.Null {
+		okMul = s.float("block_ffn_dim_multiplier", m.V, 0, MaxFFNMultiplier, true)
+	}
+	if okFF && okMult && okMul {
+		s.int("the FFN width (after block_auto_adjust_ff_dim)", c.FFNDim(), 1, MaxFFN)
+	}
+	return s.err()
 }
 
 // HeadDim returns hidden_size / num_attention_heads.
@@ -351,19 +473,18 @@ func (c *Audio) Validate() error {
 	if err := c.LFM.Normalize(); err != nil {
 		errs = append(errs, fmt.Errorf("lfm: %w", err))
 	}
-	if c.Codebooks <= 0 {
-		errs = append(errs, fmt.Errorf("codebooks %d must be positive", c.Codebooks))
-	}
-	if c.InterleavedNText <= 0 || c.InterleavedNAudio <= 0 {
-		errs = append(errs, fmt.Errorf("interleaved_n_text %d and interleaved_n_audio %d must be positive", c.InterleavedNText, c.InterleavedNAudio))
+	if err := c.checkSizes(); err != nil {
+		errs = append(errs, err)
+		// The checks below compute with the sizes.
+		return errors.Join(errs...)
 	}
 	d := c.Depthformer
-	if d.Layers <= 0 || d.Dim <= 0 || d.Dim%d.Heads() != 0 || d.HeadDim()%2 != 0 {
-		errs = append(errs, fmt.Errorf("depthformer: %d layers of dim %d (must split into %d heads of even size)", d.Layers, d.Dim, d.Heads()))
+	if d.Dim%d.Heads() != 0 || d.HeadDim()%2 != 0 {
+		errs = append(errs, fmt.Errorf("depthformer: dim %d must split into %d heads of even size", d.Dim, d.Heads()))
 	}
 	e := c.Encoder
-	if e.NLayers <= 0 || e.DModel <= 0 || e.NHeads <= 0 || e.DModel%e.NHeads != 0 {
-		errs = append(errs, fmt.Errorf("encoder: %d layers, d_model %d, %d heads", e.NLayers, e.DModel, e.NHeads))
+	if e.DModel%e.NHeads != 0 {
+		errs = append(errs, fmt.Errorf("encoder: d_model %d is not a multiple of n_heads %d", e.DModel, e.NHeads))
 	}
 	if e.Subsampling != "dw_striding" || e.SubsamplingFactor != 8 {
 		errs = append(errs, fmt.Errorf("encoder: subsampling %q ×%d is not supported (dw_striding ×8 is)", e.Subsampling, e.SubsamplingFactor))
@@ -381,7 +502,7 @@ func (c *Audio) Validate() error {
 		errs = append(errs, fmt.Errorf("encoder feat_in %d != preprocessor features %d", e.FeatIn, c.Preprocessor.Features))
 	}
 	p := c.Preprocessor
-	if p.SampleRate <= 0 || p.NFFT <= 0 || p.WinLength() <= 0 || p.WinLength() > p.NFFT || p.HopLength() <= 0 {
+	if p.WinLength() <= 0 || p.WinLength() > p.NFFT || p.HopLength() <= 0 {
 		errs = append(errs, fmt.Errorf("preprocessor: sample_rate %d, n_fft %d, window %d, hop %d", p.SampleRate, p.NFFT, p.WinLength(), p.HopLength()))
 	}
 	if p.Normalize != "per_feature" || p.Window != "hann" || !p.Log || p.FrameSplicing > 1 {
@@ -389,4 +510,64 @@ func (c *Audio) Validate() error {
 			p.Normalize, p.Window, p.Log, p.FrameSplicing))
 	}
 	return errors.Join(errs...)
+}
+
+// checkSizes bounds the sizes and counts outside the LFM2 section (see
+// MaxLayers and the other bounds).
+func (c *Audio) checkSizes() error {
+	s := &sizeCheck{}
+	s.int("codebooks", c.Codebooks, 1, MaxCodebooks)
+	s.int("interleaved_n_text", c.InterleavedNText, 1, MaxInterleave)
+	s.int("interleaved_n_audio", c.InterleavedNAudio, 1, MaxInterleave)
+
+	s.prefix = "depthformer."
+	s.int("layers", c.Depthformer.Layers, 1, MaxLayers)
+	s.int("dim", c.Depthformer.Dim, 1, MaxHidden)
+
+	e := &c.Encoder
+	s.prefix = "encoder."
+	s.int("feat_in", e.FeatIn, 1, MaxFeatures)
+	if e.FeatOut != -1 {
+		s.int("feat_out (-1: d_model)", e.FeatOut, 0, MaxHidden)
+	}
+	s.int("n_layers", e.NLayers, 1, MaxLayers)
+	s.int("d_model", e.DModel, 1, MaxHidden)
+	s.int("n_heads", e.NHeads, 1, MaxHeads)
+	if e.SubsamplingConvChannels != -1 {
+		s.int("subsampling_conv_channels (-1: d_model)", e.SubsamplingConvChannels, 1, MaxHidden)
+	}
+	s.int("ff_expansion_factor", e.FFExpansionFactor, 1, MaxExpansion)
+	s.int("conv_kernel_size", e.ConvKernelSize, 1, MaxKernel)
+	s.int("pos_emb_max_len", e.PosEmbMaxLen, 0, MaxPositions)
+	if n := len(e.ConvContextSize); n > 2 {
+		s.add("conv_context_size has %d entries, want 2", n)
+	} else {
+		for i, v := range e.ConvContextSize {
+			s.int(fmt.Sprintf("conv_context_size[%d]", i), v, 0, MaxKernel)
+		}
+	}
+	if n := len(e.AttContextSize); n > 2 {
+		s.add("att_context_size has %d entries, want 2", n)
+	} else {
+		for i, v := range e.AttContextSize {
+			s.int(fmt.Sprintf("att_context_size[%d]", i), v, -1, MaxPositions)
+		}
+	}
+	s.float("dropout", e.Dropout, 0, 1, false)
+
+	p := &c.Preprocessor
+	s.prefix = "preprocessor."
+	s.int("sample_rate", p.SampleRate, MinSampleRate, MaxSampleRate)
+	s.int("features", p.Features, 1, MaxFeatures)
+	s.int("n_fft", p.NFFT, 1, MaxNFFT)
+	s.float("window_size", p.WindowSize, 0, 1, true)
+	s.float("window_stride", p.WindowStride, 0, 1, true)
+	s.int("frame_splicing", p.FrameSplicing, 0, 1)
+	s.int("pad_to", p.PadTo, 0, MaxPadTo)
+	s.float("dither", p.Dither, 0, 1, false)
+	s.float("pad_value", p.PadValue, -1e6, 1e6, false)
+	if p.Preemph != nil {
+		s.float("preemph", *p.Preemph, 0, 1, false)
+	}
+	return s.err()
 }
