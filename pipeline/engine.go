@@ -349,13 +349,13 @@ func (e *Engine) Start(ctx context.Context, s *Session, req Request) (*Stream, e
 	s.chat.EndTurn()
 	s.chat.NewTurn(chat.Assistant)
 	t.promptRows = s.chat.Len() - s.fed
-	if s.chat.Len()+req.MaxNewTokens > e.opts.MaxContext {
+	if n := s.chat.Len(); n+req.MaxNewTokens > e.opts.MaxContext {
 		s.chat.Truncate(t.chatStart)
 		e.mu.Lock()
 		e.endRunning()
 		e.mu.Unlock()
 		s.release()
-		return nil, fmt.Errorf("%w: %d positions plus up to %d new ones exceed %d", ErrContextFull, s.chat.Len(), req.MaxNewTokens, e.opts.MaxContext)
+		return nil, fmt.Errorf("%w: %d positions plus up to %d new ones exceed %d", ErrContextFull, n, req.MaxNewTokens, e.opts.MaxContext)
 	}
 	e.mu.Lock()
 	e.turns[t] = struct{}{}
