@@ -234,6 +234,13 @@ type Request struct {
 	// System is the system prompt of a new conversation; empty chooses the
 	// mode's official prompt. Ignored after the first turn.
 	System string
+	// TextTokens and SystemTokens, when not nil, are Text's and System's
+	// tokens, already encoded; Text and System then only describe the turn.
+	// A server encodes a client's text itself, with
+	// tokenizer.EncodeOptions{SplitSpecial: true} so that the text cannot
+	// spell control tokens, and before it takes a turn slot. Without them
+	// Text and System are encoded with special tokens recognized.
+	TextTokens, SystemTokens []int
 	// Mode is Interleaved (speech to speech; the default) or Sequential.
 	Mode Mode
 	// TextSampling and AudioSampling pick text tokens and audio codes.
@@ -335,7 +342,13 @@ func (e *Engine) Start(ctx context.Context, s *Session, req Request) (*Stream, e
 			}
 		}
 		s.chat.NewTurn(chat.System)
-		s.chat.AddText(sys)
+		if req.SystemTokens != nil {
+			for _, id := range req.SystemTokens {
+				s.chat.AppendToken(id)
+			}
+		} else {
+			s.chat.AddText(sys)
+		}
 		s.chat.EndTurn()
 	}
 	s.chat.NewTurn(chat.User)
@@ -343,7 +356,11 @@ func (e *Engine) Start(ctx context.Context, s *Session, req Request) (*Stream, e
 		t.clip = &chat.Clip{MelFrames: melFrames}
 		s.chat.AddAudio(t.clip)
 	}
-	if req.Text != "" {
+	if req.TextTokens != nil {
+		for _, id := range req.TextTokens {
+			s.chat.AppendToken(id)
+		}
+	} else if req.Text != "" {
 		s.chat.AddText(req.Text)
 	}
 	s.chat.EndTurn()
