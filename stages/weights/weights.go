@@ -72,8 +72,9 @@ func (b *Binder) Has(name string) bool { return b.file.Tensor(b.name(name)) != n
 
 // Tensor binds name, which must have exactly shape (PyTorch order); the
 // result is 2-D: [shape[0], product of the rest] (a vector is [1, n]). On
-// failure it records an error and returns a zeroed stand-in so that loading
-// can continue and report every problem at once.
+// failure it records an error and returns a stand-in of the asked-for
+// shape backed by no memory (see standIn), so that loading can continue and
+// report every problem at once.
 func (b *Binder) Tensor(name string, shape ...int) gpu.Tensor {
 	t, ok := b.lookup(name, shape, true)
 	if !ok {
@@ -136,7 +137,12 @@ func (b *Binder) SkipPrefix(prefix string) {
 	}
 }
 
-// Err returns every binding problem so far, or nil.
+// maxListed is how many binding problems Err spells out; a configuration
+// far from its checkpoint can miss thousands of tensors.
+const maxListed = 20
+
+// Err returns the binding problems so far (the first maxListed of them and
+// the count of the rest), or nil.
 func (b *Binder) Err() error {
 	if len(b.st.errs) == 0 {
 		return nil
@@ -145,7 +151,11 @@ func (b *Binder) Err() error {
 	if label == "" {
 		label = "checkpoint"
 	}
-	return fmt.Errorf("%s: %w", label, errors.Join(b.st.errs...))
+	errs := b.st.errs
+	if n := len(errs); n > maxListed {
+		errs = append(errs[:maxListed:maxListed], fmt.Errorf("… and %d more", n-maxListed))
+	}
+	return fmt.Errorf("%s: %w", label, errors.Join(errs...))
 }
 
 // Unexpected returns the checkpoint's tensors that nothing bound or skipped.
@@ -202,9 +212,15 @@ func (b *Binder) lookup(name string, shape []int, record bool) (gpu.Tensor, bool
 	return g, true
 }
 
+// standIn returns a tensor of shape's 2-D dimensions that refers to no
+// memory (IsNil). It allocates nothing: a checkpoint that does not match its
+// configuration fails at Err, and the configuration's sizes must not cost
+// memory before that (a config.json asking for a million codebooks once
+// made a 196 GB stand-in). Code between binding and Err may slice and
+// reshape stand-ins but must not compute with them.
 func (b *Binder) standIn(shape []int) gpu.Tensor {
 	rows, cols := dims(shape)
-	return b.dev.Alloc(gpu.F32, rows, cols)
+	return gpu.Tensor{Rows: rows, Cols: cols, Stride: cols}
 }
 
 func dims(shape []int) (rows, cols int) {

@@ -63,3 +63,58 @@ func TestBinder(t *testing.T) {
 		}
 	}
 }
+
+// TestStandInsAllocateNothing: a tensor the checkpoint lacks or holds in
+// another shape costs no device memory, however large the configuration
+// says it is (a bad config.json must fail with an error, not exhaust
+// memory first), and the stand-in still has the asked-for shape so that
+// loading code can go on to report every problem.
+func TestStandInsAllocateNothing(t *testing.T) {
+	dev := cpu.New(1)
+	defer dev.Close()
+	f := file(t, safetensors.NewF32("small", []float32{1, 2}, 2))
+	b := New(dev, f)
+	for _, tt := range []struct {
+		t          gpu.Tensor
+		rows, cols int
+	}{
+		{b.Tensor("missing", 4096, 4096), 4096, 4096},
+		{b.Tensor("small", 1024, 1024, 2), 1024, 2048},
+		{func() gpu.Tensor { t, _ := b.Optional("small", 3); return t }(), 1, 3},
+	} {
+		if tt.t.Rows != tt.rows || tt.t.Cols != tt.cols || tt.t.Stride != tt.cols {
+			t.Errorf("stand-in %v, want [%d,%d]", tt.t, tt.rows, tt.cols)
+		}
+		tt.t.Reshape(tt.cols, tt.rows) // loading code may view it differently
+	}
+	if used := gpu.DescribeDevice(dev).MemUsed; used != 0 {
+		t.Errorf("stand-ins allocated %d bytes", used)
+	}
+	if b.Err() == nil {
+		t.Error("no error for the missing and misshapen tensors")
+	}
+}
+
+// TestErrListsAFew: a config far from its checkpoint (thousands of missing
+// tensors) gives an error of a few lines that says how many more there are.
+func TestErrListsAFew(t *testing.T) {
+	dev := cpu.New(1)
+	defer dev.Close()
+	b := New(dev, file(t, safetensors.NewF32("x", []float32{1}, 1)))
+	for i := range 5000 {
+		b.Subf("layers.%d", i).Tensor("w", 2)
+	}
+	err := b.Err()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	msg := err.Error()
+	if lines := strings.Count(msg, "\n") + 1; lines > maxListed+1 {
+		t.Errorf("error of %d lines", lines)
+	}
+	for _, want := range []string{`missing tensor "layers.0.w"`, "and 4980 more"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %.300q… lacks %q", msg, want)
+		}
+	}
+}
