@@ -450,7 +450,6 @@ type turn struct {
 
 	dec  *tokenizer.StreamDecoder
 	text strings.Builder
-	err  error // set by a stage: the turn fails
 
 	start     time.Time
 	tm        Timings
@@ -487,6 +486,11 @@ func (e *Engine) newTurn(s *Session, req Request) *turn {
 	return t
 }
 
+// cancel ends the turn with err (context.Canceled when nil) at its next
+// stage boundary. It is the one way a stage fails a turn that another stage
+// may be looking at (the codec decodes a turn's frames while the loop runs
+// it): the cause lives in the turn's context, which is safe for concurrent
+// use, and the first one set wins.
 func (t *turn) cancel(err error) {
 	if err == nil {
 		err = context.Canceled
@@ -494,11 +498,8 @@ func (t *turn) cancel(err error) {
 	t.cancelF(err)
 }
 
-// failed returns why the turn must stop now, or nil.
+// failed returns why the turn must stop now, or nil. Any stage may call it.
 func (t *turn) failed() error {
-	if t.err != nil {
-		return t.err
-	}
 	if t.ctx.Err() != nil {
 		return context.Cause(t.ctx)
 	}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,7 +73,7 @@ func (f *frontend) mel(t *turn) *turn {
 	if clip.SampleRate != m.SampleRate() {
 		r, err := audio.CachedResampler(clip.SampleRate, m.SampleRate())
 		if err != nil {
-			t.err = fmt.Errorf("resample: %w", err)
+			t.cancel(fmt.Errorf("resample: %w", err))
 			return t
 		}
 		x = r.Resample(x)
@@ -85,7 +86,7 @@ func (f *frontend) mel(t *turn) *turn {
 		err = fmt.Errorf("log-mel gave %d frames, expected %d", feats.Frames, t.clip.MelFrames)
 	}
 	if err != nil {
-		t.err = fmt.Errorf("log-mel: %w", err)
+		t.cancel(fmt.Errorf("log-mel: %w", err))
 		return t
 	}
 	if rec != nil {
@@ -127,18 +128,20 @@ func (f *frontend) encode(c *nn.Ctx, t *turn) *turn {
 	enc := f.e.m.Encoder.Encode(c, mel)
 	if rec := t.req.Record; rec != nil {
 		v := make([]float32, enc.Len())
-		if err := c.Q.Read(v, enc); err == nil {
-			rec.SetFloats("encoder_out", v, enc.Rows, enc.Cols)
+		if err := c.Q.Read(v, enc); err != nil {
+			t.cancel(fmt.Errorf("encoder: %w", err))
+			return t
 		}
+		rec.SetFloats("encoder_out", v, enc.Rows, enc.Cols)
 	}
 	rows := f.e.m.Encoder.Adapt(c, enc)
 	host := make([]float32, rows.Len())
 	if err := c.Q.Read(host, rows); err != nil {
-		t.err = fmt.Errorf("encoder: %w", err)
+		t.cancel(fmt.Errorf("encoder: %w", err))
 		return t
 	}
 	if rows.Rows != chat.Rows(t.clip.MelFrames) {
-		t.err = fmt.Errorf("encoder gave %d rows for %d mel frames", rows.Rows, t.clip.MelFrames)
+		t.cancel(fmt.Errorf("encoder gave %d rows for %d mel frames", rows.Rows, t.clip.MelFrames))
 		return t
 	}
 	if rec := t.req.Record; rec != nil {
@@ -257,6 +260,9 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next []*turn) {
 			audios = append(audios, i)
 		}
 	}
+	// A failed read fails its turns. The error stays in this goroutine (the
+	// codec may be looking at the same turns) until finish hands it on.
+	errs := make([]error, len(live))
 	V := m.Cfg.LFM.VocabSize
 	var logits []float32
 	if len(texts) > 0 {
@@ -269,7 +275,7 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next []*turn) {
 		logits = make([]float32, len(texts)*V)
 		if err := c.Q.Read(logits, lg); err != nil {
 			for _, i := range texts {
-				live[i].err = err
+				errs[i] = fmt.Errorf("backbone: read logits: %w", err)
 			}
 		}
 	}
@@ -277,13 +283,15 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next []*turn) {
 		if t.kind == AudioStep || t.req.Record != nil {
 			t.hidden = make([]float32, H)
 			if err := c.Q.Read(t.hidden, h.Row(lasts[i])); err != nil {
-				t.err = err
+				errs[i] = cmp.Or(errs[i], fmt.Errorf("backbone: read hidden state: %w", err))
 			}
 		}
 		if t.input == inPrompt && t.req.Record != nil {
 			n := seqs[i].Rows
 			v := make([]float32, n*H)
-			if err := c.Q.Read(v, h.Slice(lasts[i]+1-n, lasts[i]+1)); err == nil {
+			if err := c.Q.Read(v, h.Slice(lasts[i]+1-n, lasts[i]+1)); err != nil {
+				errs[i] = cmp.Or(errs[i], fmt.Errorf("backbone: read prompt states: %w", err))
+			} else {
 				e.recordPrompt(t, v, n)
 			}
 		}
@@ -297,8 +305,8 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next []*turn) {
 	}
 	for j, i := range texts {
 		t := live[i]
-		if t.err != nil {
-			e.finish(t, t.err)
+		if errs[i] != nil {
+			e.finish(t, errs[i])
 			continue
 		}
 		if e.onText(t, logits[j*V:(j+1)*V]) {
@@ -307,8 +315,8 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next []*turn) {
 	}
 	for _, i := range audios {
 		t := live[i]
-		if t.err != nil {
-			e.finish(t, t.err)
+		if errs[i] != nil {
+			e.finish(t, errs[i])
 			continue
 		}
 		e.depthIn <- t

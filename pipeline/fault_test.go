@@ -1,0 +1,123 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/omni-pipe/omni-pipe/internal/refcase"
+)
+
+var errInjected = errors.New("injected device fault")
+
+// testClip is the fixtures' 24 kHz tone-and-noise clip (a turn with audio
+// runs the log-mel and encoder stages).
+func testClip(t *testing.T) Request {
+	t.Helper()
+	ref, err := refcase.Open(fixtureDir + "case2_tone_noise_24k.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	clip, err := ref.Clip("input_wav")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Request{Audio: clip, MaxNewTokens: 30}
+}
+
+// TestReadErrorFailsTheTurn: a queue Read that fails (as a GPU backend's
+// can) inside any stage ends that turn with an ErrorEvent wrapping the
+// device's error, while the codec may still be decoding the turn's earlier
+// frames (run with -race: the stages must not share the error unguarded),
+// and the engine serves the next turn.
+func TestReadErrorFailsTheTurn(t *testing.T) {
+	text := Request{Text: "What is the capital of France?", MaxNewTokens: 40}
+	tests := []struct {
+		name  string
+		queue string
+		n     int // which of the queue's Reads fails
+		req   func(*testing.T) Request
+	}{
+		// Steps 0–5 read text logits, steps 6… a hidden row each: the 10th
+		// read is audio step 9, with frames 0–2 at the codec.
+		{"backbone mid-speech", StageBackbone, 10, nil},
+		{"backbone prompt", StageBackbone, 1, nil},
+		// Each frame reads 8 codebooks' logits: the 20th is in frame 2.
+		{"depthformer", StageDepth, 20, nil},
+		{"codec", codecQueue, 2, nil},
+		{"encoder", StageEncoder, 1, testClip},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, dev := loadTinyHooked(t, func(queue, op string, n int, _ []int32) error {
+				if queue == tt.queue && op == "Read" && n == tt.n {
+					return errInjected
+				}
+				return nil
+			})
+			e := New(m, dev, Options{})
+			defer e.Close()
+			req := text
+			if tt.req != nil {
+				req = tt.req(t)
+			}
+			s := e.NewSession()
+			st, err := e.Start(context.Background(), s, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := collect(t, st, time.Minute)
+			if !errors.Is(c.err, errInjected) {
+				t.Fatalf("turn ended with %v (%d frames), want the device's error", c.err, len(c.audio))
+			}
+			t.Logf("turn failed with %q after %d frames", c.err, len(c.audio))
+			if e.Running() != 0 || s.Busy() {
+				t.Errorf("running %d, session busy %v after the failure", e.Running(), s.Busy())
+			}
+			// The same session and a fresh one both work afterwards.
+			run(t, e, s, text)
+			run(t, e, e.NewSession(), text)
+		})
+	}
+}
+
+// TestBackboneReadErrorWhileTheCodecDecodes: the backbone's read of an
+// audio step's row fails while the codec is decoding the turn's earlier
+// frames. With -race, an error the stages share without synchronisation is
+// reported; the race detector forgets accesses across heavy synchronisation
+// (the CPU backend's worker pool), so the test puts the two stages' looks
+// at the turn next to each other: the codec, held in frame 0 until the
+// backbone's failing read, takes up frames 1–2 (checking whether the turn
+// failed) and then pauses before running them, while the backbone waits
+// for that (by the clock only, which synchronises nothing) and then fails.
+func TestBackboneReadErrorWhileTheCodecDecodes(t *testing.T) {
+	release := make(chan struct{})
+	m, dev := loadTinyHooked(t, func(queue, op string, n int, _ []int32) error {
+		switch {
+		case queue == codecQueue && op == "Embed" && n == 1: // frame 0
+			<-release
+		case queue == codecQueue && op == "Embed" && n == 3: // frames 1–2
+			time.Sleep(150 * time.Millisecond)
+		case queue == StageBackbone && op == "Read" && n == 10: // audio step 9: frames 0–2 are at the codec
+			close(release)
+			time.Sleep(75 * time.Millisecond)
+			return errInjected
+		}
+		return nil
+	})
+	e := New(m, dev, Options{})
+	defer e.Close()
+	st, err := e.Start(context.Background(), e.NewSession(), Request{Text: "What is the capital of France?", MaxNewTokens: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := collect(t, st, time.Minute)
+	if !errors.Is(c.err, errInjected) {
+		t.Fatalf("turn ended with %v, want the device's error", c.err)
+	}
+	if len(c.audio) == 0 {
+		t.Error("no frame was decoded before the failure")
+	}
+}
