@@ -148,13 +148,27 @@ func LoadConfig(path string) (Config, error) {
 }
 
 // Limits on sizes, so that a hostile config cannot ask for absurd memory.
+// Each field has its own range, far above the official model's; since
+// fields in range can still multiply into an absurd decoder, the whole is
+// bounded too (MaxDecoderParams, MaxStreamState), before New allocates any
+// of it.
 const (
-	maxDim     = 1 << 16
-	maxKernel  = 1 << 10
-	maxLayers  = 1 << 10
-	maxBins    = 1 << 20
-	maxRatios  = 16
-	maxHopSize = 1 << 20
+	maxDim      = 1 << 16
+	maxKernel   = 1 << 10
+	maxLayers   = 1 << 10
+	maxBins     = 1 << 20
+	maxRatios   = 16
+	maxHopSize  = 1 << 20
+	maxDilation = 1 << 16 // the residual blocks' largest dilation (official: 1)
+
+	// MaxDecoderParams bounds the values New allocates for the decoder's
+	// weights (codebook table, convolutions, transformer): 2^28, a GiB of
+	// float32, six times the official decoder's 45 million.
+	MaxDecoderParams = 1 << 28
+	// MaxStreamState bounds a stream's state values (convolution histories
+	// and the transformer's keys and values at its full context): 2^26, 256
+	// MiB of float32; the official decoder's is about two million.
+	MaxStreamState = 1 << 26
 )
 
 // Validate checks that the configuration describes a Mimi decoder this
@@ -163,10 +177,12 @@ func (c *Config) Validate() error {
 	s, q, t := &c.SEANet, &c.Quantizer, &c.Transformer
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	inRange := func(name string, v, lo, hi int) {
+	inRange := func(name string, v, lo, hi int) bool {
 		if v < lo || v > hi {
 			bad("%s = %d, want %d..%d", name, v, lo, hi)
+			return false
 		}
+		return true
 	}
 
 	inRange("seanet_kwargs.channels", s.Channels, 1, 1)
@@ -174,7 +190,15 @@ func (c *Config) Validate() error {
 	inRange("seanet_kwargs.n_filters", s.NFilters, 1, maxDim)
 	inRange("seanet_kwargs.n_residual_layers", s.NResidualLayers, 0, maxLayers)
 	inRange("seanet_kwargs.compress", s.Compress, 1, maxDim)
-	inRange("seanet_kwargs.dilation_base", s.DilationBase, 1, 16)
+	if inRange("seanet_kwargs.dilation_base", s.DilationBase, 1, 16) && s.NResidualLayers >= 1 && s.NResidualLayers <= maxLayers {
+		dil := 1
+		for range s.NResidualLayers - 1 {
+			if dil *= s.DilationBase; dil > maxDilation {
+				bad("seanet_kwargs.dilation_base^(n_residual_layers-1) exceeds %d", maxDilation)
+				break
+			}
+		}
+	}
 	inRange("seanet_kwargs.kernel_size", s.KernelSize, 1, maxKernel)
 	inRange("seanet_kwargs.residual_kernel_size", s.ResidualKernelSize, 1, maxKernel)
 	inRange("seanet_kwargs.last_kernel_size", s.LastKernelSize, 1, maxKernel)
@@ -279,10 +303,73 @@ func (c *Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if len(errs) == 0 {
+		params, state := c.sizes()
+		if params > MaxDecoderParams {
+			bad("the configuration sizes a decoder of %d parameters, more than the limit %d", params, MaxDecoderParams)
+		}
+		if state > MaxStreamState {
+			bad("the configuration sizes %d state values per stream, more than the limit %d", state, MaxStreamState)
+		}
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("mimi config: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// sizes returns the number of weight values New allocates for c and the
+// number of state values a stream holds (at the transformer's full context;
+// an unlimited context counts nothing). c must be valid apart from these
+// totals: every field in its range.
+func (c *Config) sizes() (params, state int64) {
+	s, q, t := &c.SEANet, &c.Quantizer, &c.Transformer
+	n := func(v int) int64 { return int64(v) }
+	// The quantizer's codebook table and output projections.
+	params += n(c.NumCodebooksActive)*n(q.Bins)*n(q.Dimension) + 2*n(q.OutputDimension)*n(q.Dimension)
+	// The upsampling transposed convolution: kernel 2u, stride u.
+	dim := n(s.Dimension)
+	if u, err := c.upsampleStride(); err == nil && u > 1 {
+		if c.channelWise() {
+			params += 2 * n(u) * dim
+		} else {
+			params += 2 * n(u) * dim * dim
+		}
+		state += 2 * n(u) * dim
+	}
+	// The transformer and its projections.
+	d, ff := n(t.DModel), n(t.DimFeedforward)
+	params += n(t.NumLayers)*(4*d*d+2*d*ff+6*d) + 2*d*dim
+	if t.Context != nil {
+		state += n(t.NumLayers) * 2 * n(*t.Context) * d
+	}
+	// The SEANet decoder.
+	conv := func(cin, cout, k, dil int64) {
+		params += cout*k*cin + cout
+		state += (k - 1) * dil * cin
+	}
+	nf := n(s.NFilters)
+	mult := int64(1) << len(s.Ratios)
+	conv(dim, mult*nf, n(s.KernelSize), 1)
+	for _, r := range s.Ratios {
+		cin := mult * nf
+		ch := cin / 2
+		params += 2*n(r)*ch*cin + ch // transposed convolution: kernel 2r, stride r
+		state += 2 * n(r) * ch
+		hidden := ch / n(s.Compress)
+		dil := int64(1)
+		for range s.NResidualLayers {
+			conv(ch, hidden, n(s.ResidualKernelSize), dil)
+			conv(hidden, ch, 1, 1)
+			if !s.TrueSkip {
+				conv(ch, ch, 1, 1)
+			}
+			dil *= n(s.DilationBase)
+		}
+		mult /= 2
+	}
+	conv(nf, n(s.Channels), n(s.LastKernelSize), 1)
+	return params, state
 }
 
 // Hop returns the SEANet decoder's upsampling factor (the product of the

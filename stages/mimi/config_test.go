@@ -66,6 +66,33 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 }
 
+// TestConfigSizeBounds: sizes each within its own range can still multiply
+// into an absurd decoder; the whole is bounded before New allocates any of
+// it (the codebook table alone is active codebooks × bins × dimension).
+func TestConfigSizeBounds(t *testing.T) {
+	def := DefaultConfig()
+	p, s := def.sizes()
+	t.Logf("the official decoder: %d parameters, %d state values per stream", p, s)
+	if p < 10_000_000 || p > MaxDecoderParams/4 || s < 1 || s > MaxStreamState/8 {
+		t.Errorf("the official decoder: %d parameters, %d state values; want well inside %d and %d", p, s, MaxDecoderParams, MaxStreamState)
+	}
+	for _, tc := range []struct {
+		json, want string
+	}{
+		{`{"quantizer_kwargs": {"bins": 1048576, "dimension": 65536}}`, "parameters, more than the limit 268435456"},
+		{`{"seanet_kwargs": {"n_filters": 4096}}`, "parameters, more than the limit 268435456"},
+		{`{"transformer_kwargs": {"num_layers": 1024, "dim_feedforward": 1048576}}`, "parameters, more than the limit 268435456"},
+		{`{"transformer_kwargs": {"context": 1048576}}`, "state values per stream, more than the limit 67108864"},
+		{`{"seanet_kwargs": {"dilation_base": 16, "n_residual_layers": 1000}}`, "seanet_kwargs.dilation_base^(n_residual_layers-1) exceeds 65536"},
+		{`{"seanet_kwargs": {"n_residual_layers": 2000}}`, "seanet_kwargs.n_residual_layers = 2000, want 0..1024"},
+	} {
+		_, err := ParseConfig([]byte(tc.json))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseConfig(%s) = %v, want an error containing %q", tc.json, err, tc.want)
+		}
+	}
+}
+
 // FuzzParseConfig: any input gives a valid config or an error, never a
 // panic, and an accepted config has a usable frame size.
 func FuzzParseConfig(f *testing.F) {
@@ -75,6 +102,9 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"seanet_kwargs": {"ratios": [3, 2], "n_filters": 3}, "frame_rate": 2, "sample_rate": 24}`))
 	f.Add([]byte(`{"transformer_kwargs": {"context": null, "layer_scale": null}}`))
+	f.Add([]byte(`{"quantizer_kwargs": {"bins": 1048576, "dimension": 65536}}`))
+	f.Add([]byte(`{"seanet_kwargs": {"dilation_base": 16, "n_residual_layers": 1000}}`))
+	f.Add([]byte(`{"transformer_kwargs": {"context": 1048576}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {
@@ -85,6 +115,9 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		if err := c.Validate(); err != nil {
 			t.Fatalf("accepted config fails validation: %v", err)
+		}
+		if p, s := c.sizes(); p > MaxDecoderParams || s > MaxStreamState {
+			t.Fatalf("accepted config of %d parameters, %d state values", p, s)
 		}
 	})
 }
