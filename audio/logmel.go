@@ -21,6 +21,11 @@ type LogMelOptions struct {
 	// Workers is the number of goroutines that share the STFT frames of one
 	// clip (1 when 0).
 	Workers int
+	// FFT32 computes each frame's spectrum with a plain radix-2 float32
+	// FFT instead of the float64 one: the precision of the reference's
+	// cuFFT, for measuring how far that alone moves the features (parity's
+	// mel tolerance).
+	FFT32 bool
 }
 
 // LogMel is LFM2-Audio's log-mel front end, NeMo's
@@ -157,6 +162,9 @@ func (m *LogMel) check(p config.Preprocessor) error {
 	}
 	if m.nFFT < m.win {
 		return fmt.Errorf("n_fft %d is shorter than the %d-sample window", m.nFFT, m.win)
+	}
+	if m.opts.FFT32 && m.nFFT&(m.nFFT-1) != 0 {
+		return fmt.Errorf("n_fft %d: the float32 FFT needs a power of two", m.nFFT)
 	}
 	switch m.normalize {
 	case "per_feature", "all_features", "", "none", "None":
@@ -295,11 +303,16 @@ func (m *LogMel) Compute(samples []float32) (*Features, error) {
 // stftScratch is one goroutine's work space.
 type stftScratch struct {
 	z     []complex128 // two real frames packed as re + i·im
+	z32   []complex64  // one frame (FFT32)
 	power []float32    // [2, nBins]
 }
 
 func (m *LogMel) newScratch() *stftScratch {
-	return &stftScratch{z: make([]complex128, m.nFFT), power: make([]float32, 2*m.nBins)}
+	s := &stftScratch{z: make([]complex128, m.nFFT), power: make([]float32, 2*m.nBins)}
+	if m.opts.FFT32 {
+		s.z32 = make([]complex64, m.nFFT)
+	}
+	return s
 }
 
 // melFrames writes the log-mel values of frames [lo, hi) into out.
@@ -333,6 +346,23 @@ func (m *LogMel) melFrames(x []float32, out []float32, lo, hi int) {
 // are separated by conjugate symmetry (in float64, far below float32).
 func (m *LogMel) powerSpectra(x []float32, t, pair int, s *stftScratch) {
 	n := len(x)
+	if m.opts.FFT32 {
+		for p := range pair {
+			z := s.z32
+			clear(z)
+			start := (t+p)*m.hop - m.nFFT/2
+			for k := m.winLo; k < m.winHi; k++ {
+				if i := start + k; i >= 0 && i < n {
+					z[k] = complex(x[i]*m.window[k], 0)
+				}
+			}
+			fft32(z)
+			for k := range m.nBins {
+				s.power[p*m.nBins+k] = powerOf(complex128(z[k]))
+			}
+		}
+		return
+	}
 	z := s.z
 	clear(z)
 	for p := range pair {
