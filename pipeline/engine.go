@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,9 @@ type Options struct {
 	CodecQueue int
 	// Trace, when set, records every stage's busy intervals.
 	Trace *Trace
+	// Logger receives the engine's logs: a stage that panicked, with its
+	// stack (default slog.Default()).
+	Logger *slog.Logger
 }
 
 func (o *Options) defaults() {
@@ -80,6 +84,9 @@ func (o *Options) defaults() {
 	}
 	if o.CodecQueue <= 0 {
 		o.CodecQueue = 256
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
 }
 
@@ -127,8 +134,8 @@ func New(m *lfm2audio.Model, dev gpu.Device, opts Options) *Engine {
 	e.idle = sync.NewCond(&e.mu)
 	e.front = newFrontend(e)
 	e.wg.Add(3)
-	go e.actor(StageBackbone, e.bbIn, e.backboneStep)
-	go e.actor(StageDepth, e.depthIn, e.depthStep)
+	go e.actor(StageBackbone, e.bbIn, e.depthIn, e.backboneStep)
+	go e.actor(StageDepth, e.depthIn, e.bbIn, e.depthStep)
 	go e.codecLoop()
 	return e
 }
@@ -457,7 +464,8 @@ type turn struct {
 	seq       int
 	codec     *mimi.Stream // the turn's codec stream, opened at its first frame
 	stopWatch func() bool
-	finished  bool
+	finished  bool // the loop stages are done with it (finish was called)
+	kept      bool // the reply stays in the conversation's history
 }
 
 type inputKind uint8

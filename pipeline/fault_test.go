@@ -1,10 +1,19 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/omni-pipe/omni-pipe/internal/refcase"
 )
@@ -120,4 +129,126 @@ func TestBackboneReadErrorWhileTheCodecDecodes(t *testing.T) {
 	if len(c.audio) == 0 {
 		t.Error("no frame was decoded before the failure")
 	}
+}
+
+// panicTeacher panics at one step of one kind and otherwise keeps the
+// engine's picks.
+type panicTeacher struct {
+	text bool // panic in Text (the backbone stage), else in AudioCode (the depthformer)
+	step int
+}
+
+func (p panicTeacher) Text(step, picked int, _ []float32) int {
+	if p.text && step == p.step {
+		panic("teacher fault")
+	}
+	return picked
+}
+
+func (p panicTeacher) AudioCode(step, _, picked int, _ []float32) int {
+	if !p.text && step == p.step {
+		panic("teacher fault")
+	}
+	return picked
+}
+
+// TestStagePanicFailsTheTurn: a panic in any stage goroutine (a device
+// that panics mid-step, a Teacher that panics) ends the turns that stage
+// held with an ErrorEvent carrying a *StagePanic, and the engine goes on:
+// the same session and a fresh one complete their next turns, and Close
+// leaves no goroutine behind.
+func TestStagePanicFailsTheTurn(t *testing.T) {
+	text := Request{Text: "What is the capital of France?", MaxNewTokens: 40}
+	tests := []struct {
+		name    string
+		queue   string // the queue whose op panics
+		op      string
+		n       int    // which of its calls (0: any during the first turn)
+		inside  string // panic only inside this function (a stack frame's name)
+		teacher Teacher
+		audio   bool
+		stage   string // the stage the *StagePanic names
+	}{
+		// The 10th Embed is audio step 9's frame.
+		{name: "backbone", queue: StageBackbone, op: "Embed", n: 10, stage: StageBackbone},
+		{name: "backbone prompt", queue: StageBackbone, op: "Embed", n: 1, stage: StageBackbone},
+		{name: "depthformer", queue: StageDepth, op: "Read", n: 20, stage: StageDepth},
+		{name: "codec", queue: codecQueue, op: "Embed", n: 3, stage: StageCodec},
+		// Closing the turn's codec stream frees its memory.
+		{name: "codec ending the turn", queue: "device", op: "Free", inside: "mimi.(*Stream).Close", stage: StageCodec},
+		{name: "encoder", queue: StageEncoder, op: "Read", n: 1, audio: true, stage: StageEncoder},
+		{name: "text teacher", teacher: panicTeacher{text: true, step: 3}, stage: StageBackbone},
+		{name: "audio teacher", teacher: panicTeacher{step: 8}, stage: StageDepth},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var firstTurn atomic.Bool
+			firstTurn.Store(true)
+			m, dev := loadTinyHooked(t, func(queue, op string, n int, _ []int32) error {
+				if queue == tt.queue && op == tt.op && (n == tt.n || tt.n == 0 && firstTurn.Load()) &&
+					(tt.inside == "" || strings.Contains(string(debug.Stack()), tt.inside)) {
+					panic("device fault")
+				}
+				return nil
+			})
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			var log syncBuffer
+			e := New(m, dev, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			req := text
+			if tt.audio {
+				req = testClip(t)
+			}
+			req.Teacher = tt.teacher
+			s := e.NewSession()
+			st, err := e.Start(context.Background(), s, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := collect(t, st, time.Minute)
+			firstTurn.Store(false)
+			var p *StagePanic
+			if !errors.As(c.err, &p) {
+				t.Fatalf("turn ended with %v, want a *StagePanic", c.err)
+			}
+			if p.Stage != tt.stage || len(p.Stack) == 0 {
+				t.Errorf("panic reported in stage %q with a %d-byte stack, want stage %q and a stack", p.Stage, len(p.Stack), tt.stage)
+			}
+			t.Logf("%v", c.err)
+			if l := log.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "stage="+tt.stage) || !strings.Contains(l, "fault_test.go") {
+				t.Errorf("the panic was not logged at error level with its stage and stack:\n%s", l)
+			}
+			if e.Running() != 0 || s.Busy() {
+				t.Errorf("running %d, session busy %v after the panic", e.Running(), s.Busy())
+			}
+			// The same session and a fresh one: the same session's reply
+			// is a fresh session's (the failed turn left nothing behind).
+			again := run(t, e, s, text)
+			fresh := run(t, e, e.NewSession(), text)
+			if again.text != fresh.text || !slices.Equal(flat(again.audio), flat(fresh.audio)) {
+				t.Errorf("after the panic the session replies %q, a fresh one %q", again.text, fresh.text)
+			}
+			if err := e.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use (a log the stages
+// write to).
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

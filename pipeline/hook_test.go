@@ -14,11 +14,12 @@ import (
 const codecQueue = "mimi"
 
 // hookDev is a gpu.Device whose queues call on before every Read and
-// Embed, on the goroutine that submits the op: a test acts inside a stage
-// with it (fails a read as a GPU backend's can, panics, or blocks). What on
-// returns for a Read is that Read's error (the op does not run); for an
-// Embed it is ignored. n counts that queue's calls of that op from 1; ids is
-// the Embed's (nil for a Read).
+// Embed, on the goroutine that submits the op, and which calls it before
+// every Free (queue "device"): a test acts inside a stage with it (fails a
+// read as a GPU backend's can, panics, or blocks). What on returns for a
+// Read is that Read's error (the op does not run); otherwise it is ignored.
+// n counts that queue's calls of that op from 1; ids is the Embed's (nil
+// for the others).
 type hookDev struct {
 	gpu.Device
 	on func(queue, op string, n int, ids []int32) error
@@ -33,6 +34,11 @@ func newHookDev(dev gpu.Device, on func(queue, op string, n int, ids []int32) er
 
 func (d *hookDev) NewQueue(name string) gpu.Queue {
 	return &hookQueue{Queue: d.Device.NewQueue(name), d: d, name: name}
+}
+
+func (d *hookDev) Free(t gpu.Tensor) {
+	d.call("device", "Free", nil)
+	d.Device.Free(t)
 }
 
 func (d *hookDev) call(queue, op string, ids []int32) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -36,8 +37,10 @@ func newFrontend(e *Engine) *frontend {
 	f := &frontend{e: e, src: make(chan any, e.opts.MaxTurns), done: make(chan struct{})}
 	encQ := e.dev.NewQueue(StageEncoder)
 	encCtx := nn.NewCtx(e.dev, encQ, e.opts.Precision)
-	mel := flow.NewMap(f.mel, 1)
-	enc := flow.NewMap(func(t *turn) *turn { return f.encode(encCtx, t) }, 1)
+	mel := flow.NewMap(func(t *turn) *turn { return e.guard(StageFrontend, t, f.mel) }, 1)
+	enc := flow.NewMap(func(t *turn) *turn {
+		return e.guard(StageEncoder, t, func(t *turn) *turn { return f.encode(encCtx, t) })
+	}, 1)
 	extension.NewChanSource(f.src).Via(mel).Via(enc)
 	go func() {
 		defer close(f.done)
@@ -177,9 +180,10 @@ func (e *Engine) gather(in chan *turn, batch []*turn, limit int) []*turn {
 
 // actor runs a batching stage: it gathers every pending turn of in (up to
 // MaxBatch; the rest waits for the next round) and computes them as one
-// batch with step, whose result is the turns that stay in this stage for
-// another round. It returns when the engine stops.
-func (e *Engine) actor(name string, in chan *turn, step func(*nn.Ctx, []*turn) []*turn) {
+// batch with step, whose results are the turns that stay in this stage for
+// another round and those that go on to out. A turn the step does not
+// return it has finished. It returns when the engine stops.
+func (e *Engine) actor(name string, in, out chan *turn, step func(*nn.Ctx, []*turn) (stay, pass []*turn)) {
 	defer e.wg.Done()
 	c := nn.NewCtx(e.dev, e.dev.NewQueue(name), e.opts.Precision)
 	var carry []*turn
@@ -192,15 +196,19 @@ func (e *Engine) actor(name string, in chan *turn, step func(*nn.Ctx, []*turn) [
 		if len(batch) > e.opts.MaxBatch {
 			batch, carry = batch[:e.opts.MaxBatch], slices.Clone(batch[e.opts.MaxBatch:])
 		}
-		carry = append(carry, step(c, batch)...)
+		stay, pass := e.runStep(name, func() ([]*turn, []*turn) { return step(c, batch) }, batch)
+		carry = append(carry, stay...)
+		for _, t := range pass {
+			out <- t
+		}
 	}
 }
 
 // backboneStep serves every turn whose next input is ready (prompts and
 // fed-back tokens or frames) in one batched forward pass, samples text
-// where the step is a text step, and hands audio steps to the
-// depthformer; it returns the turns whose next step is a text step again.
-func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next []*turn) {
+// where the step is a text step, and passes audio steps on to the
+// depthformer; the turns whose next step is a text step again stay.
+func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 	m := e.m
 	H := m.Cfg.LFM.HiddenSize
 	live := batch[:0:0]
@@ -215,7 +223,7 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next []*turn) {
 		live = append(live, t)
 	}
 	if len(live) == 0 {
-		return nil
+		return nil, nil
 	}
 	start := time.Now()
 	c.A.Reset()
@@ -319,9 +327,9 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next []*turn) {
 			e.finish(t, errs[i])
 			continue
 		}
-		e.depthIn <- t
+		audio = append(audio, t)
 	}
-	return next
+	return next, audio
 }
 
 // recordPrompt records the prompt's rows as ChatState holds them and the
@@ -441,9 +449,9 @@ func (e *Engine) advance(t *turn) bool {
 }
 
 // depthStep samples an audio frame for every turn whose backbone row is
-// ready, in one batched depthformer pass, and sends each turn back to the
+// ready, in one batched depthformer pass, and passes each turn back to the
 // backbone (and its frame to the codec).
-func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) []*turn {
+func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) (_, back []*turn) {
 	live := batch[:0:0]
 	for _, t := range batch {
 		if err := t.failed(); err != nil {
@@ -453,7 +461,7 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) []*turn {
 		live = append(live, t)
 	}
 	if len(live) == 0 {
-		return nil
+		return nil, nil
 	}
 	start := time.Now()
 	c.A.Reset()
@@ -509,10 +517,10 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) []*turn {
 		}
 		t.input, t.frame = inFrame, frame
 		if e.advance(t) {
-			e.bbIn <- t
+			back = append(back, t)
 		}
 	}
-	return nil
+	return nil, back
 }
 
 // codecMsg is a frame to decode for t, or (final) the end of t.
@@ -568,7 +576,7 @@ func (e *Engine) codecLoop() {
 			for j < len(pending) && pending[j].t == t && !pending[j].final {
 				j++
 			}
-			e.decode(t, pending[i:j])
+			e.decodeGuarded(t, pending[i:j])
 			i = j
 		}
 	}
@@ -610,51 +618,20 @@ func (e *Engine) decode(t *turn, msgs []codecMsg) {
 }
 
 // complete ends t: history, timings, the terminal event, and the release
-// of its session and slot.
+// of its session and slot. Whatever happens while it settles the turn, the
+// slot, the session and the stream are released.
 func (e *Engine) complete(t *turn, err error) {
-	if t.codec != nil {
-		t.codec.Close()
-		t.codec = nil
-	}
-	if err == nil {
-		err = t.failed() // e.g. cancelled after the last step
-	}
-	s := t.sess
-	switch {
-	case err == nil || t.tm.Steps > 0:
-		// The reply so far stays in the history (a cancelled turn keeps
-		// what the model said, as after a barge-in), closed by <|im_end|>.
-		s.chat.EndTurn()
-	default:
-		// Nothing was generated: forget the turn. If the cache already took
-		// the new rows, it no longer matches the history: start it afresh.
-		s.chat.Truncate(t.chatStart)
-		if s.fed > t.chatStart && s.cache != nil {
-			s.cache.Free()
-			s.cache, s.fed = nil, 0
-		}
-	}
-	t.tm.Total = time.Since(t.start)
-	if t.tm.AudioSeconds > 0 {
-		t.tm.RTF = t.tm.Total.Seconds() / t.tm.AudioSeconds
-	}
-	t.busyMu.Lock()
-	tm := t.tm
-	tm.Busy = make(map[string]time.Duration, len(t.tm.Busy))
-	for k, v := range t.tm.Busy {
-		tm.Busy[k] = v
-	}
-	t.busyMu.Unlock()
 	var last Event
-	if err == nil {
-		if tail := t.dec.Flush(); tail != "" {
-			t.text.WriteString(tail)
-			t.emit(&TextEvent{Delta: tail, Token: -1})
-		}
-		last = &DoneEvent{Text: t.text.String(), Stop: t.sm.Stopped(), Timings: tm}
-	} else {
-		last = &ErrorEvent{Err: err, Timings: tm}
-	}
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				p := e.stagePanic(StageCodec, r)
+				forgetBroken(t)
+				last = &ErrorEvent{Err: p, Timings: t.timings()}
+			}
+		}()
+		last = e.settle(t, err)
+	}()
 	t.stopWatch()
 	t.cancelF(nil)
 	// Free the slot and the session before the client learns the turn is
@@ -663,14 +640,88 @@ func (e *Engine) complete(t *turn, err error) {
 	delete(e.turns, t)
 	e.endRunning()
 	e.mu.Unlock()
-	s.mu.Lock()
-	if err == nil || t.tm.Steps > 0 {
+	s := t.sess
+	if t.kept {
+		s.mu.Lock()
 		s.turns++
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
 	s.release()
 	t.emitLast(last)
 	close(t.events)
+}
+
+// settle closes t's codec stream, settles the history and returns the
+// turn's terminal event.
+func (e *Engine) settle(t *turn, err error) Event {
+	if t.codec != nil {
+		t.codec.Close()
+		t.codec = nil
+	}
+	if err == nil {
+		err = t.failed() // e.g. cancelled after the last step
+	}
+	var sp *StagePanic
+	switch {
+	case errors.As(err, &sp):
+		// A stage broke down part-way: the history and the cache may be
+		// half updated. Forget the turn and the cache.
+		forget(t, true)
+	case err == nil || t.tm.Steps > 0:
+		// The reply so far stays in the history (a cancelled turn keeps
+		// what the model said, as after a barge-in), closed by <|im_end|>.
+		t.sess.chat.EndTurn()
+		t.kept = true
+	default:
+		// Nothing was generated: forget the turn.
+		forget(t, false)
+	}
+	t.tm.Total = time.Since(t.start)
+	if t.tm.AudioSeconds > 0 {
+		t.tm.RTF = t.tm.Total.Seconds() / t.tm.AudioSeconds
+	}
+	if err != nil {
+		return &ErrorEvent{Err: err, Timings: t.timings()}
+	}
+	if tail := t.dec.Flush(); tail != "" {
+		t.text.WriteString(tail)
+		t.emit(&TextEvent{Delta: tail, Token: -1})
+	}
+	return &DoneEvent{Text: t.text.String(), Stop: t.sm.Stopped(), Timings: t.timings()}
+}
+
+// forget drops t's rows from its conversation. If the cache took any of
+// them, or broken says a stage broke down while it held the turn, the cache
+// no longer matches the history: the next turn prefills the history afresh.
+func forget(t *turn, broken bool) {
+	s := t.sess
+	t.kept = false
+	s.chat.Truncate(t.chatStart)
+	if (broken || s.fed > t.chatStart) && s.cache != nil {
+		s.cache.Free()
+		s.cache, s.fed = nil, 0
+	}
+}
+
+// forgetBroken is forget(t, true) where a panic while settling t leaves
+// the device in doubt: should freeing the cache panic too, the cache is
+// dropped unfreed.
+func forgetBroken(t *turn) {
+	defer func() {
+		if recover() != nil {
+			t.sess.cache, t.sess.fed = nil, 0
+		}
+	}()
+	forget(t, true)
+}
+
+// timings returns a copy of t's timings.
+func (t *turn) timings() Timings {
+	t.busyMu.Lock()
+	defer t.busyMu.Unlock()
+	tm := t.tm
+	tm.Busy = maps.Clone(t.tm.Busy)
+	return tm
 }
 
 // record attributes a stage's batch time to its turns and to the trace.
