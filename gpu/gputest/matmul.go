@@ -1,0 +1,181 @@
+package gputest
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+)
+
+// checkMatMul checks dst = x·wᵀ (+ bias) for weights F32, BF16 and F16 over
+// every (M, K, N) of the grid below, the bias cycling through none, F32 and
+// BF16 and the x/dst views through contiguous and strided; then strided F32
+// weight views (an activation as the right operand); then batch invariance.
+//
+// Bound: an output is a dot product of K terms plus the bias, a sum of K+1
+// terms: γ_{K+1}·(Σ_k|x_k·w_k| + |b|), for any summation order, with or
+// without fused multiply-adds.
+func checkMatMul(h *harness) {
+	Ms := []int{1, 2, 3, 5, 9, 17}
+	Ks := []int{1, 7, 24, 300, 1030}
+	Ns := []int{1, 5, 33}
+	biases := []gpu.DType{0, gpu.F32, gpu.BF16}
+	i := 0
+	for _, wdt := range []gpu.DType{gpu.F32, gpu.BF16, gpu.F16} {
+		for _, M := range Ms {
+			for _, K := range Ks {
+				for _, N := range Ns {
+					matmulCase(h, wdt, false, M, K, N, biases[i%3], i%2 == 1)
+					i++
+				}
+			}
+		}
+	}
+	for _, c := range []struct{ M, K, N int }{{1, 7, 5}, {5, 300, 33}, {17, 1030, 5}, {3, 24, 1}, {9, 1, 33}} {
+		matmulCase(h, gpu.F32, true, c.M, c.K, c.N, biases[i%3], i%2 == 0)
+		i++
+	}
+	checkBatchInvariance(h)
+}
+
+// matmulCase checks one product; wview makes w a strided F32 activation
+// (written with Write) instead of a loaded weight.
+func matmulCase(h *harness, wdt gpu.DType, wview bool, M, K, N int, bdt gpu.DType, strided bool) {
+	x := h.input(M, K, strided, h.values(M*K, 1))
+	var w operand
+	if wview {
+		w = h.input(N, K, true, h.values(N*K, 1))
+	} else {
+		w = h.weight(wdt, N, K, h.rng.IntN(4) == 0, 1)
+	}
+	var b operand
+	bt := gpu.Tensor{}
+	if bdt != 0 {
+		b = h.vector(bdt, N, 1)
+		bt = b.view
+	}
+	dst := h.f32(M, N, strided)
+	want, bound := matmulReplay(x.vals, w.vals, b.vals, M, K, N)
+	h.q.MatMul(dst.view, x.view, w.view, bt)
+	wname := dtName(wdt)
+	if wview {
+		wname = "f32-view"
+	} else if w.view.Stride != K {
+		wname += "-strided"
+	}
+	bias := "none"
+	if bdt != 0 {
+		bias = dtName(bdt)
+	}
+	h.verify(fmt.Sprintf("w=%s/M=%d/K=%d/N=%d/bias=%s%s", wname, M, K, N, bias, tag(strided)), dst, want, bound, x, w, b)
+}
+
+// matmulReplay returns x·wᵀ + b in float64 and the bound of every element.
+func matmulReplay(x, w, b []float32, M, K, N int) (want, bound []float64) {
+	want, bound = make([]float64, M*N), make([]float64, M*N)
+	g := gamma(K + 1)
+	for m := 0; m < M; m++ {
+		for n := 0; n < N; n++ {
+			var s, sa float64
+			for k := 0; k < K; k++ {
+				p := float64(x[m*K+k]) * float64(w[n*K+k])
+				s += p
+				sa += math.Abs(p)
+			}
+			if b != nil {
+				s += float64(b[n])
+				sa += math.Abs(float64(b[n]))
+			}
+			want[m*N+n], bound[m*N+n] = s, g*sa
+		}
+	}
+	return want, bound
+}
+
+// checkBatchInvariance records the check "batch-invariance": for every
+// weight dtype and two widths, each row of a 17-row x is computed alone
+// (M = 1, in its own buffer and as a row view of the batch) and inside
+// batches of 3, 8 and 17 rows; every computation of a row must give the
+// same floats bit for bit (gpu.Queue.MatMul's contract).
+func checkBatchInvariance(h *harness) {
+	const rows, N = 17, 33
+	var fails []string
+	var worst float64
+	configs := 0
+	for _, wdt := range []gpu.DType{gpu.F32, gpu.BF16, gpu.F16} {
+		for _, K := range []int{300, 1030} {
+			configs++
+			xv := h.values(rows*K, 1)
+			xb := h.input(rows, K, true, xv)
+			w := h.weight(wdt, N, K, false, 1)
+			b := h.vector(gpu.F32, N, 1)
+			cfg := fmt.Sprintf("w=%s/K=%d/N=%d", dtName(wdt), K, N)
+			// Each row alone, in its own buffer and as a row view.
+			alone := make([][]float32, rows)
+			for r := 0; r < rows; r++ {
+				x1 := h.input(1, K, false, xv[r*K:(r+1)*K])
+				d1 := h.f32(1, N, false)
+				h.q.MatMul(d1.view, x1.view, w.view, b.view)
+				dv := h.f32(1, N, false)
+				h.q.MatMul(dv.view, xb.view.Row(r), w.view, b.view)
+				a, err1 := h.readView(d1)
+				v, err2 := h.readView(dv)
+				if err1 != nil || err2 != nil {
+					fails = append(fails, fmt.Sprintf("%s: read: %v %v", cfg, err1, err2))
+					continue
+				}
+				alone[r] = a
+				if i := firstDiff(a, v); i >= 0 {
+					fails = append(fails, fmt.Sprintf("%s row %d: alone %.9g, as a row view %.9g (column %d)", cfg, r, a[i], v[i], i))
+					worst = max(worst, math.Abs(float64(a[i])-float64(v[i])))
+				}
+			}
+			for _, M := range []int{3, 8, 17} {
+				d := h.f32(M, N, true)
+				h.q.MatMul(d.view, xb.view.Slice(0, M), w.view, b.view)
+				got, err := h.readView(d)
+				if err != nil {
+					fails = append(fails, fmt.Sprintf("%s M=%d: %v", cfg, M, err))
+					continue
+				}
+				for r := 0; r < M; r++ {
+					if alone[r] == nil {
+						continue
+					}
+					if i := firstDiff(alone[r], got[r*N:(r+1)*N]); i >= 0 {
+						g := got[r*N+i]
+						fails = append(fails, fmt.Sprintf("%s M=%d row %d column %d: %.9g, alone %.9g", cfg, M, r, i, g, alone[r][i]))
+						worst = max(worst, math.Abs(float64(g)-float64(alone[r][i])))
+					}
+				}
+			}
+		}
+	}
+	detail := fmt.Sprintf("%d configurations, rows alone vs M=3, 8, 17", configs)
+	if len(fails) > 0 {
+		detail = fmt.Sprintf("%d rows differ; %s", len(fails), fails[0])
+		if len(fails) > 1 {
+			detail += "; " + fails[1]
+		}
+	}
+	h.record("batch-invariance", len(fails) == 0, worst, 0, detail)
+}
+
+// readView returns an F32 operand's view, row-major.
+func (h *harness) readView(o operand) ([]float32, error) {
+	got := make([]float32, o.view.Len())
+	if err := h.q.Read(got, o.view); err != nil {
+		return nil, err
+	}
+	return got, nil
+}
+
+// firstDiff returns the first index where a and b differ in bits, or −1.
+func firstDiff(a, b []float32) int {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i
+		}
+	}
+	return -1
+}
