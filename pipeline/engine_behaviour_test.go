@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,8 +131,12 @@ func TestMultiTurnPrefillsOnlyNewRows(t *testing.T) {
 	defer e.Close()
 	s := e.NewSession()
 	first := run(t, e, s, Request{Text: "What is the capital of France?", MaxNewTokens: 20})
-	rows1 := s.chat.Len()
-	second := run(t, e, s, Request{Text: "Now answer in one short sentence.", MaxNewTokens: 20})
+	rows1, fed1 := s.chat.Len(), s.fed
+	// A fresh session holding the same history, none of it computed yet.
+	whole := e.NewSession()
+	whole.chat, whole.turns = s.chat.Clone(), s.turns
+	req := Request{Text: "Now answer in one short sentence.", MaxNewTokens: 20}
+	second := run(t, e, s, req)
 	if second.done.Timings.PromptRows >= rows1 {
 		t.Errorf("second turn prefilled %d rows; the history had %d", second.done.Timings.PromptRows, rows1)
 	}
@@ -138,38 +144,99 @@ func TestMultiTurnPrefillsOnlyNewRows(t *testing.T) {
 	if s.Turns() != 2 {
 		t.Errorf("session counts %d turns", s.Turns())
 	}
+	fresh := run(t, e, whole, req)
+	if want := fed1 + second.done.Timings.PromptRows; fresh.done.Timings.PromptRows != want {
+		t.Errorf("the fresh session prefilled %d rows, want the %d of the whole conversation", fresh.done.Timings.PromptRows, want)
+	}
+	if second.text != fresh.text || !slices.Equal(second.tokens, fresh.tokens) || !slices.Equal(flat(second.audio), flat(fresh.audio)) {
+		t.Errorf("second turn %q (%d frames), a fresh session fed the whole conversation %q (%d frames)",
+			second.text, len(second.audio), fresh.text, len(fresh.audio))
+	}
+	if len(second.audio) == 0 && second.text == "" {
+		t.Error("the second turn said nothing: the comparison proves little")
+	}
 }
 
-// TestStagesOverlap: on a real generation, the codec decodes frame N while
-// the backbone computes a later step (their busy intervals intersect).
+// TestStagesOverlap: the codec decodes frame N while the backbone computes
+// step N+1, which feeds that frame back: the codec is off the loop. A device
+// makes the two meet: the codec's first decode (of the first audio step's
+// frame) and the backbone's first step that embeds a frame each wait, inside
+// their work, until the other has arrived. An engine that ran them one
+// after the other would never get both there (the test would time out); on
+// this one it holds with any GOMAXPROCS, and the trace's labels then show
+// which intervals met.
 func TestStagesOverlap(t *testing.T) {
-	m, dev := loadTiny(t)
+	codecAt, backboneAt := make(chan struct{}), make(chan struct{})
+	var codecMet, backboneMet atomic.Bool
+	meet := func(mine, theirs chan struct{}, met *atomic.Bool) {
+		close(mine)
+		select {
+		case <-theirs:
+			met.Store(true)
+		case <-time.After(10 * time.Second):
+		}
+	}
+	var codecOnce, backboneOnce sync.Once
+	m, dev := loadTinyHooked(t, func(c hookCall) error {
+		switch {
+		case c.Queue == codecQueue && c.Op == "Embed":
+			codecOnce.Do(func() { meet(codecAt, backboneAt, &codecMet) })
+		case c.Queue == StageBackbone && c.Op == "Embed" && len(c.IDs) > c.Rows: // a frame's codes summed into a row
+			backboneOnce.Do(func() { meet(backboneAt, codecAt, &backboneMet) })
+		}
+		return nil
+	})
 	tr := &Trace{}
 	e := New(m, dev, Options{Trace: tr})
 	defer e.Close()
-	run(t, e, e.NewSession(), Request{Text: "What is the capital of France?", MaxNewTokens: 60})
+	run(t, e, e.NewSession(), Request{Text: "What is the capital of France?", MaxNewTokens: 30})
+	if !codecMet.Load() || !backboneMet.Load() {
+		t.Fatalf("the codec's first decode (met: %v) and the backbone's step that feeds its frame back (met: %v) never ran at the same time",
+			codecMet.Load(), backboneMet.Load())
+	}
+	// The labels: the first decode is of frame N, sampled by the
+	// depthformer at step N; the backbone's step N+1 overlaps it.
 	ivs := tr.Intervals()
-	var codec, backbone []Interval
-	for _, iv := range ivs {
-		switch iv.Stage {
-		case StageCodec:
-			codec = append(codec, iv)
-		case StageBackbone:
-			backbone = append(backbone, iv)
+	var dec *Interval
+	for i, iv := range ivs {
+		if iv.Stage == StageCodec {
+			dec = &ivs[i]
+			break
 		}
 	}
-	overlaps := 0
-	for _, c := range codec {
-		for _, b := range backbone {
-			if b.Start.Before(c.End) && c.Start.Before(b.End) {
-				overlaps++
+	if dec == nil || len(dec.Steps) != 1 {
+		t.Fatalf("first codec interval %+v, want one decoding one frame", dec)
+	}
+	id, n := dec.Turns[0], dec.Steps[0]
+	at := func(stage string, step int) *Interval {
+		for i, iv := range ivs {
+			for k, tid := range iv.Turns {
+				if iv.Stage == stage && tid == id && iv.Steps[k] == step {
+					return &ivs[i]
+				}
 			}
 		}
+		return nil
 	}
-	t.Logf("%d codec intervals, %d backbone intervals, %d overlapping pairs", len(codec), len(backbone), overlaps)
-	if overlaps == 0 {
-		t.Error("the codec never ran while the backbone did")
+	if at(StageDepth, n) == nil {
+		t.Fatalf("the codec decoded a frame of step %d, which no depthformer interval sampled", n)
 	}
+	bb := at(StageBackbone, n+1)
+	if bb == nil {
+		t.Fatalf("no backbone interval for step %d", n+1)
+	}
+	if !(bb.Start.Before(dec.End) && dec.Start.Before(bb.End)) {
+		t.Errorf("the decode of step %d's frame [%v, %v] does not overlap step %d's backbone work [%v, %v]",
+			n, dec.Start, dec.End, n+1, bb.Start, bb.End)
+	}
+	end, start := bb.End, bb.Start
+	if dec.End.Before(end) {
+		end = dec.End
+	}
+	if dec.Start.After(start) {
+		start = dec.Start
+	}
+	t.Logf("the decode of step %d's frame overlapped step %d's backbone work for %v", n, n+1, end.Sub(start))
 }
 
 // TestCancelStopsAtFrameBoundary: cancelling a turn ends its stream with

@@ -60,8 +60,8 @@ func TestReadErrorFailsTheTurn(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, dev := loadTinyHooked(t, func(queue, op string, n int, _ []int32) error {
-				if queue == tt.queue && op == "Read" && n == tt.n {
+			m, dev := loadTinyHooked(t, func(c hookCall) error {
+				if c.Queue == tt.queue && c.Op == "Read" && c.N == tt.n {
 					return errInjected
 				}
 				return nil
@@ -103,13 +103,13 @@ func TestReadErrorFailsTheTurn(t *testing.T) {
 // for that (by the clock only, which synchronises nothing) and then fails.
 func TestBackboneReadErrorWhileTheCodecDecodes(t *testing.T) {
 	release := make(chan struct{})
-	m, dev := loadTinyHooked(t, func(queue, op string, n int, _ []int32) error {
+	m, dev := loadTinyHooked(t, func(c hookCall) error {
 		switch {
-		case queue == codecQueue && op == "Embed" && n == 1: // frame 0
+		case c.Queue == codecQueue && c.Op == "Embed" && c.N == 1: // frame 0
 			<-release
-		case queue == codecQueue && op == "Embed" && n == 3: // frames 1–2
+		case c.Queue == codecQueue && c.Op == "Embed" && c.N == 3: // frames 1–2
 			time.Sleep(150 * time.Millisecond)
-		case queue == StageBackbone && op == "Read" && n == 10: // audio step 9: frames 0–2 are at the codec
+		case c.Queue == StageBackbone && c.Op == "Read" && c.N == 10: // audio step 9: frames 0–2 are at the codec
 			close(release)
 			time.Sleep(75 * time.Millisecond)
 			return errInjected
@@ -184,8 +184,8 @@ func TestStagePanicFailsTheTurn(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var firstTurn atomic.Bool
 			firstTurn.Store(true)
-			m, dev := loadTinyHooked(t, func(queue, op string, n int, _ []int32) error {
-				if queue == tt.queue && op == tt.op && (n == tt.n || tt.n == 0 && firstTurn.Load()) &&
+			m, dev := loadTinyHooked(t, func(c hookCall) error {
+				if c.Queue == tt.queue && c.Op == tt.op && (c.N == tt.n || tt.n == 0 && firstTurn.Load()) &&
 					(tt.inside == "" || strings.Contains(string(debug.Stack()), tt.inside)) {
 					panic("device fault")
 				}

@@ -13,22 +13,29 @@ import (
 // on (the other stages' queues are named after the stages).
 const codecQueue = "mimi"
 
+// hookCall is an op a hookDev is about to run.
+type hookCall struct {
+	Queue string // the queue's name, or "device" for Free
+	Op    string // "Read", "Embed" or "Free"
+	N     int    // the queue's calls of Op so far, this one included
+	IDs   []int32
+	Rows  int // Embed's destination rows
+}
+
 // hookDev is a gpu.Device whose queues call on before every Read and
 // Embed, on the goroutine that submits the op, and which calls it before
-// every Free (queue "device"): a test acts inside a stage with it (fails a
-// read as a GPU backend's can, panics, or blocks). What on returns for a
-// Read is that Read's error (the op does not run); otherwise it is ignored.
-// n counts that queue's calls of that op from 1; ids is the Embed's (nil
-// for the others).
+// every Free: a test acts inside a stage with it (fails a read as a GPU
+// backend's can, panics, or blocks). What on returns for a Read is that
+// Read's error (the op does not run); otherwise it is ignored.
 type hookDev struct {
 	gpu.Device
-	on func(queue, op string, n int, ids []int32) error
+	on func(hookCall) error
 
 	mu    sync.Mutex
 	calls map[string]int
 }
 
-func newHookDev(dev gpu.Device, on func(queue, op string, n int, ids []int32) error) *hookDev {
+func newHookDev(dev gpu.Device, on func(hookCall) error) *hookDev {
 	return &hookDev{Device: dev, on: on, calls: map[string]int{}}
 }
 
@@ -37,16 +44,16 @@ func (d *hookDev) NewQueue(name string) gpu.Queue {
 }
 
 func (d *hookDev) Free(t gpu.Tensor) {
-	d.call("device", "Free", nil)
+	d.call(hookCall{Queue: "device", Op: "Free"})
 	d.Device.Free(t)
 }
 
-func (d *hookDev) call(queue, op string, ids []int32) error {
+func (d *hookDev) call(c hookCall) error {
 	d.mu.Lock()
-	d.calls[queue+"."+op]++
-	n := d.calls[queue+"."+op]
+	d.calls[c.Queue+"."+c.Op]++
+	c.N = d.calls[c.Queue+"."+c.Op]
 	d.mu.Unlock()
-	return d.on(queue, op, n, ids)
+	return d.on(c)
 }
 
 type hookQueue struct {
@@ -56,20 +63,20 @@ type hookQueue struct {
 }
 
 func (q *hookQueue) Read(dst []float32, src gpu.Tensor) error {
-	if err := q.d.call(q.name, "Read", nil); err != nil {
+	if err := q.d.call(hookCall{Queue: q.name, Op: "Read"}); err != nil {
 		return err
 	}
 	return q.Queue.Read(dst, src)
 }
 
 func (q *hookQueue) Embed(dst, table gpu.Tensor, ids []int32) {
-	q.d.call(q.name, "Embed", ids)
+	q.d.call(hookCall{Queue: q.name, Op: "Embed", IDs: ids, Rows: dst.Rows})
 	q.Queue.Embed(dst, table, ids)
 }
 
 // loadTinyHooked loads the tiny model on a CPU device wrapped by on, so
 // that every stage's queue (the codec's included) is hooked.
-func loadTinyHooked(t testing.TB, on func(queue, op string, n int, ids []int32) error) (*lfm2audio.Model, *hookDev) {
+func loadTinyHooked(t testing.TB, on func(hookCall) error) (*lfm2audio.Model, *hookDev) {
 	t.Helper()
 	cd := cpu.New(0)
 	dev := newHookDev(cd, on)

@@ -103,7 +103,7 @@ func (f *frontend) mel(t *turn) *turn {
 		rec.SetInts("prompt_audio_in_lens", []int{feats.Frames}, 1)
 	}
 	t.mel = feats
-	f.e.record(StageFrontend, []*turn{t}, start, "clip")
+	f.e.record(StageFrontend, []*turn{t}, nil, start, "clip")
 	return t
 }
 
@@ -152,7 +152,7 @@ func (f *frontend) encode(c *nn.Ctx, t *turn) *turn {
 	}
 	t.clip.Features = host
 	t.mel = nil
-	f.e.record(StageEncoder, []*turn{t}, start, "clip")
+	f.e.record(StageEncoder, []*turn{t}, nil, start, "clip")
 	return t
 }
 
@@ -304,7 +304,7 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 			}
 		}
 	}
-	e.record(StageBackbone, live, start, "step")
+	e.record(StageBackbone, live, stepsOf(live), start, "step")
 	for i, t := range live {
 		if t.input == inPrompt {
 			t.tm.Prefill = time.Since(t.start)
@@ -491,7 +491,7 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) (_, back []*turn) {
 		}
 		return pick
 	})
-	e.record(StageDepth, live, start, "frame")
+	e.record(StageDepth, live, stepsOf(live), start, "frame")
 	for r, t := range live {
 		if err != nil {
 			e.finish(t, fmt.Errorf("depthformer: %w", err))
@@ -513,7 +513,7 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) (_, back []*turn) {
 		// Mimi decodes codes 0..2047 only: a frame holding the end-of-audio
 		// code anywhere is not decoded (as demo/chat.py skips it).
 		if !slices.Contains(frame, depth.EOA) {
-			e.codecIn <- codecMsg{t: t, frame: slices.Clone(frame), audioStep: audioStep}
+			e.codecIn <- codecMsg{t: t, frame: slices.Clone(frame), audioStep: audioStep, step: t.sm.Steps() - 1}
 		}
 		t.input, t.frame = inFrame, frame
 		if e.advance(t) {
@@ -528,6 +528,7 @@ type codecMsg struct {
 	t         *turn
 	frame     []int
 	audioStep int // the frame's index among the turn's audio steps
+	step      int // the backbone step that sampled it
 	final     bool
 	err       error
 }
@@ -595,7 +596,11 @@ func (e *Engine) decode(t *turn, msgs []codecMsg) {
 		t.codec = e.m.Codec.NewStream()
 	}
 	pcm, err := t.codec.DecodeFrames(t.ctx, frames)
-	e.record(StageCodec, []*turn{t}, start, "frames")
+	steps := make([]int, len(msgs))
+	for k, m := range msgs {
+		steps[k] = m.step
+	}
+	e.record(StageCodec, []*turn{t}, steps, start, "frames")
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			t.cancel(fmt.Errorf("codec: %w", err))
@@ -724,8 +729,18 @@ func (t *turn) timings() Timings {
 	return tm
 }
 
-// record attributes a stage's batch time to its turns and to the trace.
-func (e *Engine) record(stage string, ts []*turn, start time.Time, label string) {
+// stepsOf returns the step each turn of a loop stage's batch is at.
+func stepsOf(ts []*turn) []int {
+	steps := make([]int, len(ts))
+	for i, t := range ts {
+		steps[i] = t.sm.Steps() - 1
+	}
+	return steps
+}
+
+// record attributes a stage's batch time to its turns and to the trace
+// (steps as Interval.Steps).
+func (e *Engine) record(stage string, ts []*turn, steps []int, start time.Time, label string) {
 	end := time.Now()
 	d := end.Sub(start)
 	share := d / time.Duration(len(ts))
@@ -737,6 +752,6 @@ func (e *Engine) record(stage string, ts []*turn, start time.Time, label string)
 		for i, t := range ts {
 			ids[i] = t.id
 		}
-		e.opts.Trace.add(Interval{Stage: stage, Turns: ids, Start: start, End: end, Label: label})
+		e.opts.Trace.add(Interval{Stage: stage, Turns: ids, Steps: steps, Start: start, End: end, Label: label})
 	}
 }

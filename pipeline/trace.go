@@ -7,8 +7,14 @@ import (
 
 // Interval is one stage's busy period: a batch it computed.
 type Interval struct {
-	Stage      string
-	Turns      []uint64 // the turns in the batch
+	Stage string
+	Turns []uint64 // the turns in the batch
+	// Steps labels the work by backbone step (counted from 0, the prompt's
+	// step, within each turn). The backbone and the depthformer: Steps[i] is
+	// the step Turns[i] was at (the depthformer samples the frame of an
+	// audio step). The codec, which decodes a run of one turn's frames:
+	// the step that sampled each frame. The front end: nil.
+	Steps      []int
 	Start, End time.Time
 	Label      string
 }

@@ -12,6 +12,7 @@ package chat
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -120,6 +121,10 @@ func (c *Chat) AppendToken(id int) { c.rows = append(c.rows, Row{Mod: Text, Toke
 func (c *Chat) AppendFrame(codes []int) {
 	c.rows = append(c.rows, Row{Mod: AudioOut, Codes: append([]int(nil), codes...)})
 }
+
+// Clone returns a copy of the conversation that grows independently (its
+// rows' clips and codes are shared: neither copy modifies them).
+func (c *Chat) Clone() *Chat { return &Chat{enc: c.enc, rows: slices.Clone(c.rows)} }
 
 // Len returns the number of rows.
 func (c *Chat) Len() int { return len(c.rows) }

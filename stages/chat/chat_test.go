@@ -2,6 +2,7 @@ package chat_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/audio"
@@ -116,5 +117,34 @@ func TestRowsRule(t *testing.T) {
 		if got := chat.Rows(tt.frames); got != tt.rows {
 			t.Errorf("Rows(%d) = %d, want %d", tt.frames, got, tt.rows)
 		}
+	}
+}
+
+// wordIDs encodes each space-separated word as one id: its length.
+type wordIDs struct{}
+
+func (wordIDs) Encode(text string) []int {
+	var ids []int
+	for _, w := range strings.Fields(text) {
+		ids = append(ids, len(w))
+	}
+	return ids
+}
+
+func TestCloneGrowsIndependently(t *testing.T) {
+	c := chat.New(wordIDs{})
+	c.AddText("a bb")
+	d := c.Clone()
+	c.AppendToken(7)
+	d.AppendFrame([]int{1, 2})
+	d.AddText("ccc")
+	if got, want := c.TextIDs(), []int{15, 1, 2, 7}; !slices.Equal(got, want) {
+		t.Errorf("original's ids %v, want %v", got, want)
+	}
+	if got, want := d.TextIDs(), []int{15, 1, 2, 3}; !slices.Equal(got, want) {
+		t.Errorf("clone's ids %v, want %v", got, want)
+	}
+	if c.String() != "T×4" || d.String() != "T×3 O×1 T×1" {
+		t.Errorf("rows: original %v, clone %v", c, d)
 	}
 }
