@@ -118,6 +118,7 @@ func Run(ctx context.Context, m *lfm2audio.Model, dev gpu.Device, o Options) (*R
 // stops are allowed, replaces a stopping pick by the best other entry.
 type observer struct {
 	suppress   bool
+	sp         lfm2audio.Special // the model's stopping tokens and end-of-audio code
 	mu         sync.Mutex
 	kinds      map[int]pipeline.Kind
 	suppressed int
@@ -129,9 +130,9 @@ func (o *observer) Text(step, picked int, logits []float32) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.kinds[step] = pipeline.TextStep
-	if o.suppress && (picked == pipeline.TokIMEnd || picked == pipeline.TokTextEnd) {
+	if o.suppress && (picked == o.sp.IMEnd || picked == o.sp.TextEnd) {
 		o.suppressed++
-		return argmaxExcept(logits, pipeline.TokIMEnd, pipeline.TokTextEnd)
+		return argmaxExcept(logits, o.sp.IMEnd, o.sp.TextEnd)
 	}
 	return picked
 }
@@ -140,9 +141,9 @@ func (o *observer) AudioCode(step, _, picked int, logits []float32) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.kinds[step] = pipeline.AudioStep
-	if o.suppress && picked == pipeline.EOA {
+	if o.suppress && picked == o.sp.EOA {
 		o.suppressed++
-		return argmaxExcept(logits, pipeline.EOA)
+		return argmaxExcept(logits, o.sp.EOA)
 	}
 	return picked
 }
@@ -183,7 +184,7 @@ func runTurn(ctx context.Context, eng *pipeline.Engine, tr *pipeline.Trace, o Op
 	sess := eng.NewSession()
 	defer sess.Close()
 	tr.Reset()
-	obs := &observer{suppress: !o.AllowStop, kinds: map[int]pipeline.Kind{}}
+	obs := &observer{suppress: !o.AllowStop, sp: eng.Model().Special, kinds: map[int]pipeline.Kind{}}
 	req := pipeline.Request{
 		Audio: o.Clip, MaxNewTokens: o.MaxNewTokens, Seed: o.Seed + uint64(i),
 		TextSampling: pipeline.DefaultText, AudioSampling: o.AudioSampling, Teacher: obs,

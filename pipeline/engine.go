@@ -481,7 +481,7 @@ func (e *Engine) newTurn(s *Session, req Request) *turn {
 	seed := req.Seed
 	t := &turn{
 		id: e.nextID.Add(1), e: e, ctx: tctx, cancelF: cancel, sess: s, req: req,
-		sm:     NewTurn(req.Mode, e.m.Cfg.InterleavedNText, e.m.Cfg.InterleavedNAudio, req.MaxNewTokens),
+		sm:     NewTurn(e.m.Special, req.Mode, e.m.Cfg.InterleavedNText, e.m.Cfg.InterleavedNAudio, req.MaxNewTokens),
 		textS:  NewSampler(req.TextSampling, seed, 1),
 		audioS: NewSampler(req.AudioSampling, seed, 2),
 		audioH: make([][]int, e.m.Cfg.Codebooks),

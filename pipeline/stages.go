@@ -387,7 +387,7 @@ func (e *Engine) embedRows(c *nn.Ctx, x gpu.Tensor, rows []chat.Row) {
 }
 
 // embedFrame writes the audio feedback of one frame: the sum of its codes'
-// embeddings (codebook i offset by i·2049), rounded as the reference's bf16
+// embeddings (codebook i offset by i·depth.Vocab), rounded as the reference's bf16
 // sum.
 func (e *Engine) embedFrame(c *nn.Ctx, dst gpu.Tensor, codes []int) {
 	ids := make([]int32, len(codes))
@@ -503,16 +503,16 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) (_, back []*turn) {
 		}
 		audioStep := t.audioN
 		t.audioN++
-		t.sm.OnAudio(frame) // forces an end-of-audio frame to all EOA
+		t.sm.OnAudio(frame) // forces an end-of-audio frame to all end-of-audio
 		t.tm.Steps++
 		t.tm.Frames++
 		t.sess.chat.AppendFrame(frame)
 		for i, code := range frame {
 			t.audioH[i] = append(t.audioH[i], code)
 		}
-		// Mimi decodes codes 0..2047 only: a frame holding the end-of-audio
+		// The codec decodes its codes only: a frame holding the end-of-audio
 		// code anywhere is not decoded (as demo/chat.py skips it).
-		if !slices.Contains(frame, depth.EOA) {
+		if !slices.Contains(frame, e.m.Special.EOA) {
 			e.codecIn <- codecMsg{t: t, frame: slices.Clone(frame), audioStep: audioStep, step: t.sm.Steps() - 1}
 		}
 		t.input, t.frame = inFrame, frame

@@ -3,18 +3,11 @@
 // codec) are goroutine actors connected by bounded channels.
 package pipeline
 
-import "fmt"
+import (
+	"fmt"
 
-// Token ids the turn logic acts on (LFM2's special tokens).
-const (
-	TokIMEnd      = 7   // <|im_end|>
-	TokAudioStart = 128 // <|audio_start|>
-	TokTextEnd    = 130 // <|text_end|>
+	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 )
-
-// EOA is the end-of-audio code; a frame whose first code is EOA is forced
-// to all EOA and ends the speech.
-const EOA = 2048
 
 // Mode is how a turn alternates text and audio.
 type Mode uint8
@@ -81,7 +74,8 @@ func (r StopReason) String() string {
 }
 
 // Turn is the state machine of one assistant turn, a pure value: no
-// goroutines, no clock. The engine calls Step before each backbone step to
+// goroutines, no clock. The token ids and the end-of-audio code it acts on
+// are the model's (lfm2audio.Special, read from the checkpoint). The engine calls Step before each backbone step to
 // learn what to sample, then OnText or OnAudio with what it sampled; the
 // result says whether to emit it, and whether the turn is over. It follows
 // liquid-audio's generate_interleaved and generate_sequential exactly,
@@ -89,6 +83,7 @@ func (r StopReason) String() string {
 // back to audio; the modality counter keeps counting across an
 // end-of-audio frame).
 type Turn struct {
+	sp            lfm2audio.Special
 	mode          Mode
 	nText, nAudio int
 	maxNew        int
@@ -101,9 +96,10 @@ type Turn struct {
 	pending  bool // Step was called and its sample not yet observed
 }
 
-// NewTurn returns the state of a turn that starts with a text step.
-func NewTurn(mode Mode, nText, nAudio, maxNewTokens int) *Turn {
-	return &Turn{mode: mode, nText: nText, nAudio: nAudio, maxNew: maxNewTokens, kind: TextStep, left: nText}
+// NewTurn returns the state of a turn that starts with a text step, for a
+// model whose special tokens and end-of-audio code are sp.
+func NewTurn(sp lfm2audio.Special, mode Mode, nText, nAudio, maxNewTokens int) *Turn {
+	return &Turn{sp: sp, mode: mode, nText: nText, nAudio: nAudio, maxNew: maxNewTokens, kind: TextStep, left: nText}
 }
 
 // Step starts the next backbone step and returns what it samples; ok is
@@ -141,19 +137,19 @@ func (t *Turn) OnText(tok int) Outcome {
 	t.observe(TextStep)
 	if t.mode == Sequential {
 		switch tok {
-		case TokIMEnd:
+		case t.sp.IMEnd:
 			t.stopped = EndOfTurn
 			return Outcome{Emit: true, Stop: true}
-		case TokAudioStart:
+		case t.sp.AudioStart:
 			t.kind = AudioStep
 		}
 		return Outcome{Emit: true}
 	}
-	if tok == TokIMEnd {
+	if tok == t.sp.IMEnd {
 		t.stopped = EndOfTurn
 		return Outcome{Stop: true}
 	}
-	if tok == TokTextEnd {
+	if tok == t.sp.TextEnd {
 		t.textDone = true
 	}
 	if t.left == 0 || t.textDone {
@@ -164,16 +160,16 @@ func (t *Turn) OnText(tok int) Outcome {
 }
 
 // OnAudio observes the frame sampled by an AudioStep. A frame whose first
-// code is EOA is rewritten in place to all EOA.
+// code is end-of-audio is rewritten in place to all end-of-audio.
 func (t *Turn) OnAudio(codes []int) Outcome {
 	t.observe(AudioStep)
 	if t.mode == Interleaved && t.left == 0 && !t.textDone {
 		t.kind = TextStep
 		t.left = t.nText
 	}
-	if len(codes) > 0 && codes[0] == EOA {
+	if len(codes) > 0 && codes[0] == t.sp.EOA {
 		for i := range codes {
-			codes[i] = EOA
+			codes[i] = t.sp.EOA
 		}
 		t.kind = TextStep
 	}

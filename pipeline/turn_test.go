@@ -4,15 +4,23 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 )
 
-// runScript drives a Turn with a script of samples: "5" is a text token,
-// "a" an audio frame, "e" a frame whose first code is EOA, "x" an audio frame
-// with EOA in a later codebook only. It returns the trace: per step
+// released are the special ids of the released checkpoints (and of the
+// tiny fixture model).
+var released = lfm2audio.Special{IMEnd: 7, AudioStart: 128, TextEnd: 130, EOA: 2048}
+
+// runScript drives a Turn for a model with special ids sp with a script of
+// samples: "5" is a text token, "a" an audio frame, "e" a frame whose first
+// code is EOA (sp.EOA), "x" an audio frame with EOA in a later codebook
+// only. It returns the trace: per step
 // "T5"/"t5" (text emitted / not), "A", "E" (frame forced to EOA), then
 // "|" and the stop reason. A sample of the wrong kind for the step is a
 // test failure.
-func runScript(t *testing.T, turn *Turn, script string) string {
+func runScript(t *testing.T, sp lfm2audio.Special, turn *Turn, script string) string {
+	EOA := sp.EOA
 	t.Helper()
 	var out []string
 	for _, s := range strings.Fields(script) {
@@ -126,11 +134,55 @@ func TestTurnTransitions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := runScript(t, NewTurn(tt.mode, tt.nText, tt.nAudio, tt.maxNew), tt.script)
+			got := runScript(t, released, NewTurn(released, tt.mode, tt.nText, tt.nAudio, tt.maxNew), tt.script)
 			if got != tt.want {
 				t.Errorf("trace\n got %s\nwant %s", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestTurnUsesTheModelsSpecialIDs: a model whose special tokens and
+// end-of-audio code have other ids: those act, and the released ones are
+// ordinary tokens and codes.
+func TestTurnUsesTheModelsSpecialIDs(t *testing.T) {
+	other := lfm2audio.Special{IMEnd: 50, AudioStart: 60, TextEnd: 70, EOA: 1024}
+	tests := []struct {
+		name          string
+		mode          Mode
+		nText, nAudio int
+		script        string
+		want          string
+	}{
+		{"released ids are plain text", Interleaved, 6, 12,
+			"7 128 130 5 6 8 a",
+			"T7 T128 T130 T5 T6 T8 A |more"},
+		{"text_end", Interleaved, 2, 3,
+			"70 a a a a e 50",
+			"T70 A A A A E t50 |end_of_turn"},
+		{"im_end first", Interleaved, 6, 12, "50", "t50 |end_of_turn"},
+		{"sequential", Sequential, 6, 12,
+			"5 7 60 a a e 50",
+			"T5 T7 T60 A A E T50 |end_of_turn"},
+		{"sequential: 128 is text", Sequential, 6, 12, "128 5 50", "T128 T5 T50 |end_of_turn"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := runScript(t, other, NewTurn(other, tt.mode, tt.nText, tt.nAudio, 100), tt.script)
+			if got != tt.want {
+				t.Errorf("trace\n got %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+	// The released end-of-audio code is an ordinary code for this model.
+	turn := NewTurn(other, Interleaved, 1, 2, 100)
+	turn.Step()
+	turn.OnText(5)
+	turn.Step()
+	codes := []int{2048, 1, 2, 3}
+	turn.OnAudio(codes)
+	if codes[1] != 1 || turn.Kind() != AudioStep {
+		t.Errorf("code 2048 ended the speech of a model whose end-of-audio is %d: %v, next %v", other.EOA, codes, turn.Kind())
 	}
 }
 
@@ -139,7 +191,7 @@ func TestTurnTransitions(t *testing.T) {
 // TTTTTTAAAAAAAAAAAATTTTTT… exactly.
 func TestTurnFollowsFixturePattern(t *testing.T) {
 	want := "TTTTTTAAAAAAAAAAAATTTTTTAAAAAAAAAAAATTTTTTAAAAAAAAAAAATTTTTT"
-	turn := NewTurn(Interleaved, 6, 12, 60)
+	turn := NewTurn(released, Interleaved, 6, 12, 60)
 	var got strings.Builder
 	for {
 		k, ok := turn.Step()
@@ -165,7 +217,7 @@ func TestTurnMisuse(t *testing.T) {
 			t.Error("observing audio on a text step did not panic")
 		}
 	}()
-	turn := NewTurn(Interleaved, 6, 12, 10)
+	turn := NewTurn(released, Interleaved, 6, 12, 10)
 	turn.Step()
 	turn.OnAudio(make([]int, 8))
 }

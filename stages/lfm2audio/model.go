@@ -40,6 +40,8 @@ type Model struct {
 	AudioEmb gpu.Tensor // audio_embedding.embedding [codebooks·2049, hidden]
 	Depth    *depth.Depth
 	Codec    *mimi.Decoder
+	// Special is what the turn logic acts on, read from the checkpoint.
+	Special Special
 
 	// Params counts the parameters bound from model.safetensors; Bound
 	// lists their names.
@@ -47,6 +49,50 @@ type Model struct {
 	Bound  []string
 
 	files []*safetensors.File
+}
+
+// The special tokens the engine needs, by their text in tokenizer.json.
+// The conversation is framed with the first two (chat writes them as text);
+// the turn logic acts on the last three.
+const (
+	TokStartOfText = "<|startoftext|>"
+	TokIMStart     = "<|im_start|>"
+	TokIMEnd       = "<|im_end|>"
+	TokAudioStart  = "<|audio_start|>"
+	TokTextEnd     = "<|text_end|>"
+)
+
+// Special holds the token ids and the code the turn logic acts on: read at
+// load from tokenizer.json (by token text) and from the codec's
+// configuration, never assumed.
+type Special struct {
+	IMEnd      int // <|im_end|>: the turn is over
+	AudioStart int // <|audio_start|>: a sequential turn switches to audio
+	TextEnd    int // <|text_end|>: an interleaved turn's text is done
+	// EOA is the end-of-audio code: the codec's codebook size (its
+	// quantizer's bins), the one code past the codec's codes in each of
+	// the depthformer's codebook vocabularies. A frame whose first code is
+	// EOA ends the speech; a frame holding it anywhere is not decoded.
+	EOA int
+}
+
+// special looks up the special tokens in tok, for a backbone of vocab ids.
+func special(tok *tokenizer.Tokenizer, vocab int) (Special, error) {
+	ids := map[string]int{}
+	seen := map[int]string{}
+	for _, s := range []string{TokStartOfText, TokIMStart, TokIMEnd, TokAudioStart, TokTextEnd} {
+		id, ok := tok.TokenID(s)
+		switch {
+		case !ok:
+			return Special{}, fmt.Errorf("no %s token (the engine needs %s, %s, %s, %s and %s)", s, TokStartOfText, TokIMStart, TokIMEnd, TokAudioStart, TokTextEnd)
+		case id < 0 || id >= vocab:
+			return Special{}, fmt.Errorf("%s is id %d, outside the backbone's vocabulary of %d", s, id, vocab)
+		case seen[id] != "":
+			return Special{}, fmt.Errorf("%s and %s are the same id %d", seen[id], s, id)
+		}
+		ids[s], seen[id] = id, s
+	}
+	return Special{IMEnd: ids[TokIMEnd], AudioStart: ids[TokAudioStart], TextEnd: ids[TokTextEnd]}, nil
 }
 
 // Summary describes the loaded model in a few lines (for logs).
@@ -154,6 +200,9 @@ func load(dev gpu.Device, src source) (_ *Model, err error) {
 	if m.Tok.VocabSize() > m.Cfg.LFM.VocabSize {
 		return nil, fmt.Errorf("tokenizer.json has %d tokens, the backbone's vocabulary %d", m.Tok.VocabSize(), m.Cfg.LFM.VocabSize)
 	}
+	if m.Special, err = special(m.Tok, m.Cfg.LFM.VocabSize); err != nil {
+		return nil, fmt.Errorf("tokenizer.json: %w", err)
+	}
 	if m.Mel, err = audio.NewLogMel(m.Cfg.Preprocessor, audio.LogMelOptions{}); err != nil {
 		return nil, fmt.Errorf("preprocessor: %w", err)
 	}
@@ -230,6 +279,12 @@ func (m *Model) loadCodec(dev gpu.Device, src source) error {
 	}
 	if m.Codec.SampleRate() != 24000 {
 		return fmt.Errorf("%s: codec sample rate %d, want 24000", name, m.Codec.SampleRate())
+	}
+	// End-of-audio is the codebook size; the depthformer's codebooks hold
+	// the codec's codes and it.
+	m.Special.EOA = m.Codec.Config().Quantizer.Bins
+	if m.Special.EOA+1 != depth.Vocab {
+		return fmt.Errorf("the codec's codebooks hold %d codes, the depthformer's %d (the codes and end-of-audio)", m.Special.EOA, depth.Vocab)
 	}
 	return nil
 }
