@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -24,7 +25,10 @@ func openGPU(t testing.TB) *Device {
 	t.Helper()
 	gpuOnce.Do(func() { gpuDev, gpuErr = New(Options{}) })
 	if gpuErr != nil {
-		t.Skipf("no usable GPU: %v", gpuErr)
+		if errors.Is(gpuErr, ErrNoDriver) || errors.Is(gpuErr, errNoGPU) {
+			t.Skipf("no usable GPU: %v", gpuErr)
+		}
+		t.Fatalf("the GPU is there but the backend failed: %v", gpuErr)
 	}
 	return gpuDev
 }

@@ -63,7 +63,7 @@ func TestCompileOptionsTargetMachineCode(t *testing.T) {
 func TestKernelSourceDefinesEveryLaunchedKernel(t *testing.T) {
 	for _, k := range kernelNames {
 		plain := regexp.MustCompile(`__global__ void (__launch_bounds__\(\d+\) )?` + k + `\(`)
-		macro := regexp.MustCompile(`MATMUL_KERNEL\(` + k + `,`)
+		macro := regexp.MustCompile(`(MATMUL|MMA)_KERNEL\(` + k + `,`)
 		if !plain.MatchString(kernelSource) && !macro.MatchString(kernelSource) {
 			t.Errorf("kernels.cu defines no kernel %s", k)
 		}
@@ -122,6 +122,19 @@ func TestMatmulLaunchShape(t *testing.T) {
 		// 4 warps a block, 4 weight rows a warp: every output is covered.
 		if int(g[0])*16 < c.n || int(g[1])*c.r < c.m || int(g[0]-1)*16 >= c.n || int(g[1]-1)*c.r >= c.m {
 			t.Errorf("grid %v for %d×%d with %d-row tiles", g, c.m, c.n, c.r)
+		}
+	}
+}
+
+func TestMMALaunchShape(t *testing.T) {
+	for _, c := range []struct {
+		m, n int
+		name string
+	}{{1, 1, "mma_bf16_m8"}, {8, 8192, "mma_bf16_m8"}, {9, 16, "mma_bf16_m16"}, {16, 17, "mma_bf16_m16"}, {17, 65536, "mma_bf16_m32"}, {93, 2048, "mma_bf16_m32"}} {
+		name, g := mmaLaunch(c.m, c.n)
+		rows := map[string]int{"mma_bf16_m8": 8, "mma_bf16_m16": 16, "mma_bf16_m32": 32}[name]
+		if name != c.name || int(g[0])*16 < c.n || int(g[0]-1)*16 >= c.n || int(g[1])*rows < c.m || int(g[1]-1)*rows >= c.m {
+			t.Errorf("mmaLaunch(%d, %d) = %s %v", c.m, c.n, name, g)
 		}
 	}
 }

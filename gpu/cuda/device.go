@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -23,21 +24,26 @@ const (
 	eventNoTime  = 2  // CU_EVENT_DISABLE_TIMING
 )
 
+// errNoGPU wraps a driver that is present but finds no usable GPU.
+var errNoGPU = errors.New("cuda: no usable GPU")
+
 // Device is a CUDA GPU. One goroutine locked to an OS thread owns the
 // context and makes every driver call (CUDA contexts are per thread);
 // queues record their ops and hand them to it in batches.
 type Device struct {
-	drv      *driver
-	nv       *nvrtc
-	ordinal  int
-	ctx      uintptr
-	name     string
-	arch     string
-	sms      int
-	drvVer   int
-	nvVer    string
-	totalMem int64
-	fault    string
+	drv       *driver
+	nv        *nvrtc
+	ordinal   int
+	ctx       uintptr
+	name      string
+	arch      string
+	sms       int
+	drvVer    int
+	nvVer     string
+	totalMem  int64
+	fault     string
+	graphs    bool // replay recurring batches as CUDA graphs
+	mmaMatMul bool // BF16 weights on the tensor-core kernel
 
 	mod      uintptr
 	fns      map[string]uintptr
@@ -82,7 +88,7 @@ func openDevice(o Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, work: make(chan func()), exited: make(chan struct{})}
+	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul == "mma", work: make(chan func()), exited: make(chan struct{})}
 	ready := make(chan error, 1)
 	go d.owner(o, ready)
 	if err := <-ready; err != nil {
@@ -109,7 +115,7 @@ func (d *Device) owner(o Options, ready chan<- error) {
 func (d *Device) init(o Options) error {
 	c := d.drv
 	if err := c.call("cuInit", c.cuInit, 0); err != nil {
-		return fmt.Errorf("cuda: no usable GPU: %w", err)
+		return fmt.Errorf("%w: %w", errNoGPU, err)
 	}
 	var ver int32
 	if err := c.call("cuDriverGetVersion", c.cuDriverGetVersion, uintptr(unsafe.Pointer(&ver))); err != nil {
@@ -328,6 +334,9 @@ func (d *Device) Close() error {
 		d.do(func() error {
 			c.call("cuCtxSynchronize", c.cuCtxSynchronize)
 			for _, q := range qs {
+				for _, e := range q.graphs.entries {
+					q.destroyGraph(e)
+				}
 				if q.stage != 0 {
 					c.call("cuMemFreeHost", c.cuMemFreeHost, q.stage)
 				}
@@ -345,5 +354,13 @@ func (d *Device) Close() error {
 		close(d.work)
 		<-d.exited
 	})
+	return err
+}
+
+// precompile compiles the kernels with a planted fault into the disk cache
+// (the contract's controls compile in parallel before their devices open).
+func (d *Device) precompile(cacheDir, fault string) error {
+	opts := compileOptions(d.arch, fault)
+	_, _, err := d.nv.Compile(kernelSource, opts, cachePath(cacheDir, cacheKey(kernelSource, opts, d.drvVer, d.nvVer)))
 	return err
 }

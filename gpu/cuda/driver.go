@@ -41,17 +41,17 @@ var ErrNoDriver = errors.New("no CUDA driver: libcuda.so.1 not found")
 type driver struct {
 	h uintptr
 
-	cuInit, cuDriverGetVersion, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute, cuDeviceTotalMem         uintptr
-	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxSetCurrent, cuCtxSynchronize, cuGetErrorString uintptr
-	cuMemAlloc, cuMemFree, cuMemAllocAsync, cuMemFreeAsync, cuMemGetInfo                                     uintptr
-	cuMemHostAlloc, cuMemFreeHost, cuMemHostGetDevicePointer                                                 uintptr
-	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync, cuMemsetD32Async, cuMemsetD16Async              uintptr
-	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamWaitEvent                                  uintptr
-	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventSynchronize, cuEventElapsedTime, cuEventQuery       uintptr
-	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuFuncSetAttribute, cuLaunchKernel                uintptr
-	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate, cuGraphLaunch, cuGraphDestroy              uintptr
-	cuGraphExecDestroy, cuGraphExecUpdate                                                                    uintptr
-	cuDeviceGetDefaultMemPool, cuMemPoolSetAttribute                                                         uintptr
+	cuInit, cuDriverGetVersion, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute, cuDeviceTotalMem           uintptr
+	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxSetCurrent, cuCtxSynchronize, cuGetErrorString   uintptr
+	cuMemAlloc, cuMemFree, cuMemAllocAsync, cuMemFreeAsync, cuMemGetInfo                                       uintptr
+	cuMemHostAlloc, cuMemFreeHost, cuMemHostGetDevicePointer                                                   uintptr
+	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync, cuMemsetD32Async, cuMemsetD16Async                uintptr
+	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamWaitEvent                                    uintptr
+	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventSynchronize, cuEventElapsedTime, cuEventQuery         uintptr
+	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuFuncSetAttribute, cuLaunchKernel                  uintptr
+	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate, cuGraphLaunch, cuGraphDestroy                uintptr
+	cuGraphExecDestroy, cuGraphExecUpdate, cuGraphCreate, cuGraphAddKernelNode, cuGraphExecKernelNodeSetParams uintptr
+	cuDeviceGetDefaultMemPool, cuMemPoolSetAttribute                                                           uintptr
 }
 
 var (
@@ -98,7 +98,9 @@ func loadDriver() (*driver, error) {
 			{&d.cuStreamBeginCapture, "cuStreamBeginCapture_v2"}, {&d.cuStreamEndCapture, "cuStreamEndCapture"},
 			{&d.cuGraphInstantiate, "cuGraphInstantiateWithFlags"}, {&d.cuGraphLaunch, "cuGraphLaunch"},
 			{&d.cuGraphDestroy, "cuGraphDestroy"}, {&d.cuGraphExecDestroy, "cuGraphExecDestroy"},
-			{&d.cuGraphExecUpdate, "cuGraphExecUpdate_v2"},
+			{&d.cuGraphExecUpdate, "cuGraphExecUpdate_v2"}, {&d.cuGraphCreate, "cuGraphCreate"},
+			{&d.cuGraphAddKernelNode, "cuGraphAddKernelNode_v2"},
+			{&d.cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams_v2"},
 			{&d.cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool"}, {&d.cuMemPoolSetAttribute, "cuMemPoolSetAttribute"},
 		}
 		for _, s := range syms {

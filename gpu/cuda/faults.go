@@ -16,7 +16,9 @@ var Faults = map[string]string{
 	"ROPE":       "rope",            // positions off by one
 	"EMBED":      "embed",           // sums the second id twice, the first never
 	"SHORTCONV":  "shortconv",       // zeroes the first output row
-	"MATMUL":     "matmul",          // bias index off by one
+	"MATMUL":     "matmul",          // bias index off by one (FMA kernels)
+	"GEMV":       "matmul",          // bias index off by one (one-row kernel)
+	"MMA":        "matmul",          // swaps the two k halves of x in the tensor-core kernel (MatMul "mma")
 	"ATTN_MASK":  "attention",       // sliding window one key too wide
 	"ATTN_ROUND": "attention",       // drops the bf16 rounding of exp(s − m)
 	"CONV1D":     "conv1d",          // input index off by one

@@ -158,7 +158,7 @@ __global__ void act_f32(int f, float* d, i64 ldd, const float* a, i64 lda, int r
         break;
       case ACT_GELU: y = (float)(0.5 * (double)x * (1.0 + erf((double)x * 0.70710678118654752440))); break;
       case ACT_RELU: y = fmaxf(x, 0.0f); break;
-      case ACT_ELU: y = x > 0.0f ? x : expf(x) - 1.0f; break;
+      case ACT_ELU: y = x > 0.0f ? x : expm1f(x); break;
       default: y = 1.0f / (1.0f + expf(-x)); break;
     }
     d[r * ldd + c] = y;
@@ -335,6 +335,8 @@ __global__ void shortconv_f32(float* d, i64 ldd, const float* x, i64 ldx, const 
   for (int j = 0; j < L - 1; j++) state[(i64)j * lds + c] = win[j];
 }
 
+}  // extern "C"
+
 // ---- matrix product --------------------------------------------------------
 
 // matmul: d[m, n] = Σ_k x[m, k]·w[n, k] (+ bias[n]).
@@ -345,6 +347,70 @@ __global__ void shortconv_f32(float* d, i64 ldd, const float* x, i64 ldx, const 
 // A warp computes an R×C tile of outputs (R rows of x, C rows of w), so
 // every row's value is the same whatever M, the tile and the grid: a decode
 // row stepped alone equals the same row in any batch, bit for bit.
+// mm_load fills xs and ws with elements k0 … k0+7 of the tile's rows
+// (zeros past K).
+template <int R, int C, int WDT>
+__device__ __forceinline__ void mm_load(float (&xs)[R][8], float (&ws)[C][8], const float* const (&xr)[R],
+                                        const void* w, const i64 (&wo)[C], int K, int k0, bool xv, bool wv) {
+  if (k0 + 8 <= K && xv) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      float4 a = *(const float4*)(xr[r] + k0), b = *(const float4*)(xr[r] + k0 + 4);
+      xs[r][0] = a.x; xs[r][1] = a.y; xs[r][2] = a.z; xs[r][3] = a.w;
+      xs[r][4] = b.x; xs[r][5] = b.y; xs[r][6] = b.z; xs[r][7] = b.w;
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int e = 0; e < 8; e++) xs[r][e] = k0 + e < K ? xr[r][k0 + e] : 0.0f;
+  }
+  if (k0 + 8 <= K && wv) {
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+      if (WDT == DT_F32) {
+        const float* p = (const float*)w + wo[c] + k0;
+        float4 a = __ldg((const float4*)p), b = __ldg((const float4*)(p + 4));
+        ws[c][0] = a.x; ws[c][1] = a.y; ws[c][2] = a.z; ws[c][3] = a.w;
+        ws[c][4] = b.x; ws[c][5] = b.y; ws[c][6] = b.z; ws[c][7] = b.w;
+      } else {
+        uint4 v = __ldg((const uint4*)((const u16*)w + wo[c] + k0));
+        u32 q[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          if (WDT == DT_BF16) {
+            ws[c][2 * e] = __uint_as_float(q[e] << 16);
+            ws[c][2 * e + 1] = __uint_as_float(q[e] & 0xffff0000u);
+          } else {
+            ws[c][2 * e] = f16f((u16)(q[e] & 0xffffu));
+            ws[c][2 * e + 1] = f16f((u16)(q[e] >> 16));
+          }
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < C; c++)
+#pragma unroll
+      for (int e = 0; e < 8; e++) ws[c][e] = k0 + e < K ? load(w, WDT, wo[c] + k0 + e) : 0.0f;
+  }
+}
+
+// mm_fma accumulates one chunk's products in e order.
+template <int R, int C>
+__device__ __forceinline__ void mm_fma(float (&acc)[R][C], const float (&xs)[R][8], const float (&ws)[C][8], int K,
+                                       int k0) {
+#pragma unroll
+  for (int e = 0; e < 8; e++) {
+    if (k0 + e < K) {
+#pragma unroll
+      for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int c = 0; c < C; c++) acc[r][c] = fmaf(xs[r][e], ws[c][e], acc[r][c]);
+    }
+  }
+}
+
 template <int R, int C, int WDT>
 __device__ __forceinline__ void mm_tile(float* d, i64 ldd, const float* x, i64 ldx, const void* w, i64 ldw,
                                         const void* bias, int bdt, int M, int N, int K, int m0, int n0) {
@@ -364,59 +430,23 @@ __device__ __forceinline__ void mm_tile(float* d, i64 ldd, const float* x, i64 l
   bool xv = ((((unsigned long long)x) & 15) == 0) && (ldx % 4 == 0);
   bool wv = WDT == DT_F32 ? ((((unsigned long long)w) & 15) == 0) && (ldw % 4 == 0)
                           : ((((unsigned long long)w) & 15) == 0) && (ldw % 8 == 0);
-  for (int k0 = 8 * lane; k0 < K; k0 += 256) {
+  int k0 = 8 * lane;
+  if (R <= 2) {
+    // Two chunks' loads in flight before their products (the decode
+    // case is bound by how many weight bytes are in flight); the products
+    // are still accumulated chunk by chunk, so the order is unchanged.
+    for (; k0 + 256 < K; k0 += 512) {
+      float xa[R][8], wa[C][8], xb[R][8], wb[C][8];
+      mm_load<R, C, WDT>(xa, wa, xr, w, wo, K, k0, xv, wv);
+      mm_load<R, C, WDT>(xb, wb, xr, w, wo, K, k0 + 256, xv, wv);
+      mm_fma<R, C>(acc, xa, wa, K, k0);
+      mm_fma<R, C>(acc, xb, wb, K, k0 + 256);
+    }
+  }
+  for (; k0 < K; k0 += 256) {
     float xs[R][8], ws[C][8];
-    if (k0 + 8 <= K && xv) {
-#pragma unroll
-      for (int r = 0; r < R; r++) {
-        float4 a = *(const float4*)(xr[r] + k0), b = *(const float4*)(xr[r] + k0 + 4);
-        xs[r][0] = a.x; xs[r][1] = a.y; xs[r][2] = a.z; xs[r][3] = a.w;
-        xs[r][4] = b.x; xs[r][5] = b.y; xs[r][6] = b.z; xs[r][7] = b.w;
-      }
-    } else {
-#pragma unroll
-      for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int e = 0; e < 8; e++) xs[r][e] = k0 + e < K ? xr[r][k0 + e] : 0.0f;
-    }
-    if (k0 + 8 <= K && wv) {
-#pragma unroll
-      for (int c = 0; c < C; c++) {
-        if (WDT == DT_F32) {
-          const float* p = (const float*)w + wo[c] + k0;
-          float4 a = __ldg((const float4*)p), b = __ldg((const float4*)(p + 4));
-          ws[c][0] = a.x; ws[c][1] = a.y; ws[c][2] = a.z; ws[c][3] = a.w;
-          ws[c][4] = b.x; ws[c][5] = b.y; ws[c][6] = b.z; ws[c][7] = b.w;
-        } else {
-          uint4 v = __ldg((const uint4*)((const u16*)w + wo[c] + k0));
-          u32 q[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            if (WDT == DT_BF16) {
-              ws[c][2 * e] = __uint_as_float(q[e] << 16);
-              ws[c][2 * e + 1] = __uint_as_float(q[e] & 0xffff0000u);
-            } else {
-              ws[c][2 * e] = f16f((u16)(q[e] & 0xffffu));
-              ws[c][2 * e + 1] = f16f((u16)(q[e] >> 16));
-            }
-          }
-        }
-      }
-    } else {
-#pragma unroll
-      for (int c = 0; c < C; c++)
-#pragma unroll
-        for (int e = 0; e < 8; e++) ws[c][e] = k0 + e < K ? load(w, WDT, wo[c] + k0 + e) : 0.0f;
-    }
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-      if (k0 + e < K) {
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-          for (int c = 0; c < C; c++) acc[r][c] = fmaf(xs[r][e], ws[c][e], acc[r][c]);
-      }
-    }
+    mm_load<R, C, WDT>(xs, ws, xr, w, wo, K, k0, xv, wv);
+    mm_fma<R, C>(acc, xs, ws, K, k0);
   }
 #pragma unroll
   for (int r = 0; r < R; r++)
@@ -442,6 +472,76 @@ __device__ __forceinline__ void mm_tile(float* d, i64 ldd, const float* x, i64 l
     }
 }
 
+extern "C" {
+
+// gemv_bf16 is matmul_r1_bf16 for one row of x with four chunks of
+// weights in flight per lane (the decode step streams every weight once;
+// how many bytes are in flight sets its speed). The products are
+// accumulated in exactly mm_tile's order, so it gives the same bits.
+__global__ void __launch_bounds__(128) gemv_bf16(float* d, const float* x, const u16* w, i64 ldw,
+                                                  const void* bias, int bdt, int N, int K) {
+  const int C = 4, U = 4;
+  int lane = threadIdx.x & 31;
+  int n0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * C;
+  if (n0 >= N) return;
+  const u16* wr[C];
+#pragma unroll
+  for (int c = 0; c < C; c++) wr[c] = w + (i64)min(n0 + c, N - 1) * ldw;
+  float acc[C] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int k0 = 8 * lane;
+  for (; k0 + 256 * (U - 1) + 8 <= K; k0 += 256 * U) {
+    uint4 wv[U][C];
+    float4 xa[U], xb[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+#pragma unroll
+      for (int c = 0; c < C; c++) wv[u][c] = __ldg((const uint4*)(wr[c] + k0 + 256 * u));
+      xa[u] = *(const float4*)(x + k0 + 256 * u);
+      xb[u] = *(const float4*)(x + k0 + 256 * u + 4);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      float xs[8] = {xa[u].x, xa[u].y, xa[u].z, xa[u].w, xb[u].x, xb[u].y, xb[u].z, xb[u].w};
+#pragma unroll
+      for (int e = 0; e < 8; e++) {
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+          u32 q = e < 2 ? wv[u][c].x : e < 4 ? wv[u][c].y : e < 6 ? wv[u][c].z : wv[u][c].w;
+          float wf = (e & 1) ? __uint_as_float(q & 0xffff0000u) : __uint_as_float(q << 16);
+          acc[c] = fmaf(xs[e], wf, acc[c]);
+        }
+      }
+    }
+  }
+  for (; k0 < K; k0 += 256) {
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      if (k0 + e < K) {
+        float xv = x[k0 + e];
+#pragma unroll
+        for (int c = 0; c < C; c++) acc[c] = fmaf(xv, bf16f(wr[c][k0 + e]), acc[c]);
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < C; c++)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], o);
+#pragma unroll
+  for (int c = 0; c < C; c++) {
+    int n = n0 + c;
+    if (lane == c && n < N) {
+      float v = acc[c];
+#ifdef FAULT_GEMV
+      if (bias && n > 0) v += load(bias, bdt, n - 1);
+#else
+      if (bias) v += load(bias, bdt, n);
+#endif
+      d[n] = v;
+    }
+  }
+}
+
 // One warp per tile; blockDim.x = 128 (4 warps); grid.x covers N/C tiles
 // by 4, grid.y covers M/R.
 #define MATMUL_KERNEL(name, R, C, WDT)                                                                        \
@@ -465,6 +565,152 @@ MATMUL_KERNEL(matmul_r1_f16, 1, 4, DT_F16)
 MATMUL_KERNEL(matmul_r2_f16, 2, 4, DT_F16)
 MATMUL_KERNEL(matmul_r4_f16, 4, 4, DT_F16)
 MATMUL_KERNEL(matmul_r8_f16, 8, 4, DT_F16)
+
+}  // extern "C"
+
+// ---- matrix product on the tensor cores (bf16 weights) --------------------
+
+// mma_bf16: d[m, n] = Σ_k x[m, k]·w[n, k] (+ bias[n]) for bf16 weights,
+// with mma.sync.m16n8k16 (weights as A: 16 rows of w; x as B: 8 rows).
+// x is fp32: each value is split exactly into bf16 parts hi + mid + lo
+// (|x − hi − mid − lo| ≤ 2^-24·|x|), and each part is multiplied, so the
+// products keep fp32 accuracy; a part that is zero in every lane of a warp
+// (x already bf16, as in bf16 mode) is skipped, which adds exact zeros.
+//
+// The summation order of an output depends only on K: K is cut into
+// superblocks of 64; superblock s goes to warp s mod 4 of the block, which
+// accumulates its superblocks in s order (4 MMAs of k16 each, parts in
+// hi, mid, lo order); the block then adds the four warps' sums in warp
+// order. Within a superblock, thread t of a quad holds the 16 consecutive
+// k = 64s + 16t … +15 (a permutation of the MMA's k index, the same for A
+// and B, so the dot product is unchanged and the loads are 16-byte). How
+// many rows of x one block covers (MT·8) does not enter: a row computed
+// alone equals the same row in any batch, bit for bit.
+__device__ __forceinline__ u32 pack2(float a, float b) {
+  return (__float_as_uint(a) >> 16) | (__float_as_uint(b) & 0xffff0000u);
+}
+
+__device__ __forceinline__ void mma16816(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// mma_wload loads 16 bf16 weights of a row from k (zeros past K) as 8 pairs.
+__device__ __forceinline__ void mma_wload(u32 (&p)[8], const u16* row, int k, int K, bool vec) {
+  if (vec && k + 16 <= K) {
+    uint4 a = __ldg((const uint4*)(row + k)), b = __ldg((const uint4*)(row + k + 8));
+    p[0] = a.x; p[1] = a.y; p[2] = a.z; p[3] = a.w;
+    p[4] = b.x; p[5] = b.y; p[6] = b.z; p[7] = b.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      u32 lo = k + 2 * e < K ? row[k + 2 * e] : 0u, hi = k + 2 * e + 1 < K ? row[k + 2 * e + 1] : 0u;
+      p[e] = lo | (hi << 16);
+    }
+  }
+}
+
+template <int MT>
+__device__ __forceinline__ void mma_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
+                                         const void* bias, int bdt, int M, int N, int K) {
+  __shared__ float part[4][MT][32][4];
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int g = lane >> 2, t = lane & 3;
+  int n0 = blockIdx.x * 16, m0 = blockIdx.y * 8 * MT;
+  float acc[MT][4];
+#pragma unroll
+  for (int i = 0; i < MT; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  const u16* wr0 = w + (i64)min(n0 + g, N - 1) * ldw;
+  const u16* wr1 = w + (i64)min(n0 + g + 8, N - 1) * ldw;
+  bool wv = ((((unsigned long long)w) & 15) == 0) && (ldw % 8 == 0);
+  bool xv = ((((unsigned long long)x) & 15) == 0) && (ldx % 4 == 0);
+  int nsb = (K + 63) / 64;
+  for (int s = warp; s < nsb; s += 4) {
+    int k = s * 64 + 16 * t;
+    u32 wa[8], wb[8];
+    mma_wload(wa, wr0, k, K, wv);
+    mma_wload(wb, wr1, k, K, wv);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+      const float* xr = x + (i64)min(m0 + 8 * mt + g, M - 1) * ldx;
+      float xs[16];
+      if (xv && k + 16 <= K) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          float4 v = *(const float4*)(xr + k + 4 * e);
+          xs[4 * e] = v.x; xs[4 * e + 1] = v.y; xs[4 * e + 2] = v.z; xs[4 * e + 3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 16; e++) xs[e] = k + e < K ? xr[k + e] : 0.0f;
+      }
+      u32 ph[8], pm[8], pl[8];
+      bool anyM = false, anyL = false;
+#pragma unroll
+      for (int e = 0; e < 8; e++) {
+        float a = xs[2 * e], b = xs[2 * e + 1];
+        float ah = rbf16(a), bh = rbf16(b);
+        float ar = a - ah, br = b - bh;
+        float am = rbf16(ar), bm = rbf16(br);
+        float al = rbf16(ar - am), bl = rbf16(br - bm);
+        ph[e] = pack2(ah, bh);
+        pm[e] = pack2(am, bm);
+        pl[e] = pack2(al, bl);
+        anyM |= pm[e] != 0u;
+        anyL |= pl[e] != 0u;
+      }
+      anyM = __any_sync(0xffffffffu, anyM);
+      anyL = __any_sync(0xffffffffu, anyL);
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+#ifdef FAULT_MMA
+        mma16816(acc[mt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], ph[2 * j + 1], ph[2 * j]);
+#else
+        mma16816(acc[mt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], ph[2 * j], ph[2 * j + 1]);
+#endif
+        if (anyM) mma16816(acc[mt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], pm[2 * j], pm[2 * j + 1]);
+        if (anyL) mma16816(acc[mt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], pl[2 * j], pl[2 * j + 1]);
+      }
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) part[warp][mt][lane][e] = acc[mt][e];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float v = part[0][mt][lane][e];
+      v += part[1][mt][lane][e];
+      v += part[2][mt][lane][e];
+      v += part[3][mt][lane][e];
+      // c0, c1: weight row g, x rows 2t, 2t+1; c2, c3: weight row g+8.
+      int n = n0 + g + (e >> 1) * 8, m = m0 + 8 * mt + 2 * t + (e & 1);
+      if (n < N && m < M) {
+        if (bias) v += load(bias, bdt, n);
+        d[(i64)m * ldd + n] = v;
+      }
+    }
+  }
+}
+
+extern "C" {
+
+#define MMA_KERNEL(name, MT)                                                                                 \
+  __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w,     \
+                                              i64 ldw, const void* bias, int bdt, int M, int N, int K) {    \
+    mma_tile<MT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K);                                               \
+  }
+
+MMA_KERNEL(mma_bf16_m8, 1)
+MMA_KERNEL(mma_bf16_m16, 2)
+MMA_KERNEL(mma_bf16_m32, 4)
 
 // ---- attention -------------------------------------------------------------
 

@@ -43,7 +43,25 @@ func matmulGrid(m, n, r int) [3]uint32 {
 	return [3]uint32{uint32((tiles + 3) / 4), uint32((m + r - 1) / r), 1}
 }
 
-// MatMul implements gpu.Queue.
+// mmaLaunch picks the tensor-core kernel for M rows (8, 16 or 32 rows of x
+// a block: the order of the sums does not depend on it) and its grid (16
+// weight rows a block).
+func mmaLaunch(m, n int) (string, [3]uint32) {
+	rows, name := 32, "mma_bf16_m32"
+	switch {
+	case m <= 8:
+		rows, name = 8, "mma_bf16_m8"
+	case m <= 16:
+		rows, name = 16, "mma_bf16_m16"
+	}
+	return name, [3]uint32{uint32((n + 15) / 16), uint32((m + rows - 1) / rows), 1}
+}
+
+// MatMul implements gpu.Queue. Every product runs on the FMA kernels, whose
+// summation order depends only on K (a row alone equals the same row in
+// any batch); a single row of x with BF16 weights takes gemv_bf16, the same
+// order with more weight bytes in flight. With Options.MatMul "mma", BF16
+// weights run on the tensor-core kernel instead (its own K-only order).
 func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 	M, K, N := x.Rows, x.Cols, w.Rows
 	if w.Cols != K || dst.Rows != M || dst.Cols != N || (!bias.IsNil() && bias.Len() < N) {
@@ -60,6 +78,17 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 			q.Fill(dst, 0)
 			q.AddRow(dst, dst, bias)
 		}
+		return
+	}
+	if M == 1 && w.DType() == gpu.BF16 && !q.d.mmaMatMul && q.ptr(x)%16 == 0 && q.ptr(w)%16 == 0 && w.Stride%8 == 0 {
+		q.launch("gemv_bf16", [3]uint32{uint32((N + 15) / 16), 1, 1}, blk128, 0,
+			q.t(dst), q.t(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(N), i(K))
+		return
+	}
+	if w.DType() == gpu.BF16 && q.d.mmaMatMul {
+		name, g := mmaLaunch(M, N)
+		q.launch(name, g, blk128, 0,
+			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
 	r := matmulRows(M)

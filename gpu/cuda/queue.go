@@ -18,6 +18,7 @@ var kernelNames = []string{
 	"matmul_r1_f32", "matmul_r2_f32", "matmul_r4_f32", "matmul_r8_f32",
 	"matmul_r1_bf16", "matmul_r2_bf16", "matmul_r4_bf16", "matmul_r8_bf16",
 	"matmul_r1_f16", "matmul_r2_f16", "matmul_r4_f16", "matmul_r8_f16",
+	"gemv_bf16", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32",
 	"attention_f32", "conv1d_f32", "convtr1d_f32", "conv2d_f32",
 }
 
@@ -87,6 +88,7 @@ type Queue struct {
 	readBuf *buffer // contiguous staging for strided reads
 	err     error   // sticky: the first failure, returned by Read and Sync
 	params  []unsafe.Pointer
+	graphs  graphCache // owner thread only
 }
 
 var _ gpu.Queue = (*Queue)(nil)
@@ -257,6 +259,15 @@ func (q *Queue) execute(r *batch) error {
 	for j := range r.slots {
 		q.params[j] = unsafe.Pointer(&r.slots[j])
 	}
+	if q.d.graphs && graphable(r) {
+		ok, err := q.runGraph(r)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return q.recordUpload(r)
+		}
+	}
 	for _, cm := range r.cmds {
 		if cm.free != 0 {
 			if err := c.call("cuMemFreeAsync", c.cuMemFreeAsync, cm.free, q.stream); err != nil {
@@ -276,12 +287,19 @@ func (q *Queue) execute(r *batch) error {
 			return c.err("cuLaunchKernel", result(res))
 		}
 	}
-	if len(r.up) > 0 {
-		if err := c.call("cuEventRecord", c.cuEventRecord, q.upEvent, q.stream); err != nil {
-			return err
-		}
-		q.upPending = true
+	return q.recordUpload(r)
+}
+
+// recordUpload marks the point after which the stage may be rewritten.
+func (q *Queue) recordUpload(r *batch) error {
+	if len(r.up) == 0 {
+		return nil
 	}
+	c := q.d.drv
+	if err := c.call("cuEventRecord", c.cuEventRecord, q.upEvent, q.stream); err != nil {
+		return err
+	}
+	q.upPending = true
 	return nil
 }
 

@@ -147,18 +147,36 @@ var checkers = map[string]func(*harness){
 // returns one Check per case. seed makes the random inputs; every op draws
 // from its own stream (seed and the op's name), so a run restricted to some
 // ops sees the same inputs. Run leaves dev open.
-func Run(dev gpu.Device, seed uint64) Report { return run(dev, seed, nil) }
+func Run(dev gpu.Device, seed uint64) Report { return RunWith(dev, seed, Options{}) }
+
+// Options describe a backend's documented numerics where they differ from
+// the default contract.
+type Options struct {
+	// TensorCoreMatMul states that MatMul splits x into three bf16 parts
+	// and sums on tensor cores, whose fp32 accumulation truncates (products
+	// are exact; each addition may lose up to one ulp, 2u, not u: Fasi,
+	// Higham, Mikaitis and Pranesh, "Numerical behavior of NVIDIA tensor
+	// cores", PeerJ CS 2021). The bound becomes γ′_{3K+5}·Σ|x·w| with unit
+	// roundoff 2u (3K part products, the block's four partial sums, the
+	// bias) plus 2^-24·Σ|x·w| for the split's remainder.
+	TensorCoreMatMul bool
+}
+
+// RunWith is Run with a backend's Options.
+func RunWith(dev gpu.Device, seed uint64, o Options) Report {
+	return run(dev, seed, nil, o)
+}
 
 // run is Run restricted to the ops for which only returns true (all when
 // only is nil).
-func run(dev gpu.Device, seed uint64, only func(op string) bool) Report {
+func run(dev gpu.Device, seed uint64, only func(op string) bool, o Options) Report {
 	q := dev.NewQueue("gputest")
 	var rep Report
 	for _, op := range Ops {
 		if only != nil && !only(op) {
 			continue
 		}
-		h := &harness{dev: dev, q: q, op: op, rng: rand.New(rand.NewPCG(seed, opStream(op)))}
+		h := &harness{dev: dev, q: q, op: op, rng: rand.New(rand.NewPCG(seed, opStream(op))), opts: o}
 		h.run(checkers[op])
 		rep.Checks = append(rep.Checks, h.checks...)
 	}
@@ -210,6 +228,7 @@ type harness struct {
 	checks []Check
 	owned  []gpu.Tensor // buffers to free when the op's checks end
 	keep   [][]byte     // bytes of Load'ed tensors (the CPU backend aliases them)
+	opts   Options
 }
 
 // run calls fn, turning a panic into a failed Check, and frees every buffer

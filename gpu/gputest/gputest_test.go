@@ -474,7 +474,7 @@ func TestFaults(t *testing.T) {
 	} {
 		t.Run(strings.ReplaceAll(tc.fault, "/", "_"), func(t *testing.T) {
 			op, _, _ := strings.Cut(tc.fault, "/")
-			rep := run(faultDev{newCPU(t), tc.fault}, 1, func(o string) bool { return o == op })
+			rep := run(faultDev{newCPU(t), tc.fault}, 1, func(o string) bool { return o == op }, Options{})
 			if !rep.FailedOps()[op] {
 				t.Fatalf("fault %s not caught: %s", tc.fault, rep.Summary())
 			}
@@ -501,7 +501,7 @@ func TestFaults(t *testing.T) {
 // TestPanic: a panic in one op's check becomes a failed Check with its text,
 // and the other ops still run and pass.
 func TestPanic(t *testing.T) {
-	rep := run(faultDev{newCPU(t), "glu/panic"}, 1, func(o string) bool { return o == "glu" || o == "rmsnorm" || o == "act" })
+	rep := run(faultDev{newCPU(t), "glu/panic"}, 1, func(o string) bool { return o == "glu" || o == "rmsnorm" || o == "act" }, Options{})
 	if got := rep.FailedOps(); len(got) != 1 || !got["glu"] {
 		t.Fatalf("failed ops %v, want only glu", got)
 	}

@@ -57,6 +57,9 @@ func matmulCase(h *harness, wdt gpu.DType, wview bool, M, K, N int, bdt gpu.DTyp
 	}
 	dst := h.f32(M, N, strided)
 	want, bound := matmulReplay(x.vals, w.vals, b.vals, M, K, N)
+	if h.opts.TensorCoreMatMul && wdt == gpu.BF16 && !wview {
+		want, bound = matmulReplayTC(x.vals, w.vals, b.vals, M, K, N)
+	}
 	h.q.MatMul(dst.view, x.view, w.view, bt)
 	wname, wtag := dtName(wdt), ""
 	if wview {
@@ -91,6 +94,17 @@ func matmulReplay(x, w, b []float32, M, K, N int) (want, bound []float64) {
 		}
 	}
 	return want, bound
+}
+
+// matmulReplayTC is matmulReplay with Options.TensorCoreMatMul's bound.
+func matmulReplayTC(x, w, b []float32, M, K, N int) (want, bound []float64) {
+	want, sa := matmulReplay(x, w, b, M, K, N)
+	n := float64(3*K + 5)
+	g := n * 2 * u / (1 - n*2*u)
+	for i := range sa {
+		sa[i] = sa[i] / gamma(K+1) * (g + u)
+	}
+	return want, sa
 }
 
 // checkBatchInvariance records the check "batch-invariance": for every

@@ -1,0 +1,99 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+)
+
+// Benchmarks of the decode-critical kernels at the real model's sizes (run
+// on the GPU machine: go test -c, then ./cuda.test -test.bench .).
+
+// BenchmarkCopy measures the device-to-device copy rate (bytes read plus
+// bytes written), the ceiling the matrix-vector products are held to.
+func BenchmarkCopy(b *testing.B) {
+	d := openGPU(b)
+	const n = 256 << 20 // F32 elements: 1 GiB
+	src, dst := d.Alloc(gpu.F32, 1, n), d.Alloc(gpu.F32, 1, n)
+	defer d.Free(src)
+	defer d.Free(dst)
+	q := d.NewQueue("bench")
+	c := d.drv
+	sp, dp := src.Buf.(*buffer).ptr, dst.Buf.(*buffer).ptr
+	qq := q.(*Queue)
+	b.SetBytes(2 * 4 * n)
+	b.ResetTimer()
+	for range b.N {
+		d.do(func() error {
+			return c.call("cuMemcpyDtoDAsync", c.cuMemcpyDtoDAsync, dp, sp, uintptr(4*n), qq.stream)
+		})
+	}
+	if err := q.Sync(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkMatMul streams bf16 weights of LFM2's FFN shape [8192, 2048]
+// (32 MiB each; 16 of them, 512 MiB, so the L2 cache holds none) through
+// MatMul with M rows of x; bytes are the weights read.
+func BenchmarkMatMul(b *testing.B) {
+	d := openGPU(b)
+	const N, K, sets = 8192, 2048, 16
+	rng := rand.New(rand.NewPCG(3, 4))
+	raw := make([]uint16, N*K)
+	for i := range raw {
+		raw[i] = gpu.F32ToBF16(float32(rng.Float64()*2 - 1))
+	}
+	bytes := unsafe.Slice((*byte)(unsafe.Pointer(&raw[0])), 2*len(raw))
+	ws := make([]gpu.Tensor, sets)
+	for i := range ws {
+		t, err := d.Load(gpu.BF16, N, K, bytes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ws[i] = t
+	}
+	defer func() {
+		for _, w := range ws {
+			d.Free(w)
+		}
+	}()
+	for _, kind := range []string{"mma", "fma"} {
+		for _, M := range []int{1, 2, 4, 8, 16, 64, 128} {
+			b.Run(fmt.Sprintf("%s/M=%d", kind, M), func(b *testing.B) {
+				d.mmaMatMul = kind == "mma"
+				defer func() { d.mmaMatMul = false }()
+				q := d.NewQueue("bench")
+				x, y := d.Alloc(gpu.F32, M, K), d.Alloc(gpu.F32, M, N)
+				xs := make([]float32, M*K)
+				for i := range xs {
+					xs[i] = float32(rng.Float64()*2 - 1)
+				}
+				q.Write(x, xs)
+				for _, w := range ws { // warm up (and build the graph)
+					q.MatMul(y, x, w, gpu.Tensor{})
+				}
+				q.Sync()
+				for _, w := range ws {
+					q.MatMul(y, x, w, gpu.Tensor{})
+				}
+				q.Sync()
+				b.SetBytes(int64(sets) * N * K * 2)
+				b.ResetTimer()
+				for range b.N {
+					for _, w := range ws {
+						q.MatMul(y, x, w, gpu.Tensor{})
+					}
+					q.(*Queue).flush()
+				}
+				if err := q.Sync(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(b.N)*sets*2*float64(M)*N*K/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+			})
+		}
+	}
+}

@@ -1,0 +1,207 @@
+package cuda
+
+import (
+	"hash/maphash"
+	"slices"
+	"unsafe"
+)
+
+// CUDA graphs. A stage's work between two reads (a backbone step, a
+// depthformer codebook position, a codec chunk) is the same sequence of
+// kernels every time it recurs; only some arguments change (positions,
+// cache lengths, the addresses of rows appended to a cache). The queue
+// therefore keeps, per launch sequence ("shape": kernels, grids, blocks,
+// argument counts), an instantiated graph of one kernel node per launch,
+// chained in order. A batch whose shape was seen before replays its graph:
+// the nodes whose arguments differ from the graph's are updated in place
+// (cuGraphExecKernelNodeSetParams), then one cuGraphLaunch replaces the
+// batch's launches. A shape is built into a graph the second time it is
+// seen (a one-off batch is not worth instantiating), and each batch-size
+// bucket has its own shape, as the grids differ.
+
+// kernelNodeParams is CUDA_KERNEL_NODE_PARAMS_v2.
+type kernelNodeParams struct {
+	fn                         uintptr
+	gx, gy, gz, bx, by, bz, sm uint32
+	_                          uint32
+	params, extra, kern, ctx   uintptr
+}
+
+// minGraph is the fewest launches worth a graph.
+const minGraph = 8
+
+// maxGraphs bounds the graphs a queue keeps (least recently used go).
+const maxGraphs = 64
+
+type graphEntry struct {
+	cmds  []cmd
+	slots []uint64
+	graph uintptr
+	exec  uintptr
+	nodes []uintptr
+	used  uint64
+}
+
+type graphCache struct {
+	seed    maphash.Seed
+	seen    map[uint64]int
+	entries map[uint64]*graphEntry
+	clock   uint64
+	// Replays and node updates, for the bench and tests.
+	replays, built, updates uint64
+}
+
+// shapeKey hashes what a graph's topology depends on.
+func (g *graphCache) shapeKey(cmds []cmd) uint64 {
+	if g.seen == nil {
+		g.seed = maphash.MakeSeed()
+		g.seen = map[uint64]int{}
+		g.entries = map[uint64]*graphEntry{}
+	}
+	var h maphash.Hash
+	h.SetSeed(g.seed)
+	for _, c := range cmds {
+		var b [48]byte
+		*(*uintptr)(unsafe.Pointer(&b[0])) = c.fn
+		*(*[3]uint32)(unsafe.Pointer(&b[8])) = c.grid
+		*(*[2]uint32)(unsafe.Pointer(&b[20])) = c.block
+		*(*uint32)(unsafe.Pointer(&b[28])) = c.shm
+		*(*int32)(unsafe.Pointer(&b[32])) = c.na
+		h.Write(b[:36])
+	}
+	return h.Sum64()
+}
+
+// sameShape reports whether two command lists launch the same kernels in
+// the same configuration (argument values aside).
+func sameCmdShape(a, b []cmd) bool {
+	return slices.EqualFunc(a, b, func(x, y cmd) bool {
+		return x.fn == y.fn && x.grid == y.grid && x.block == y.block && x.shm == y.shm && x.na == y.na && x.free == 0 && y.free == 0
+	})
+}
+
+func nodeParams(c cmd, params []unsafe.Pointer) kernelNodeParams {
+	p := kernelNodeParams{fn: c.fn, gx: c.grid[0], gy: c.grid[1], gz: c.grid[2], bx: c.block[0], by: c.block[1], bz: 1, sm: c.shm}
+	if c.na > 0 {
+		p.params = uintptr(unsafe.Pointer(&params[c.a0]))
+	}
+	return p
+}
+
+// graphable reports whether a batch may run as a graph: launches only (no
+// frees), enough of them.
+func graphable(r *batch) bool {
+	if len(r.cmds) < minGraph {
+		return false
+	}
+	for _, c := range r.cmds {
+		if c.free != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// runGraph runs the batch through a cached graph when it has one (or
+// builds one the second time its shape is seen) and reports whether it did;
+// on false the caller launches the batch directly. It runs on the owner
+// thread after the arguments are final.
+func (q *Queue) runGraph(r *batch) (bool, error) {
+	g := &q.graphs
+	key := g.shapeKey(r.cmds)
+	e := g.entries[key]
+	if e != nil && !sameCmdShape(e.cmds, r.cmds) {
+		e = nil // a hash collision: run directly
+		return false, nil
+	}
+	c := q.d.drv
+	if e == nil {
+		g.seen[key]++
+		if g.seen[key] < 2 {
+			return false, nil
+		}
+		var err error
+		if e, err = q.buildGraph(r); err != nil {
+			return false, err
+		}
+		q.evict()
+		g.entries[key] = e
+		g.built++
+	} else {
+		for j, cm := range r.cmds {
+			lo, hi := cm.a0, cm.a0+cm.na
+			if slices.Equal(r.slots[lo:hi], e.slots[e.cmds[j].a0:e.cmds[j].a0+e.cmds[j].na]) {
+				continue
+			}
+			np := nodeParams(cm, q.params)
+			if err := c.call("cuGraphExecKernelNodeSetParams", c.cuGraphExecKernelNodeSetParams, e.exec, e.nodes[j], uintptr(unsafe.Pointer(&np))); err != nil {
+				return false, err
+			}
+			copy(e.slots[e.cmds[j].a0:], r.slots[lo:hi])
+			g.updates++
+		}
+	}
+	g.clock++
+	e.used = g.clock
+	if err := c.call("cuGraphLaunch", c.cuGraphLaunch, e.exec, q.stream); err != nil {
+		return false, err
+	}
+	g.replays++
+	return true, nil
+}
+
+func (q *Queue) buildGraph(r *batch) (*graphEntry, error) {
+	c := q.d.drv
+	e := &graphEntry{cmds: slices.Clone(r.cmds), slots: slices.Clone(r.slots), nodes: make([]uintptr, len(r.cmds))}
+	if err := c.call("cuGraphCreate", c.cuGraphCreate, uintptr(unsafe.Pointer(&e.graph)), 0); err != nil {
+		return nil, err
+	}
+	var prev uintptr
+	for j, cm := range r.cmds {
+		np := nodeParams(cm, q.params)
+		var deps uintptr
+		var nd uintptr
+		if j > 0 {
+			deps, nd = uintptr(unsafe.Pointer(&prev)), 1
+		}
+		if err := c.call("cuGraphAddKernelNode", c.cuGraphAddKernelNode, uintptr(unsafe.Pointer(&e.nodes[j])), e.graph, deps, nd, uintptr(unsafe.Pointer(&np))); err != nil {
+			c.call("cuGraphDestroy", c.cuGraphDestroy, e.graph)
+			return nil, err
+		}
+		prev = e.nodes[j]
+	}
+	if err := c.call("cuGraphInstantiate", c.cuGraphInstantiate, uintptr(unsafe.Pointer(&e.exec)), e.graph, 0); err != nil {
+		c.call("cuGraphDestroy", c.cuGraphDestroy, e.graph)
+		return nil, err
+	}
+	return e, nil
+}
+
+// evict drops the least recently used graph when the cache is full.
+func (q *Queue) evict() {
+	g := &q.graphs
+	if len(g.entries) < maxGraphs {
+		return
+	}
+	var old uint64
+	var oe *graphEntry
+	for k, e := range g.entries {
+		if oe == nil || e.used < oe.used {
+			old, oe = k, e
+		}
+	}
+	q.destroyGraph(oe)
+	delete(g.entries, old)
+}
+
+func (q *Queue) destroyGraph(e *graphEntry) {
+	c := q.d.drv
+	c.call("cuGraphExecDestroy", c.cuGraphExecDestroy, e.exec)
+	c.call("cuGraphDestroy", c.cuGraphDestroy, e.graph)
+}
+
+// GraphStats reports how many batches replayed a graph, how many graphs
+// were built and how many kernel nodes were updated.
+func (q *Queue) GraphStats() (replays, built, updates uint64) {
+	return q.graphs.replays, q.graphs.built, q.graphs.updates
+}
