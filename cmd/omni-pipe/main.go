@@ -67,16 +67,15 @@ func run(args []string, e *env) int {
 	name := args[0]
 	switch name {
 	case "help", "-h", "-help", "--help":
-		if len(args) > 1 {
+		if len(args) > 1 && args[1] != "help" {
 			c, ok := commands[args[1]]
 			if !ok {
-				fmt.Fprintf(e.stderr, "omni-pipe: unknown command %q\n", args[1])
+				fmt.Fprintf(e.stderr, "omni-pipe: unknown command %q (run 'omni-pipe help' for the list)\n", args[1])
 				return exitUsage
 			}
 			fs := newFlagSet(c, e)
 			c.setup(fs, e)
-			fs.SetOutput(e.stdout)
-			fs.Usage()
+			printUsage(e.stdout, c, fs)
 			return exitOK
 		}
 		printHelp(e.stdout)
@@ -90,10 +89,15 @@ func run(args []string, e *env) int {
 	fs := newFlagSet(c, e)
 	runFn := c.setup(fs, e)
 	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, flag.ErrHelp) { // -h or --help
+			printUsage(e.stdout, c, fs)
 			return exitOK
 		}
-		return exitUsage // the flag package already printed the error and usage
+		// The error and where the usage is, not the usage itself: a page of
+		// flags would bury the one line that matters.
+		fmt.Fprintf(e.stderr, "omni-pipe %s: %v\n", name, err)
+		fmt.Fprintf(e.stderr, "run 'omni-pipe help %s' for usage\n", name)
+		return exitUsage
 	}
 	err := runFn(fs.Args())
 	var ue usageError
@@ -110,20 +114,26 @@ func run(args []string, e *env) int {
 	}
 }
 
+// newFlagSet returns c's flag set. It prints nothing itself: run reports
+// parse errors in one line, and printUsage writes the usage on request.
 func newFlagSet(c *command, e *env) *flag.FlagSet {
 	fs := flag.NewFlagSet("omni-pipe "+c.name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "usage: omni-pipe %s %s\n\n%s\n", c.name, c.usage, c.summary)
-		has := false
-		fs.VisitAll(func(*flag.Flag) { has = true })
-		if has {
-			fmt.Fprintf(w, "\nflags:\n")
-			fs.PrintDefaults()
-		}
-	}
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	return fs
+}
+
+// printUsage writes c's synopsis, summary and flags.
+func printUsage(w io.Writer, c *command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: omni-pipe %s %s\n\n%s\n", c.name, c.usage, c.summary)
+	has := false
+	fs.VisitAll(func(*flag.Flag) { has = true })
+	if has {
+		fmt.Fprintf(w, "\nflags:\n")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
 }
 
 func printHelp(w io.Writer) {

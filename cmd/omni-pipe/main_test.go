@@ -190,3 +190,30 @@ func TestTokenizeEmpty(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpAndBadFlags: `help help` is the general help; a bad flag is one
+// line and a pointer to the command's help, not a page of usage; -h prints
+// the usage on stdout.
+func TestHelpAndBadFlags(t *testing.T) {
+	code, out, errOut := runCmd(t, "", "help", "help")
+	if code != exitOK || !strings.Contains(out, "commands:") || errOut != "" {
+		t.Errorf("help help: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	for _, args := range [][]string{
+		{"generate", "--no-such-flag"},
+		{"serve", "--max-queue", "many"},
+		{"bench", "-x"},
+	} {
+		code, out, errOut := runCmd(t, "", args...)
+		want := "omni-pipe " + args[0] + ": "
+		lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+		if code != exitUsage || out != "" || len(lines) != 2 || !strings.HasPrefix(lines[0], want) ||
+			lines[1] != "run 'omni-pipe help "+args[0]+"' for usage" {
+			t.Errorf("%v: exit %d, stdout %q, stderr:\n%s\nwant exit %d, the error and a pointer to help", args, code, out, errOut, exitUsage)
+		}
+	}
+	code, out, errOut = runCmd(t, "", "generate", "-h")
+	if code != exitOK || !strings.Contains(out, "usage: omni-pipe generate") || !strings.Contains(out, "-max-new-tokens") || errOut != "" {
+		t.Errorf("generate -h: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
