@@ -5,7 +5,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/internal/numcmp"
 	"github.com/omni-pipe/omni-pipe/internal/refcase"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 )
@@ -20,7 +22,7 @@ func TestFixtureCases(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	for _, name := range []string{"case1_question_16k", "case2_tone_noise_24k", "case3_text_only", "case4_two_turn"} {
+	for _, name := range []string{"case1_question_16k", "case2_tone_noise_24k", "case3_text_only", "case4_two_turn", "case5_bandlimited_8k"} {
 		t.Run(name, func(t *testing.T) {
 			ref, err := refcase.Open("../../testdata/lfm2-audio-tiny/" + name + ".safetensors")
 			if err != nil {
@@ -38,5 +40,77 @@ func TestFixtureCases(t *testing.T) {
 				t.Error("a stage is outside its tolerance")
 			}
 		})
+	}
+}
+
+// TestMelRuleBandLimited: on 8 kHz speech (case5) the mel bins above 4 kHz
+// hold only leakage, which per-feature normalisation scales up to unit
+// variance. The old check (omni-pipe's whole front end, its resampler
+// included, within rel L2 1e-5 of the reference's mel) fails there,
+// although the resampler alone is within 143 dB of torchaudio's; the new
+// checks (the resampler on its own at ≥ 120 dB, and the features of the
+// reference's own 16 kHz waveform within melFFTFactor times the distance a
+// float32 FFT alone makes on it) pass. A real error (the waveform one
+// sample late) fails the new mel rule.
+func TestMelRuleBandLimited(t *testing.T) {
+	dev := cpu.New(0)
+	defer dev.Close()
+	m, err := lfm2audio.Load(dev, "../../testdata/lfm2-audio-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ref, err := refcase.Open("../../testdata/lfm2-audio-tiny/case5_bandlimited_8k.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	in, err := ref.Clip("input_wav")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.SampleRate != 8000 {
+		t.Fatalf("case5 is at %d Hz", in.SampleRate)
+	}
+	want, _ := ref.Floats("mel_f32")
+	wav16, _ := ref.Floats("wav_16k")
+
+	// The old rule, on omni-pipe's own resampling.
+	ours16, err := audio.Resample(in.Samples, in.SampleRate, m.Mel.SampleRate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.Mel.Compute(ours16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := numcmp.Compare(binMajor(f), want)
+	if old.RelL2 <= 1e-5 {
+		t.Errorf("the old rule passes (rel L2 %.3g ≤ 1e-5): case5 no longer shows its failure", old.RelL2)
+	}
+	rs := numcmp.Compare(ours16, wav16)
+	if rs.SNRdB < resampleSNR {
+		t.Errorf("resampler SNR %.1f dB < %d dB", rs.SNRdB, resampleSNR)
+	}
+
+	// The new rule, on the reference's own 16 kHz waveform.
+	mc, err := checkMel(m, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("old check: rel L2 %.3g (bound 1e-5); resampler alone %.1f dB; new check: rel L2 %.3g, float32 FFT's %.3g (bound %d×)",
+		old.RelL2, rs.SNRdB, mc.got.RelL2, mc.fftNoise, melFFTFactor)
+	if !mc.ok() {
+		t.Errorf("the new rule fails: rel L2 %.3g > %d×%.3g", mc.got.RelL2, melFFTFactor, mc.fftNoise)
+	}
+
+	// A one-sample delay is a real error: the new rule catches it.
+	late := append([]float32{0}, wav16[:len(wav16)-1]...)
+	fl, err := m.Mel.Compute(late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := numcmp.Compare(binMajor(fl), want); d.RelL2 <= melFFTFactor*mc.fftNoise {
+		t.Errorf("a one-sample delay (rel L2 %.3g) passes the mel rule (bound %.3g)", d.RelL2, melFFTFactor*mc.fftNoise)
 	}
 }

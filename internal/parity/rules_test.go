@@ -1,0 +1,108 @@
+package parity
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestUlp(t *testing.T) {
+	for _, c := range []struct{ top, want float64 }{
+		{10, 0.0625}, {8, 0.0625}, {15.99, 0.0625}, {16, 0.125}, {-10, 0.0625},
+		{1, 1.0 / 128}, {0.7, 1.0 / 256}, {-3, 1.0 / 64},
+	} {
+		if got := ulp(c.top); got != c.want {
+			t.Errorf("ulp(%v) = %v, want %v", c.top, got, c.want)
+		}
+	}
+	for _, top := range []float64{0, math.NaN(), math.Inf(1)} {
+		if got := ulp(top); !math.IsNaN(got) {
+			t.Errorf("ulp(%v) = %v, want NaN", top, got)
+		}
+	}
+}
+
+// miss is a miss whose reference won by k ulps at a top logit of 10.
+func miss(k float64) Miss {
+	return Miss{Step: 3, Codebook: 1, Ours: 5, Ref: 9, RefMargin: k * 0.0625, RefTop: 10, OurGap: 0.0625}
+}
+
+func TestDepthRule(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		misses []Miss
+		want   bool
+	}{
+		{"none", nil, true},
+		{"an exact tie", []Miss{miss(0)}, true},
+		{"two at 2 ulps", []Miss{miss(2), miss(2)}, true},
+		{"one at 3 ulps", []Miss{miss(1), miss(3)}, false},
+		{"one at 2.5 ulps", []Miss{miss(2.5)}, false},
+		{"an unknown margin", []Miss{{RefMargin: math.NaN(), RefTop: 10}}, false},
+		{"an unknown top", []Miss{{RefMargin: 0, RefTop: math.NaN()}}, false},
+	} {
+		if got := depthRule(c.misses); got != c.want {
+			t.Errorf("%s: depthRule = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestLoopRule(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		misses []Miss
+		f32    int
+		want   bool
+	}{
+		{"none", nil, 0, true},
+		{"as many as the f32 run, at 8 ulps", []Miss{miss(8), miss(1)}, 2, true},
+		{"fewer than the f32 run", []Miss{miss(3)}, 5, true},
+		{"one more than the f32 run", []Miss{miss(0), miss(0), miss(0)}, 2, false},
+		{"one at 9 ulps", []Miss{miss(9)}, 4, false},
+	} {
+		if got := loopRule(c.misses, c.f32); got != c.want {
+			t.Errorf("%s: loopRule = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestDivergenceRule(t *testing.T) {
+	at := func(k float64) *Miss { m := miss(k); return &m }
+	for _, c := range []struct {
+		name  string
+		first *Miss
+		want  bool
+	}{
+		{"never diverged", nil, true},
+		{"at a tie", at(0), true},
+		{"at 2 ulps", at(2), true},
+		{"at 3 ulps", at(3), false},
+	} {
+		if got := divergenceRule(c.first); got != c.want {
+			t.Errorf("%s: divergenceRule = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestNewMiss(t *testing.T) {
+	ours := []float32{1, 9.5, 9.75, 3}
+	// No stored reference logits: its top is our logit of its pick.
+	m := newMiss(4, 2, 2, 1, 0.125, ours, nil)
+	if m.RefTop != 9.5 || m.OurGap != 0.25 || m.Ulps() != 2 {
+		t.Errorf("without stored logits: top %v gap %v ulps %v, want 9.5, 0.25, 2", m.RefTop, m.OurGap, m.Ulps())
+	}
+	// Stored logits: their maximum.
+	m = newMiss(4, 2, 2, 1, 0.125, ours, []float32{17, 16.875, 0})
+	if m.RefTop != 17 || m.Ulps() != 1 {
+		t.Errorf("with stored logits: top %v ulps %v, want 17, 1", m.RefTop, m.Ulps())
+	}
+	s := m.String()
+	for _, want := range []string{"step 4 codebook 2", "ours 2, reference 1", "= 1 ulps"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("%q lacks %q", s, want)
+		}
+	}
+	if s := newMiss(7, -1, 3, 0, 0, ours, nil).String(); strings.Contains(s, "codebook") {
+		t.Errorf("a text miss names a codebook: %q", s)
+	}
+}
