@@ -93,3 +93,69 @@ func TestMatchesCPUBackend(t *testing.T) {
 		t.Errorf("GPU and CPU differ by %g", worst)
 	}
 }
+
+// TestFusedRoundingEqualsSeparate checks the backend's folding of a
+// RoundBF16 into the op before it: the fused result must equal the op's
+// unrounded output rounded on the host, bit for bit, and the fold must
+// happen (one launch fewer).
+func TestFusedRoundingEqualsSeparate(t *testing.T) {
+	d := openGPU(t)
+	rng := rand.New(rand.NewPCG(5, 6))
+	rnd := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.Float64()*2 - 1)
+		}
+		return v
+	}
+	const M, K, N = 3, 520, 48
+	wb := make([]byte, 2*N*K)
+	for i, v := range rnd(N * K) {
+		h := gpu.F32ToBF16(v)
+		wb[2*i], wb[2*i+1] = byte(h), byte(h>>8)
+	}
+	w, err := d.Load(gpu.BF16, N, K, wb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free(w)
+	for _, c := range []struct {
+		name string
+		rows int
+		op   func(q gpu.Queue, dst, x gpu.Tensor)
+	}{
+		{"matmul", M, func(q gpu.Queue, dst, x gpu.Tensor) { q.MatMul(dst, x, w, gpu.Tensor{}) }},
+		{"gemv", 1, func(q gpu.Queue, dst, x gpu.Tensor) { q.MatMul(dst, x, w, gpu.Tensor{}) }},
+		{"add", M, func(q gpu.Queue, dst, x gpu.Tensor) { q.Add(dst, x.ColSlice(0, N), x.ColSlice(N, 2*N)) }},
+		{"rmsnorm", M, func(q gpu.Queue, dst, x gpu.Tensor) { q.RMSNorm(dst, x.ColSlice(0, N), 1e-5) }},
+		{"silu", M, func(q gpu.Queue, dst, x gpu.Tensor) { q.Act(dst, x.ColSlice(0, N), gpu.SiLU) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			q := d.NewQueue("fuse").(*Queue)
+			x, y1, y2 := d.Alloc(gpu.F32, c.rows, K), d.Alloc(gpu.F32, c.rows, N), d.Alloc(gpu.F32, c.rows, N)
+			defer d.Free(x)
+			defer d.Free(y1)
+			defer d.Free(y2)
+			q.Write(x, rnd(c.rows*K))
+			c.op(q, y1, x)
+			before := len(q.rec.cmds)
+			q.RoundBF16(y1)
+			if len(q.rec.cmds) != before {
+				t.Errorf("RoundBF16 after %s was launched, not folded", c.name)
+			}
+			c.op(q, y2, x)
+			got, raw := make([]float32, c.rows*N), make([]float32, c.rows*N)
+			if err := q.Read(got, y1); err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Read(raw, y2); err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				if want := gpu.RoundBF16(raw[i]); math.Float32bits(got[i]) != math.Float32bits(want) {
+					t.Fatalf("element %d: fused %v, separate %v", i, got[i], want)
+				}
+			}
+		})
+	}
+}

@@ -14,6 +14,10 @@ typedef long long i64;
 
 #define NEG_INF __int_as_float(0xff800000)
 
+// OUT applies an op's fused output rounding (the backend folds a
+// RoundBF16 of exactly the op's output into the op: rnd = 1).
+#define OUT(v) (rnd ? rbf16(v) : (v))
+
 #define DT_F32 1
 #define DT_BF16 2
 #define DT_F16 3
@@ -95,19 +99,19 @@ __global__ void transpose_f32(float* d, i64 ldd, const float* s, i64 lds, int ro
 #define OP_MUL 2
 
 __global__ void binary_f32(int op, float* d, i64 ldd, const float* a, i64 lda, const float* b, i64 ldb,
-                           int rows, int cols) {
+                           int rows, int cols, int rnd) {
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
     float x = a[r * lda + c], y = b[r * ldb + c];
 #ifdef FAULT_BINARY
     if (c == cols - 1) y = 0.5f * y;
 #endif
-    d[r * ldd + c] = op == OP_ADD ? x + y : x * y;
+    d[r * ldd + c] = OUT(op == OP_ADD ? x + y : x * y);
   }
 }
 
 __global__ void rowop_f32(int op, float* d, i64 ldd, const float* a, i64 lda, const void* v, int vdt, int rows,
-                          int cols) {
+                          int cols, int rnd) {
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
 #ifdef FAULT_ROWOP
@@ -116,14 +120,14 @@ __global__ void rowop_f32(int op, float* d, i64 ldd, const float* a, i64 lda, co
     float y = load(v, vdt, c);
 #endif
     float x = a[r * lda + c];
-    d[r * ldd + c] = op == OP_ADD ? x + y : x * y;
+    d[r * ldd + c] = OUT(op == OP_ADD ? x + y : x * y);
   }
 }
 
-__global__ void scale_f32(float* d, i64 ldd, const float* a, i64 lda, float s, int rows, int cols) {
+__global__ void scale_f32(float* d, i64 ldd, const float* a, i64 lda, float s, int rows, int cols, int rnd) {
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
-    d[r * ldd + c] = a[r * lda + c] * s;
+    d[r * ldd + c] = OUT(a[r * lda + c] * s);
   }
 }
 
@@ -144,7 +148,7 @@ __global__ void round_bf16(float* d, i64 ldd, int rows, int cols) {
 #define ACT_ELU 4
 #define ACT_SIGMOID 5
 
-__global__ void act_f32(int f, float* d, i64 ldd, const float* a, i64 lda, int rows, int cols) {
+__global__ void act_f32(int f, float* d, i64 ldd, const float* a, i64 lda, int rows, int cols, int rnd) {
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
     float x = a[r * lda + c], y;
@@ -161,15 +165,15 @@ __global__ void act_f32(int f, float* d, i64 ldd, const float* a, i64 lda, int r
       case ACT_ELU: y = x > 0.0f ? x : expm1f(x); break;
       default: y = 1.0f / (1.0f + expf(-x)); break;
     }
-    d[r * ldd + c] = y;
+    d[r * ldd + c] = OUT(y);
   }
 }
 
-__global__ void glu_f32(float* d, i64 ldd, const float* a, i64 lda, int rows, int n) {
+__global__ void glu_f32(float* d, i64 ldd, const float* a, i64 lda, int rows, int n, int rnd) {
   EACH((i64)rows * n) {
     i64 r = i / n, c = i % n;
     float x = a[r * lda + c], g = a[r * lda + n + c];
-    d[r * ldd + c] = x * (1.0f / (1.0f + expf(-g)));
+    d[r * ldd + c] = OUT(x * (1.0f / (1.0f + expf(-g))));
   }
 }
 
@@ -199,7 +203,7 @@ __device__ float blockMax(float v, float* sh) {
   return s;
 }
 
-__global__ void rmsnorm_f32(float* d, i64 ldd, const float* a, i64 lda, int cols, float eps) {
+__global__ void rmsnorm_f32(float* d, i64 ldd, const float* a, i64 lda, int cols, float eps, int rnd) {
   __shared__ float sh[32];
   const float* x = a + (i64)blockIdx.x * lda;
   float* y = d + (i64)blockIdx.x * ldd;
@@ -211,11 +215,11 @@ __global__ void rmsnorm_f32(float* d, i64 ldd, const float* a, i64 lda, int cols
 #else
   float inv = (float)(1.0 / sqrt((double)(ss / (float)cols + eps)));
 #endif
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) y[c] = x[c] * inv;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) y[c] = OUT(x[c] * inv);
 }
 
 __global__ void layernorm_f32(float* d, i64 ldd, const float* a, i64 lda, const void* w, int wdt, const void* b,
-                              int bdt, int cols, float eps) {
+                              int bdt, int cols, float eps, int rnd) {
   __shared__ float sh[32];
   const float* x = a + (i64)blockIdx.x * lda;
   float* y = d + (i64)blockIdx.x * ldd;
@@ -234,7 +238,7 @@ __global__ void layernorm_f32(float* d, i64 ldd, const float* a, i64 lda, const 
 #ifndef FAULT_LAYERNORM
     if (b) o += load(b, bdt, c);
 #endif
-    y[c] = o;
+    y[c] = OUT(o);
   }
 }
 
@@ -296,7 +300,7 @@ __global__ void rope_f32(float* d, i64 ldd, int rows, int cols, int hd, int inte
 
 // embed: d[r] = Σ_{i<n} table[ids[r·n+i]] (summed in i order).
 __global__ void embed_f32(float* d, i64 ldd, const void* table, int tdt, i64 ldt, const int* ids, int n, int rows,
-                          int cols) {
+                          int cols, int rnd) {
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
     float s = 0.0f;
@@ -308,7 +312,7 @@ __global__ void embed_f32(float* d, i64 ldd, const void* table, int tdt, i64 ldt
 #endif
       s += load(table, tdt, (i64)id * ldt + c);
     }
-    d[r * ldd + c] = s;
+    d[r * ldd + c] = OUT(s);
   }
 }
 
@@ -413,7 +417,7 @@ __device__ __forceinline__ void mm_fma(float (&acc)[R][C], const float (&xs)[R][
 
 template <int R, int C, int WDT>
 __device__ __forceinline__ void mm_tile(float* d, i64 ldd, const float* x, i64 ldx, const void* w, i64 ldw,
-                                        const void* bias, int bdt, int M, int N, int K, int m0, int n0) {
+                                        const void* bias, int bdt, int M, int N, int K, int m0, int n0, int rnd) {
   int lane = threadIdx.x & 31;
   float acc[R][C];
 #pragma unroll
@@ -467,7 +471,7 @@ __device__ __forceinline__ void mm_tile(float* d, i64 ldd, const float* x, i64 l
 #else
         if (bias) v += load(bias, bdt, n);
 #endif
-        d[(i64)m * ldd + n] = v;
+        d[(i64)m * ldd + n] = OUT(v);
       }
     }
 }
@@ -479,7 +483,7 @@ extern "C" {
 // how many bytes are in flight sets its speed). The products are
 // accumulated in exactly mm_tile's order, so it gives the same bits.
 __global__ void __launch_bounds__(128) gemv_bf16(float* d, const float* x, const u16* w, i64 ldw,
-                                                  const void* bias, int bdt, int N, int K) {
+                                                  const void* bias, int bdt, int N, int K, int rnd) {
   const int C = 4, U = 4;
   int lane = threadIdx.x & 31;
   int n0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * C;
@@ -537,7 +541,7 @@ __global__ void __launch_bounds__(128) gemv_bf16(float* d, const float* x, const
 #else
       if (bias) v += load(bias, bdt, n);
 #endif
-      d[n] = v;
+      d[n] = OUT(v);
     }
   }
 }
@@ -546,11 +550,12 @@ __global__ void __launch_bounds__(128) gemv_bf16(float* d, const float* x, const
 // by 4, grid.y covers M/R.
 #define MATMUL_KERNEL(name, R, C, WDT)                                                                        \
   __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const float* x, i64 ldx, const void* w,     \
-                                              i64 ldw, const void* bias, int bdt, int M, int N, int K) {     \
+                                              i64 ldw, const void* bias, int bdt, int M, int N, int K,       \
+                                              int rnd) {                                                     \
     int tile = blockIdx.x * 4 + (threadIdx.x >> 5);                                                          \
     int n0 = tile * C, m0 = blockIdx.y * R;                                                                  \
     if (n0 >= N) return;                                                                                     \
-    mm_tile<R, C, WDT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, m0, n0);                                  \
+    mm_tile<R, C, WDT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, m0, n0, rnd);                                  \
   }
 
 MATMUL_KERNEL(matmul_r1_f32, 1, 4, DT_F32)
@@ -615,7 +620,7 @@ __device__ __forceinline__ void mma_wload(u32 (&p)[8], const u16* row, int k, in
 
 template <int MT>
 __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
-                                         const void* bias, int bdt, int M, int N, int K) {
+                                         const void* bias, int bdt, int M, int N, int K, int rnd) {
   __shared__ float part[4][MT][32][4];
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int g = lane >> 2, t = lane & 3;
@@ -694,7 +699,7 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const float* x, i64 
       int n = n0 + g + (e >> 1) * 8, m = m0 + 8 * mt + 2 * t + (e & 1);
       if (n < N && m < M) {
         if (bias) v += load(bias, bdt, n);
-        d[(i64)m * ldd + n] = v;
+        d[(i64)m * ldd + n] = OUT(v);
       }
     }
   }
@@ -704,8 +709,9 @@ extern "C" {
 
 #define MMA_KERNEL(name, MT)                                                                                 \
   __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w,     \
-                                              i64 ldw, const void* bias, int bdt, int M, int N, int K) {    \
-    mma_tile<MT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K);                                               \
+                                              i64 ldw, const void* bias, int bdt, int M, int N, int K,      \
+                                              int rnd) {                                                    \
+    mma_tile<MT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, rnd);                                               \
   }
 
 MMA_KERNEL(mma_bf16_m8, 1)
@@ -722,7 +728,7 @@ MMA_KERNEL(mma_bf16_m32, 4)
 // groups added in order).
 __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, const float* k, i64 ldk, const float* v,
                               i64 ldv, float* sc, i64 maxL, int heads, int kvheads, int hd, float scale, int qpos0,
-                              int causal, int window, int nkeys, int probBF16) {
+                              int causal, int window, int nkeys, int probBF16, int rnd) {
   extern __shared__ float shm[];  // hd floats of q, then 32 for reductions, then hd*groups partials
   float* qs = shm;
   float* red = shm + hd;
@@ -780,7 +786,7 @@ __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, cons
     for (int e2 = threadIdx.x; e2 < hd; e2 += blockDim.x) {
       float a = 0.0f;
       for (int j = 0; j < L; j++) a = fmaf(s[j], v[(i64)(first + j) * ldv + (i64)kh * hd + e2], a);
-      out[e2] = a / l;
+      out[e2] = OUT(a / l);
     }
     return;
   }
@@ -788,7 +794,7 @@ __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, cons
   for (int e2 = threadIdx.x; e2 < hd; e2 += blockDim.x) {
     float a = 0.0f;
     for (int g2 = 0; g2 < groups; g2++) a += part[g2 * hd + e2];
-    out[e2] = a / l;
+    out[e2] = OUT(a / l);
   }
 }
 
@@ -797,7 +803,7 @@ __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, cons
 // conv1d: d[t, o] = b[o] + Σ_{c<cg, k<K} w[o, c, k]·x[t·stride + k·dil − pad, grp(o)·cg + c].
 __global__ void conv1d_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, const void* b,
                            int bdt, int Tin, int Cin, int Tout, int Cout, int K, int stride, int dil, int pad,
-                           int groups) {
+                           int groups, int rnd) {
   int cg = Cin / groups, og = Cout / groups;
   EACH((i64)Tout * Cout) {
     int t = (int)(i / Cout), o = (int)(i % Cout);
@@ -816,14 +822,14 @@ __global__ void conv1d_f32(float* d, i64 ldd, const float* x, i64 ldx, const voi
       }
     }
     if (b) acc += load(b, bdt, o);
-    d[(i64)t * ldd + o] = acc;
+    d[(i64)t * ldd + o] = OUT(acc);
   }
 }
 
 // convtr1d: full[u, o] = b[o] + Σ_{t·stride + k = u} Σ_{c<cg} x[t, grp(o)·cg + c]·w[grp·cg + c, o mod og, k];
 // d receives rows [skip, skip + Tout) of full.
 __global__ void convtr1d_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, const void* b,
-                             int bdt, int Tin, int Cin, int Tout, int Cout, int K, int stride, int skip, int groups) {
+                             int bdt, int Tin, int Cin, int Tout, int Cout, int K, int stride, int skip, int groups, int rnd) {
   int cg = Cin / groups, og = Cout / groups;
   EACH((i64)Tout * Cout) {
     int ur = (int)(i / Cout), o = (int)(i % Cout);
@@ -846,7 +852,7 @@ __global__ void convtr1d_f32(float* d, i64 ldd, const float* x, i64 ldx, const v
       }
     }
     if (b) acc += load(b, bdt, o);
-    d[(i64)ur * ldd + o] = acc;
+    d[(i64)ur * ldd + o] = OUT(acc);
   }
 }
 
@@ -854,7 +860,7 @@ __global__ void convtr1d_f32(float* d, i64 ldd, const float* x, i64 ldx, const v
 // [Cout, cg·KH·KW]; d is [Hout, Cout·Wout].
 __global__ void conv2d_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, const void* b,
                            int bdt, int H, int Cin, int W, int Hout, int Cout, int Wout, int KH, int KW, int sH,
-                           int sW, int pH, int pW, int groups) {
+                           int sW, int pH, int pW, int groups, int rnd) {
   int cg = Cin / groups, og = Cout / groups;
   EACH((i64)Hout * Cout * Wout) {
     int ho = (int)(i / ((i64)Cout * Wout));
@@ -880,7 +886,7 @@ __global__ void conv2d_f32(float* d, i64 ldd, const float* x, i64 ldx, const voi
       }
     }
     if (b) acc += load(b, bdt, o);
-    d[(i64)ho * ldd + (i64)o * Wout + wo] = acc;
+    d[(i64)ho * ldd + (i64)o * Wout + wo] = OUT(acc);
   }
 }
 

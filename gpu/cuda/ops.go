@@ -81,18 +81,18 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		return
 	}
 	if M == 1 && w.DType() == gpu.BF16 && !q.d.mmaMatMul && q.ptr(x)%16 == 0 && q.ptr(w)%16 == 0 && w.Stride%8 == 0 {
-		q.launch("gemv_bf16", [3]uint32{uint32((N + 15) / 16), 1, 1}, blk128, 0,
+		q.launchOut(dst, "gemv_bf16", [3]uint32{uint32((N + 15) / 16), 1, 1}, blk128, 0,
 			q.t(dst), q.t(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(N), i(K))
 		return
 	}
 	if w.DType() == gpu.BF16 && q.d.mmaMatMul {
 		name, g := mmaLaunch(M, N)
-		q.launch(name, g, blk128, 0,
+		q.launchOut(dst, name, g, blk128, 0,
 			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
 	r := matmulRows(M)
-	q.launch(matmulKernel(r, w.DType()), matmulGrid(M, N, r), blk128, 0,
+	q.launchOut(dst, matmulKernel(r, w.DType()), matmulGrid(M, N, r), blk128, 0,
 		q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 }
 
@@ -111,7 +111,7 @@ func (q *Queue) Conv1D(dst, x, w, bias gpu.Tensor, cp gpu.ConvParams) {
 		panic(fmt.Sprintf("cuda: conv1d x %v w %v dst %v %+v", x, w, dst, cp))
 	}
 	wantF32("conv1d", dst, x)
-	q.launch("conv1d_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())),
+	q.launchOut(dst, "conv1d_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())),
 		q.t(bias), p(dtCode(bias.DType())), i(x.Rows), i(Cin), i(dst.Rows), i(Cout), i(cp.K), i(cp.Stride), i(cp.Dilation),
 		i(cp.PadLeft), i(cp.Groups))
 }
@@ -124,7 +124,7 @@ func (q *Queue) ConvTranspose1D(dst, x, w, bias gpu.Tensor, cp gpu.ConvParams) {
 		panic(fmt.Sprintf("cuda: convtranspose1d x %v w %v dst %v %+v", x, w, dst, cp))
 	}
 	wantF32("convtranspose1d", dst, x)
-	q.launch("convtr1d_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())),
+	q.launchOut(dst, "convtr1d_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())),
 		q.t(bias), p(dtCode(bias.DType())), i(x.Rows), i(Cin), i(dst.Rows), i(Cout), i(cp.K), i(cp.Stride), i(cp.PadLeft),
 		i(cp.Groups))
 }
@@ -140,7 +140,7 @@ func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, cp gpu.Conv2DParams) {
 		panic(fmt.Sprintf("cuda: conv2d x %v w %v dst %v %+v", x, w, dst, cp))
 	}
 	wantF32("conv2d", dst, x)
-	q.launch("conv2d_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())),
+	q.launchOut(dst, "conv2d_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())),
 		q.t(bias), p(dtCode(bias.DType())), i(x.Rows), i(cp.Cin), i(cp.W), i(dst.Rows), i(Cout), i(cp.Wout), i(cp.KH), i(cp.KW),
 		i(cp.StrideH), i(cp.StrideW), i(cp.PadH), i(cp.PadW), i(cp.Groups))
 }

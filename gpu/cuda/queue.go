@@ -89,6 +89,7 @@ type Queue struct {
 	err     error   // sticky: the first failure, returned by Read and Sync
 	params  []unsafe.Pointer
 	graphs  graphCache // owner thread only
+	fuse    fused      // guarded by mu
 }
 
 var _ gpu.Queue = (*Queue)(nil)
@@ -138,18 +139,56 @@ func b2i(b bool) arg {
 }
 func (q *Queue) t(t gpu.Tensor) arg { return p(q.ptr(t)) }
 
-// launch records a kernel launch.
-func (q *Queue) launch(name string, grid [3]uint32, block [2]uint32, shm int, args ...arg) {
+// fused is the output of the last recorded launch whose kernel can round
+// its output to bf16 itself (a trailing rnd argument): a RoundBF16 of
+// exactly that tensor right after it sets the flag instead of launching
+// (the same bits, one kernel and one pass over the tensor fewer).
+type fused struct {
+	ptr            int64
+	rows, cols, ld int
+	slot           int // the rnd argument's slot
+	n              int // len(rec.cmds) right after the launch
+}
+
+// launchOut records a launch whose kernel takes a trailing rnd argument
+// and writes out.
+func (q *Queue) launchOut(out gpu.Tensor, name string, grid [3]uint32, block [2]uint32, shm int, args ...arg) {
+	args = append(args, i(0))
+	if !q.launch(name, grid, block, shm, args...) {
+		return
+	}
+	q.mu.Lock()
+	q.fuse = fused{ptr: q.ptr(out), rows: out.Rows, cols: out.Cols, ld: out.Stride, slot: len(q.rec.slots) - 1, n: len(q.rec.cmds)}
+	q.mu.Unlock()
+}
+
+// fuseRound folds RoundBF16(t) into the launch just recorded, if it wrote
+// exactly t.
+func (q *Queue) fuseRound(t gpu.Tensor) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	f := q.fuse
+	if f.n == 0 || f.n != len(q.rec.cmds) || f.rows != t.Rows || f.cols != t.Cols || f.ld != t.Stride || f.ptr != q.ptr(t) {
+		return false
+	}
+	q.rec.slots[f.slot] = 1
+	q.fuse = fused{}
+	return true
+}
+
+// launch records a kernel launch; false when there is nothing to launch.
+func (q *Queue) launch(name string, grid [3]uint32, block [2]uint32, shm int, args ...arg) bool {
 	fn, ok := q.d.fns[name]
 	if !ok {
 		panic("cuda: no kernel " + name)
 	}
 	for j := range grid {
 		if grid[j] == 0 {
-			return // nothing to do
+			return false // nothing to do
 		}
 	}
 	q.mu.Lock()
+	q.fuse = fused{}
 	r := &q.rec
 	c := cmd{fn: fn, grid: grid, block: block, shm: uint32(shm), a0: int32(len(r.slots)), na: int32(len(args))}
 	for _, a := range args {
@@ -164,6 +203,7 @@ func (q *Queue) launch(name string, grid [3]uint32, block [2]uint32, shm int, ar
 	if n >= maxBatch {
 		q.flush()
 	}
+	return true
 }
 
 // put appends host bytes to the batch's uploads and returns their offset.
@@ -202,6 +242,7 @@ func (q *Queue) flush() {
 	q.mu.Lock()
 	q.rec, q.run = q.run, q.rec
 	q.rec.reset()
+	q.fuse = fused{}
 	q.mu.Unlock()
 	r := &q.run
 	if len(r.cmds) == 0 {
@@ -443,7 +484,7 @@ func (q *Queue) binary(op int, name string, dst, a, b gpu.Tensor) {
 	sameShape(name, dst, a)
 	sameShape(name, dst, b)
 	wantF32(name, dst, a, b)
-	q.launch("binary_f32", q.grid1(dst.Len()), blk256, 0, i(op), q.t(dst), ld(dst), q.t(a), ld(a), q.t(b), ld(b), i(dst.Rows), i(dst.Cols))
+	q.launchOut(dst, "binary_f32", q.grid1(dst.Len()), blk256, 0, i(op), q.t(dst), ld(dst), q.t(a), ld(a), q.t(b), ld(b), i(dst.Rows), i(dst.Cols))
 }
 
 // Add implements gpu.Queue.
@@ -458,7 +499,7 @@ func (q *Queue) rowop(op int, name string, dst, a, v gpu.Tensor) {
 	if v.Len() < dst.Cols || dtCode(v.DType()) == 0 {
 		panic(fmt.Sprintf("cuda: %s: vector %v for %v", name, v, dst))
 	}
-	q.launch("rowop_f32", q.grid1(dst.Len()), blk256, 0, i(op), q.t(dst), ld(dst), q.t(a), ld(a), q.t(v), p(dtCode(v.DType())), i(dst.Rows), i(dst.Cols))
+	q.launchOut(dst, "rowop_f32", q.grid1(dst.Len()), blk256, 0, i(op), q.t(dst), ld(dst), q.t(a), ld(a), q.t(v), p(dtCode(v.DType())), i(dst.Rows), i(dst.Cols))
 }
 
 // AddRow implements gpu.Queue.
@@ -471,12 +512,15 @@ func (q *Queue) MulRow(dst, a, v gpu.Tensor) { q.rowop(opMul, "mulrow", dst, a, 
 func (q *Queue) Scale(dst, a gpu.Tensor, s float32) {
 	sameShape("scale", dst, a)
 	wantF32("scale", dst, a)
-	q.launch("scale_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(a), ld(a), f(s), i(dst.Rows), i(dst.Cols))
+	q.launchOut(dst, "scale_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(a), ld(a), f(s), i(dst.Rows), i(dst.Cols))
 }
 
 // RoundBF16 implements gpu.Queue.
 func (q *Queue) RoundBF16(dst gpu.Tensor) {
 	wantF32("roundbf16", dst)
+	if q.fuseRound(dst) {
+		return
+	}
 	q.launch("round_bf16", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), i(dst.Rows), i(dst.Cols))
 }
 
@@ -487,7 +531,7 @@ func (q *Queue) Act(dst, a gpu.Tensor, fn gpu.Activation) {
 	if fn < gpu.SiLU || fn > gpu.Sigmoid {
 		panic(fmt.Sprintf("cuda: activation %v", fn))
 	}
-	q.launch("act_f32", q.grid1(dst.Len()), blk256, 0, i(int(fn)), q.t(dst), ld(dst), q.t(a), ld(a), i(dst.Rows), i(dst.Cols))
+	q.launchOut(dst, "act_f32", q.grid1(dst.Len()), blk256, 0, i(int(fn)), q.t(dst), ld(dst), q.t(a), ld(a), i(dst.Rows), i(dst.Cols))
 }
 
 // GLU implements gpu.Queue.
@@ -496,14 +540,14 @@ func (q *Queue) GLU(dst, a gpu.Tensor) {
 		panic(fmt.Sprintf("cuda: glu %v -> %v", a, dst))
 	}
 	wantF32("glu", dst, a)
-	q.launch("glu_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(a), ld(a), i(dst.Rows), i(dst.Cols))
+	q.launchOut(dst, "glu_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(a), ld(a), i(dst.Rows), i(dst.Cols))
 }
 
 // RMSNorm implements gpu.Queue.
 func (q *Queue) RMSNorm(dst, a gpu.Tensor, eps float32) {
 	sameShape("rmsnorm", dst, a)
 	wantF32("rmsnorm", dst, a)
-	q.launch("rmsnorm_f32", [3]uint32{uint32(dst.Rows), 1, 1}, blk256, 0, q.t(dst), ld(dst), q.t(a), ld(a), i(dst.Cols), f(eps))
+	q.launchOut(dst, "rmsnorm_f32", [3]uint32{uint32(dst.Rows), 1, 1}, blk256, 0, q.t(dst), ld(dst), q.t(a), ld(a), i(dst.Cols), f(eps))
 }
 
 // LayerNorm implements gpu.Queue.
@@ -513,7 +557,7 @@ func (q *Queue) LayerNorm(dst, a, w, b gpu.Tensor, eps float32) {
 	if w.Len() < dst.Cols || (!b.IsNil() && b.Len() < dst.Cols) {
 		panic(fmt.Sprintf("cuda: layernorm %v with w %v b %v", dst, w, b))
 	}
-	q.launch("layernorm_f32", [3]uint32{uint32(dst.Rows), 1, 1}, blk256, 0, q.t(dst), ld(dst), q.t(a), ld(a),
+	q.launchOut(dst, "layernorm_f32", [3]uint32{uint32(dst.Rows), 1, 1}, blk256, 0, q.t(dst), ld(dst), q.t(a), ld(a),
 		q.t(w), p(dtCode(w.DType())), q.t(b), p(dtCode(b.DType())), i(dst.Cols), f(eps))
 }
 
@@ -560,7 +604,7 @@ func (q *Queue) Attention(dst, qt, k, v gpu.Tensor, ap gpu.AttnParams) {
 	}
 	sc := gpu.Tensor{Buf: q.scores, Rows: 1, Cols: need, Stride: need}
 	shm := 4 * (hd + 32 + max(128, hd))
-	q.launch("attention_f32", [3]uint32{uint32(qt.Rows), uint32(ap.Heads), 1}, blk128, shm,
+	q.launchOut(dst, "attention_f32", [3]uint32{uint32(qt.Rows), uint32(ap.Heads), 1}, blk128, shm,
 		q.t(dst), ld(dst), q.t(qt), ld(qt), q.t(k), ld(k), q.t(v), ld(v), q.t(sc), i(maxL),
 		i(ap.Heads), i(ap.KVHeads), i(hd), f(ap.Scale), i(ap.QPos0), b2i(ap.Causal), i(ap.Window), i(k.Rows), b2i(ap.ProbBF16))
 }
@@ -596,7 +640,7 @@ func (q *Queue) Embed(dst, table gpu.Tensor, ids []int32) {
 	}
 	wantF32("embed", dst)
 	off := q.put(bytesOf(ids))
-	q.launch("embed_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(table), p(dtCode(table.DType())), ld(table),
+	q.launchOut(dst, "embed_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(table), p(dtCode(table.DType())), ld(table),
 		upload(off), i(len(ids)/dst.Rows), i(dst.Rows), i(dst.Cols))
 }
 
