@@ -15,8 +15,10 @@ func init() {
 	register(&command{
 		name: "parity",
 		summary: `Replay a reference case (made with the official code) and compare every stage with it:
-mel, encoder, adapter, prompt, prefill rows, text logits, teacher-forced text top-1, depthformer
-greedy codes, codes through the loop, codec. Exits 1 if a stage is outside its tolerance.`,
+resampler, mel, encoder, adapter, prompt, prefill rows and text logits, teacher-forced steps,
+depthformer greedy codes, codes through the loop, free-running greedy, codec. Misses are
+measured in bf16 ulps of the reference's top logit (docs/parity.md has the rules). Exits 1 if a
+stage is outside its tolerance.`,
 		usage: "--model DIR --reference REF.safetensors",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
 			var mf modelFlags
