@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/signal"
 
@@ -24,12 +25,16 @@ stage is outside its tolerance.`,
 			var mf modelFlags
 			mf.register(fs, e)
 			refPath := fs.String("reference", "", "reference case file (safetensors with the case in its metadata)")
+			probs := fs.String("attention-probs", "flash", "how BF16 attention rounds its probabilities: flash (bf16 before the product with V, as the reference's flash kernels) or fp32 (kept in float32, for comparison)")
 			return func(args []string) error {
 				if err := noArgs(args); err != nil {
 					return err
 				}
 				if *refPath == "" {
 					return usageError{"--reference is required"}
+				}
+				if *probs != "flash" && *probs != "fp32" {
+					return usageError{fmt.Sprintf("--attention-probs %q: want flash or fp32", *probs)}
 				}
 				ref, err := refcase.Open(*refPath)
 				if err != nil {
@@ -42,6 +47,8 @@ stage is outside its tolerance.`,
 				}
 				defer dev.Close()
 				defer m.Close()
+				m.Backbone.FlashAttention = *probs == "flash"
+				m.Depth.FlashAttention = *probs == "flash"
 				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 				defer stop()
 				rep, err := parity.Run(ctx, m, dev, ref)

@@ -672,7 +672,7 @@ func (c *comparer) depthOnReferenceStates(m *lfm2audio.Model, dev gpu.Device) er
 	margins, _ := c.ref.Floats("step_audio_margin")
 	H, CB := m.Cfg.LFM.HiddenSize, m.Cfg.Codebooks
 	var misses []Miss
-	n := 0
+	n, differ, stored := 0, 0, 0
 	q := dev.NewQueue("parity")
 	for s, md := range mod {
 		if md != 3 || codes[s*CB] == depth.EOA {
@@ -684,8 +684,17 @@ func (c *comparer) depthOnReferenceStates(m *lfm2audio.Model, dev gpu.Device) er
 		_, err = m.Depth.Frame(ctx, h, func(_, i int, l []float32) int {
 			n++
 			ref := codes[s*CB+i]
+			st := c.stored(s, i, len(l))
 			if pick := numcmp.Argmax(l); pick != ref {
-				misses = append(misses, newMiss(s, i, pick, ref, float64(margins[s*CB+i]), l, c.stored(s, i, len(l))))
+				misses = append(misses, newMiss(s, i, pick, ref, float64(margins[s*CB+i]), l, st))
+			}
+			if len(st) == len(l) {
+				stored += len(l)
+				for j := range l {
+					if math.Float32bits(l[j]) != math.Float32bits(st[j]) {
+						differ++
+					}
+				}
 			}
 			return ref // teacher-forced within the frame
 		})
@@ -695,7 +704,7 @@ func (c *comparer) depthOnReferenceStates(m *lfm2audio.Model, dev gpu.Device) er
 		}
 	}
 	c.rep.add(Row{Stage: "depthformer greedy (reference states)",
-		Value:  fmt.Sprintf("%d/%d agree%s", n-len(misses), n, worst(misses)),
+		Value:  fmt.Sprintf("%d/%d agree%s; stored logits: %d of %d differ bit for bit", n-len(misses), n, worst(misses), differ, stored),
 		Bound:  fmt.Sprintf("each miss ≤ %d ulps", depthUlps),
 		OK:     depthRule(misses) && n > 0,
 		Detail: details(misses)})
