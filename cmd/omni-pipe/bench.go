@@ -12,7 +12,7 @@ import (
 
 	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/bench"
-	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/pipeline"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
@@ -59,10 +59,24 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 			return usageError{"--model DIR or --synthetic is required"}
 		case *synthDir != "" && !*synthetic:
 			return usageError{"--synthetic-dir needs --synthetic"}
-		case *turns < 1 || *warmup < 0 || *maxNew < 1:
-			return usageError{fmt.Sprintf("--turns %d, --warmup %d, --max-new-tokens %d: want ≥ 1, ≥ 0, ≥ 1", *turns, *warmup, *maxNew)}
-		case *wav == "" && !(*seconds > 0 && *seconds <= 600):
-			return usageError{fmt.Sprintf("--seconds %v: want 0 < s ≤ 600", *seconds)}
+		}
+		if _, err := mf.check(); err != nil {
+			return err
+		}
+		if err := firstError(
+			intIn("--turns", *turns, 1, 10000),
+			intIn("--warmup", *warmup, 0, 1000),
+			intIn("--max-new-tokens", *maxNew, 1, maxNewTokensLimit),
+		); err != nil {
+			return err
+		}
+		if *wav == "" {
+			if err := floatIn("--seconds", *seconds, 0.01, 600); err != nil {
+				return err
+			}
+		}
+		if err := checkWritable("--cpuprofile", *cpuProfile); err != nil {
+			return err
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
@@ -73,7 +87,7 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 		}
 		var (
 			m    *lfm2audio.Model
-			dev  *cpu.Device
+			dev  gpu.Device
 			prec nn.Precision
 		)
 		if *synthetic {
@@ -88,7 +102,7 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 		defer dev.Close()
 		defer m.Close()
 		fmt.Fprintf(e.stderr, "measuring memory bandwidth\n")
-		bw := bench.MeasureBandwidth(dev.Workers())
+		bw := bench.MeasureBandwidth(workers(dev))
 		opts := bench.Options{
 			Clip: clip, ClipSource: source, Turns: *turns, Warmup: *warmup, MaxNewTokens: *maxNew,
 			AudioSampling: pipeline.DefaultAudio, Seed: *seed, AllowStop: *allowStop,
@@ -127,10 +141,22 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 // openSynthetic writes the real-size synthetic checkpoint (into dir, or a
 // temporary folder removed once loaded: the mapping keeps the data) and
 // loads it.
-func openSynthetic(mf *modelFlags, dir string, e *env) (*lfm2audio.Model, *cpu.Device, nn.Precision, error) {
-	if _, err := mf.check(); err != nil {
+func openSynthetic(mf *modelFlags, dir string, e *env) (_ *lfm2audio.Model, _ gpu.Device, _ nn.Precision, err error) {
+	p, err := mf.check()
+	if err != nil {
 		return nil, nil, 0, err
 	}
+	// The device first: one that cannot open fails before gigabytes are
+	// written.
+	dev, err := mf.openDevice()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer func() {
+		if err != nil {
+			dev.Close()
+		}
+	}()
 	ck := bench.Real()
 	size, err := ck.Bytes()
 	if err != nil {
@@ -148,7 +174,7 @@ func openSynthetic(mf *modelFlags, dir string, e *env) (*lfm2audio.Model, *cpu.D
 		return nil, nil, 0, fmt.Errorf("synthetic checkpoint: %w", err)
 	}
 	fmt.Fprintf(e.stderr, "written in %.1f s; loading\n", time.Since(start).Seconds())
-	m, dev, p, err := mf.openDir(dir)
+	m, err := mf.loadOn(dev, dir)
 	if err != nil {
 		return nil, nil, 0, err
 	}

@@ -22,8 +22,9 @@ func init() {
 		name: "generate",
 		summary: `Run one turn from a WAV or text: print the text as it streams, write the reply WAV, print the timings.
 With --dump, write every intermediate (reference tensor names) to a safetensors file; with --teacher,
-replay a recorded reference case teacher-forced instead.`,
-		usage: "--model DIR (--wav FILE | --text STR | --teacher REF.safetensors) [flags]",
+replay a recorded reference case teacher-forced instead. With no --model it runs the embedded demo
+model, whose words and speech are noise.`,
+		usage: "[--model DIR] (--wav FILE | --text STR | --teacher REF.safetensors) [flags]",
 		setup: setupGenerate,
 	})
 }
@@ -50,7 +51,38 @@ func setupGenerate(fs *flag.FlagSet, e *env) func([]string) error {
 		if *teacherRef == "" && *wav == "" && *text == "" {
 			return usageError{"one of --wav, --text or --teacher is required"}
 		}
-		m, dev, prec, err := mf.open()
+		if *teacherRef != "" && mf.dir == "" {
+			return usageError{"--teacher needs --model: a reference case replays on the model that recorded it"}
+		}
+		if _, err := mf.check(); err != nil {
+			return err
+		}
+		audioSampling := pipeline.Sampling{Temperature: *temp, TopK: *topK}
+		if *greedy {
+			audioSampling = pipeline.Sampling{}
+		}
+		if err := firstError(
+			intIn("--max-new-tokens", *maxNew, 1, maxNewTokensLimit),
+			floatIn("--audio-temperature", *temp, 0, maxTemperature),
+			intIn("--audio-top-k", *topK, 0, maxTopK),
+		); err != nil {
+			return err
+		}
+		var reqMode pipeline.Mode
+		switch *mode {
+		case "interleaved":
+			reqMode = pipeline.Interleaved
+		case "sequential":
+			reqMode = pipeline.Sequential
+		default:
+			return usageError{fmt.Sprintf("--mode %q: want interleaved or sequential", *mode)}
+		}
+		// A reply is only written after the whole turn: find out now
+		// whether it can be.
+		if err := firstError(checkWritable("--out", *out), checkWritable("--dump", *dump)); err != nil {
+			return err
+		}
+		m, dev, prec, err := mf.openOrDemo("running")
 		if err != nil {
 			return err
 		}
@@ -82,19 +114,8 @@ func setupGenerate(fs *flag.FlagSet, e *env) func([]string) error {
 			return nil
 		}
 
-		req := pipeline.Request{Text: *text, System: *system, MaxNewTokens: *maxNew, Seed: *seed,
-			TextSampling: pipeline.DefaultText, AudioSampling: pipeline.Sampling{Temperature: *temp, TopK: *topK}}
-		switch *mode {
-		case "interleaved":
-			req.Mode = pipeline.Interleaved
-		case "sequential":
-			req.Mode = pipeline.Sequential
-		default:
-			return usageError{fmt.Sprintf("unknown --mode %q (want interleaved or sequential)", *mode)}
-		}
-		if *greedy {
-			req.AudioSampling = pipeline.Sampling{}
-		}
+		req := pipeline.Request{Text: *text, System: *system, Mode: reqMode, MaxNewTokens: *maxNew, Seed: *seed,
+			TextSampling: pipeline.DefaultText, AudioSampling: audioSampling}
 		if *wav != "" {
 			f, err := os.Open(*wav)
 			if err != nil {

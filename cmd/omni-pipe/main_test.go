@@ -217,3 +217,45 @@ func TestHelpAndBadFlags(t *testing.T) {
 		t.Errorf("generate -h: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
+
+// TestGenerateDemoModel: without --model, generate runs the embedded demo
+// model (as serve and mic do), saying loudly what it is.
+func TestGenerateDemoModel(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "reply.wav")
+	code, _, errOut := runCmd(t, "", "generate", "--text", "hi", "--max-new-tokens", "30", "--greedy", "--out", out)
+	if code != exitOK || !strings.Contains(errOut, "DEMO model") || !strings.Contains(errOut, "NOISE") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant 0 and the demo-model warning", code, errOut)
+	}
+	if _, err := os.Stat(out); err != nil {
+		t.Error(err)
+	}
+	if code, _, errOut := runCmd(t, "", "generate", "--teacher", tiny+"/case3_text_only.safetensors"); code != exitUsage || !strings.Contains(errOut, "--teacher needs --model") {
+		t.Errorf("--teacher without --model: exit %d, %q", code, errOut)
+	}
+}
+
+// TestOutputCheckedFirst: an output file that cannot be written fails at
+// once, before the model loads and the turn runs.
+func TestOutputCheckedFirst(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "no", "such")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"generate", "--model", tiny, "--text", "hi", "--out", filepath.Join(missing, "reply.wav")}, "--out " + filepath.Join(missing, "reply.wav") + ": folder " + missing + " does not exist"},
+		{[]string{"generate", "--model", tiny, "--text", "hi", "--out", dir}, "--out " + dir + ": is a folder"},
+		{[]string{"generate", "--model", tiny, "--text", "hi", "--out", "", "--dump", filepath.Join(missing, "d.safetensors")}, "--dump " + filepath.Join(missing, "d.safetensors") + ": folder"},
+		{[]string{"mic", "--model", tiny, "--wav", "x.wav", "--out", filepath.Join(missing, "o.wav")}, "--out " + filepath.Join(missing, "o.wav") + ": folder"},
+		{[]string{"bench", "--model", tiny, "--cpuprofile", filepath.Join(missing, "cpu.prof")}, "--cpuprofile " + filepath.Join(missing, "cpu.prof") + ": folder"},
+	} {
+		code, out, errOut := runCmd(t, "", tc.args...)
+		want := "omni-pipe " + tc.args[0] + ": " + tc.want
+		if code != exitError || out != "" || !strings.HasPrefix(errOut, want) || strings.Contains(errOut, "msg=device") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d, nothing run, and %q", tc.args, code, out, errOut, exitError, want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("the probe left files behind: %v", entries)
+	}
+}

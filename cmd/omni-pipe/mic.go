@@ -10,16 +10,12 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/omni-pipe/omni-pipe/audio/device"
 	"github.com/omni-pipe/omni-pipe/audio/vad"
-	"github.com/omni-pipe/omni-pipe/gpu"
-	"github.com/omni-pipe/omni-pipe/gpu/cpu"
-	"github.com/omni-pipe/omni-pipe/internal/demomodel"
 	"github.com/omni-pipe/omni-pipe/pipeline"
 	"github.com/omni-pipe/omni-pipe/pipeline/live"
-	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
-	"github.com/omni-pipe/omni-pipe/stages/nn"
 )
 
 func init() {
@@ -96,6 +92,22 @@ func setupMic(fs *flag.FlagSet, e *env) func([]string) error {
 			device.PrintList(e.stdout, sources, sinks)
 			return nil
 		}
+		if _, err := mf.check(); err != nil {
+			return err
+		}
+		if err := firstError(
+			intIn("--max-new-tokens", *maxNew, 1, maxNewTokensLimit),
+			floatIn("--audio-temperature", *temp, 0, maxTemperature),
+			intIn("--audio-top-k", *topK, 0, maxTopK),
+			durationIn("--vad-silence", *silence, time.Millisecond, 30*time.Second),
+			durationIn("--echo-guard", *guard, time.Millisecond, 10*time.Second),
+			floatIn("--playing-boost", *boost, 0.001, 60),
+		); err != nil {
+			return err
+		}
+		if *micRate != 0 && (*micRate < 8000 || *micRate > 384000) {
+			return usageError{fmt.Sprintf("--mic-rate %d: want 0 (the device's rate) or 8000 to 384000", *micRate)}
+		}
 		// The release threshold keeps the defaults' proportion to the
 		// onset's; a pause shorter than the default post-roll keeps all of it.
 		vc := vad.Config{StartDB: *threshold, StopDB: *threshold * vad.DefaultStopDB / vad.DefaultStartDB, MinSilence: *silence}
@@ -106,9 +118,6 @@ func setupMic(fs *flag.FlagSet, e *env) func([]string) error {
 		check.SampleRate = 16000 // the source's rate is set later
 		if err := check.Validate(); err != nil {
 			return usageError{fmt.Sprintf("--vad-threshold %g / --vad-silence %v: %v", *threshold, *silence, err)}
-		}
-		if *micRate < 0 || (*micRate > 0 && *micRate < 8000) {
-			return usageError{fmt.Sprintf("--mic-rate %d: want 0 (the device's rate) or at least 8000", *micRate)}
 		}
 		if *realtime && (*wav == "" || *out == "") {
 			return usageError{"--realtime goes with --wav and --out"}
@@ -121,11 +130,11 @@ func setupMic(fs *flag.FlagSet, e *env) func([]string) error {
 		if err := req.AudioSampling.Validate(); err != nil {
 			return usageError{"audio sampling: " + err.Error()}
 		}
-		if *maxNew < 1 {
-			return usageError{"--max-new-tokens must be at least 1"}
+		if err := checkWritable("--out", *out); err != nil {
+			return err
 		}
 
-		m, dev, prec, err := openMicModel(&mf, e)
+		m, dev, prec, err := mf.openOrDemo("talking to")
 		if err != nil {
 			return err
 		}
@@ -189,31 +198,6 @@ func setupMic(fs *flag.FlagSet, e *env) func([]string) error {
 		}
 		return err
 	}
-}
-
-// openMicModel loads --model, or the embedded demo model without it.
-func openMicModel(mf *modelFlags, e *env) (*lfm2audio.Model, gpu.Device, nn.Precision, error) {
-	if mf.dir != "" {
-		return mf.open()
-	}
-	prec, err := nn.ParsePrecision(mf.precision)
-	if err != nil {
-		return nil, nil, 0, usageError{err.Error()}
-	}
-	if mf.device != "cpu" {
-		return nil, nil, 0, usageError{fmt.Sprintf("device %q is not available in this build (cpu is)", mf.device)}
-	}
-	fmt.Fprintf(e.stderr, "\n%s\n  NO --model GIVEN: talking to the embedded DEMO model (tiny, random weights).\n"+
-		"  It hears you and answers, but its words and its speech are NOISE.\n"+
-		"  Pass --model DIR (an LFM2-Audio checkpoint folder) for a real conversation.\n%s\n\n",
-		strings.Repeat("!", 78), strings.Repeat("!", 78))
-	dev := cpu.New(mf.threads)
-	m, err := demomodel.Load(dev)
-	if err != nil {
-		dev.Close()
-		return nil, nil, 0, err
-	}
-	return m, dev, prec, nil
 }
 
 // micPrinter shows the conversation: the reply's text on stdout, one line

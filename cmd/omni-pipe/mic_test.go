@@ -114,7 +114,7 @@ func TestMicUsage(t *testing.T) {
 		{[]string{"mic", "--mic-rate", "100"}, exitUsage, "--mic-rate"},
 		{[]string{"mic", "--realtime"}, exitUsage, "--realtime goes with --wav and --out"},
 		{[]string{"mic", "--max-new-tokens", "0"}, exitUsage, "--max-new-tokens"},
-		{[]string{"mic", "--audio-temperature", "-1"}, exitUsage, "audio sampling"},
+		{[]string{"mic", "--audio-temperature", "-1"}, exitUsage, "--audio-temperature -1: want 0 to 100"},
 		{[]string{"mic", "extra"}, exitUsage, `unexpected argument "extra"`},
 		{[]string{"mic", "--model", "/nonexistent", "--wav", "x.wav"}, exitError, "config"},
 		{[]string{"mic", "--model", tiny, "--wav", "/nonexistent.wav"}, exitError, "nonexistent.wav"},

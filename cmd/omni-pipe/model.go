@@ -3,11 +3,17 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
 
-	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/gpu/devices"
+	"github.com/omni-pipe/omni-pipe/internal/demomodel"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 )
@@ -19,12 +25,17 @@ type modelFlags struct {
 	threads   int
 	precision string
 	noMmap    bool
+
+	stderr io.Writer    // where the demo model's warning goes
+	log    *slog.Logger // where the device choice is logged; nil: text on stderr
 }
 
 func (f *modelFlags) register(fs *flag.FlagSet, e *env) {
+	f.stderr = e.stderr
 	fs.StringVar(&f.dir, "model", e.getenv("OMNIPIPE_MODEL"), "checkpoint folder (config.json, model.safetensors, tokenizer.json, codec weights); env OMNIPIPE_MODEL")
-	fs.StringVar(&f.device, "device", envOr(e, "OMNIPIPE_DEVICE", "cpu"), "compute device: cpu; env OMNIPIPE_DEVICE")
-	fs.IntVar(&f.threads, "threads", 0, "CPU worker threads (0: one per core)")
+	fs.StringVar(&f.device, "device", envOr(e, "OMNIPIPE_DEVICE", "cpu"), "compute device: "+
+		"cpu, cuda (an NVIDIA GPU; fails without one) or auto (cuda when a GPU is usable, else cpu); env OMNIPIPE_DEVICE")
+	fs.IntVar(&f.threads, "threads", 0, fmt.Sprintf("CPU worker threads, at most the machine's %d cores (0: one per core)", runtime.NumCPU()))
 	fs.StringVar(&f.precision, "precision", "bf16", "activation rounding: bf16 (reproduces the official bf16 inference) or f32")
 	fs.BoolVar(&f.noMmap, "no-mmap", e.getenv("OMNIPIPE_NO_MMAP") != "", "read the weights into memory instead of mapping the files (for hosts whose memory reclaimer pages out cold mapped files; see docs/performance.md); env OMNIPIPE_NO_MMAP")
 }
@@ -36,44 +47,137 @@ func envOr(e *env, key, def string) string {
 	return def
 }
 
-// open loads the --model folder onto the chosen device.
-func (f *modelFlags) open() (*lfm2audio.Model, *cpu.Device, nn.Precision, error) {
+// check validates the device, threads and precision flags.
+func (f *modelFlags) check() (nn.Precision, error) {
+	p, err := nn.ParsePrecision(f.precision)
+	if err != nil {
+		return 0, usageError{"--precision: " + err.Error()}
+	}
+	if !slices.Contains(devices.Kinds, f.device) {
+		return 0, usageError{fmt.Sprintf("--device %q: want %s", f.device, orList(devices.Kinds))}
+	}
+	if err := intIn("--threads", f.threads, 0, runtime.NumCPU()); err != nil {
+		return 0, err
+	}
+	return p, nil
+}
+
+// orList spells a list as "a, b or c".
+func orList(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
+}
+
+// logger returns the logger the device choice goes to.
+func (f *modelFlags) logger() *slog.Logger {
+	if f.log != nil {
+		return f.log
+	}
+	return slog.New(slog.NewTextHandler(f.stderr, nil))
+}
+
+// openDevice opens --device and logs which device it is (and, for auto,
+// why CUDA was not taken).
+func (f *modelFlags) openDevice() (gpu.Device, error) {
+	dev, note, err := devices.Open(f.device, devices.Options{Threads: f.threads})
+	if err != nil {
+		if f.device == "cuda" {
+			return nil, fmt.Errorf("--device cuda: %w (--device cpu runs without a GPU; auto takes one when there is one)", err)
+		}
+		return nil, fmt.Errorf("--device %s: %w", f.device, err)
+	}
+	info := gpu.DescribeDevice(dev)
+	attrs := []any{"asked", f.device, "kind", info.Kind, "name", info.Name}
+	if info.Driver != "" {
+		attrs = append(attrs, "driver", info.Driver)
+	}
+	if info.MemTotal > 0 {
+		attrs = append(attrs, "mem_total_gib", fmt.Sprintf("%.1f", float64(info.MemTotal)/(1<<30)))
+	}
+	if note != "" {
+		attrs = append(attrs, "note", note)
+	}
+	f.logger().Info("device", attrs...)
+	return dev, nil
+}
+
+// open loads the --model folder onto --device; --model is required.
+func (f *modelFlags) open() (*lfm2audio.Model, gpu.Device, nn.Precision, error) {
 	if f.dir == "" {
 		return nil, nil, 0, usageError{"--model DIR is required"}
 	}
 	return f.openDir(f.dir)
 }
 
-// check validates the device and precision flags.
-func (f *modelFlags) check() (nn.Precision, error) {
-	p, err := nn.ParsePrecision(f.precision)
-	if err != nil {
-		return 0, usageError{err.Error()}
+// openOrDemo loads --model, or without it the embedded demo model, after a
+// loud warning on stderr that says what the demo model is (what names the
+// use: "talking to", "serving").
+func (f *modelFlags) openOrDemo(what string) (*lfm2audio.Model, gpu.Device, nn.Precision, error) {
+	if f.dir != "" {
+		return f.openDir(f.dir)
 	}
-	if f.device != "cpu" {
-		return 0, usageError{fmt.Sprintf("device %q is not available in this build (cpu is)", f.device)}
-	}
-	return p, nil
-}
-
-// openDir loads a checkpoint folder: memory-mapped, or (--no-mmap) read
-// into memory.
-func (f *modelFlags) openDir(dir string) (*lfm2audio.Model, *cpu.Device, nn.Precision, error) {
 	p, err := f.check()
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	dev := cpu.New(f.threads)
+	dev, err := f.openDevice()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	bar := strings.Repeat("!", 78)
+	fmt.Fprintf(f.stderr, "\n%s\n  NO --model GIVEN: %s the embedded DEMO model (tiny, random weights).\n"+
+		"  Everything works, but its words and its speech are NOISE.\n"+
+		"  Pass --model DIR (an LFM2-Audio checkpoint folder) for real replies.\n%s\n\n", bar, what, bar)
+	m, err := demomodel.Load(dev)
+	if err != nil {
+		dev.Close()
+		return nil, nil, 0, err
+	}
+	return m, dev, p, nil
+}
+
+// openDir loads a checkpoint folder onto --device: memory-mapped, or
+// (--no-mmap) read into memory.
+func (f *modelFlags) openDir(dir string) (*lfm2audio.Model, gpu.Device, nn.Precision, error) {
+	p, err := f.check()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	dev, err := f.openDevice()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	m, err := f.loadOn(dev, dir)
+	if err != nil {
+		dev.Close()
+		return nil, nil, 0, err
+	}
+	return m, dev, p, nil
+}
+
+// loadOn loads a checkpoint folder onto dev.
+func (f *modelFlags) loadOn(dev gpu.Device, dir string) (*lfm2audio.Model, error) {
 	var m *lfm2audio.Model
+	var err error
 	if f.noMmap {
 		m, err = lfm2audio.LoadFS(dev, os.DirFS(dir), filepath.Base(filepath.Clean(dir)))
 	} else {
 		m, err = lfm2audio.Load(dev, dir)
 	}
 	if err != nil {
-		dev.Close()
-		return nil, nil, 0, err
+		return nil, err
 	}
-	slog.Debug("model loaded", "model", m.Name, "params", m.Params, "device", dev.Name(), "mapped", !f.noMmap)
-	return m, dev, p, nil
+	f.logger().Debug("model loaded", "model", m.Name, "params", m.Params, "device", dev.Name(), "mapped", !f.noMmap)
+	return m, nil
+}
+
+// workers returns the CPU backend's worker count, or the machine's cores
+// for a device without workers.
+func workers(dev gpu.Device) int {
+	if w, ok := dev.(interface{ Workers() int }); ok {
+		return w.Workers()
+	}
+	return runtime.NumCPU()
 }

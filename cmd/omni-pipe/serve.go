@@ -14,13 +14,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/omni-pipe/omni-pipe/gpu"
-	"github.com/omni-pipe/omni-pipe/gpu/cpu"
 	"github.com/omni-pipe/omni-pipe/internal/demomodel"
 	"github.com/omni-pipe/omni-pipe/pipeline"
 	"github.com/omni-pipe/omni-pipe/server"
-	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
-	"github.com/omni-pipe/omni-pipe/stages/nn"
 )
 
 func init() {
@@ -109,24 +105,25 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		if len(f.errs) > 0 {
 			return usageError{errors.Join(f.errs...).Error()}
 		}
-		if mf.device != "cpu" {
-			return usageError{fmt.Sprintf("--device %q: this build runs on cpu only", mf.device)}
-		}
-		prec, err := nn.ParsePrecision(mf.precision)
+		prec, err := mf.check()
 		if err != nil {
-			return usageError{"--precision: " + err.Error()}
+			return err
 		}
-		switch {
-		case *maxConcurrent < 1:
-			return usageError{"--max-concurrent must be at least 1"}
-		case *maxQueue < 0:
-			return usageError{"--max-queue must not be negative"}
-		case *maxBodyMB < 1:
-			return usageError{"--max-body-mb must be at least 1"}
-		case *maxNewTokens < 1:
-			return usageError{"--max-new-tokens must be at least 1"}
-		case *maxConvs < *maxConcurrent:
-			return usageError{"--max-conversations must be at least --max-concurrent"}
+		if err := firstError(
+			intIn("--max-concurrent", *maxConcurrent, 1, 1024),
+			intIn("--max-queue", *maxQueue, 0, 1<<16),
+			durationIn("--queue-timeout", *queueTimeout, time.Millisecond, time.Hour),
+			intIn("--max-body-mb", *maxBodyMB, 1, 4096),
+			durationIn("--max-audio", *maxAudio, time.Second, time.Hour),
+			intIn("--max-new-tokens", *maxNewTokens, 1, maxNewTokensLimit),
+			durationIn("--conversation-ttl", *convTTL, time.Second, 7*24*time.Hour),
+			durationIn("--shutdown-grace", *grace, time.Millisecond, time.Hour),
+			durationIn("--write-stall", *stall, time.Second, time.Hour),
+		); err != nil {
+			return err
+		}
+		if *maxConvs < *maxConcurrent || *maxConvs > 1<<20 {
+			return usageError{fmt.Sprintf("--max-conversations %d: want %d (--max-concurrent) to %d", *maxConvs, *maxConcurrent, 1<<20)}
 		}
 		var level slog.Level
 		if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -155,83 +152,39 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 			Version: versionString(), Logger: log,
 		}
 
+		// Load first: a model that does not load is the error, before any
+		// "listening" (mapping the weights takes well under a second).
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
+		mf.log = log
+		start := time.Now()
+		m, dev, _, err := mf.openOrDemo("serving")
+		if err != nil {
+			return err
+		}
+		defer dev.Close()
+		defer m.Close()
+		if mf.dir == "" {
+			log.Warn("serving the embedded demo model: random weights, its replies are noise", "model", demomodel.Name)
+		}
+		eng := pipeline.New(m, dev, pipeline.Options{Precision: prec, MaxTurns: *maxConcurrent})
+		defer eng.Close()
+		log.Info("model loaded", "model", m.Name, "params", m.Params, "took", time.Since(start).Round(time.Millisecond))
+		log.Debug(m.Summary())
+
 		ln, err := net.Listen("tcp", *addr)
 		if err != nil {
 			return fmt.Errorf("listen: %w", err)
 		}
 		srv := server.New(cfg)
-		if mf.dir == "" {
-			fmt.Fprintf(e.stderr, "\n%s\n  NO --model GIVEN: serving the embedded DEMO model (tiny, random weights).\n"+
-				"  Every route works, but its words and its speech are NOISE.\n"+
-				"  Pass --model DIR (an LFM2-Audio checkpoint folder) for real replies.\n%s\n\n",
-				strings.Repeat("!", 78), strings.Repeat("!", 78))
-			log.Warn("serving the embedded demo model: random weights, its replies are noise", "model", demomodel.Name)
-		}
-		// The model loads while the server already answers (/health: 503
-		// "loading"); a failed load stops the server.
-		serveCtx, cancelServe := context.WithCancelCause(ctx)
-		defer cancelServe(nil)
-		type loaded struct {
-			m   *lfm2audio.Model
-			dev gpu.Device
-			eng *pipeline.Engine
-			err error
-		}
-		loadc := make(chan loaded, 1)
-		go func() {
-			start := time.Now()
-			m, dev, err := openServeModel(&mf)
-			if err != nil {
-				cancelServe(err)
-				loadc <- loaded{err: err}
-				return
-			}
-			eng := pipeline.New(m, dev, pipeline.Options{Precision: prec, MaxTurns: *maxConcurrent})
-			log.Info("model loaded", "model", m.Name, "params", m.Params, "took", time.Since(start).Round(time.Millisecond))
-			log.Debug(m.Summary())
-			srv.SetBackend(&server.Backend{Engine: eng, Model: m.Name, Device: fmt.Sprintf("%s, %s", dev.Name(), prec)})
-			loadc <- loaded{m: m, dev: dev, eng: eng}
-		}()
-
+		srv.SetBackend(&server.Backend{Engine: eng, Model: m.Name, Device: fmt.Sprintf("%s, %s", dev.Name(), prec)})
 		log.Info("listening", "addr", ln.Addr().String(), "version", cfg.Version)
-		serveErr := srv.Serve(serveCtx, ln)
-		l := <-loadc // the loader always reports
-		if l.eng != nil {
-			l.eng.Close()
-		}
-		if l.m != nil {
-			l.m.Close()
-			l.dev.Close()
-		}
-		switch {
-		case l.err != nil:
-			return l.err
-		case serveErr != nil:
-			return serveErr
+		if err := srv.Serve(ctx, ln); err != nil {
+			return err
 		}
 		log.Info("bye")
 		return nil
 	}
-}
-
-// openServeModel loads --model, or the embedded demo model without it.
-func openServeModel(mf *modelFlags) (*lfm2audio.Model, gpu.Device, error) {
-	if mf.dir != "" {
-		m, dev, _, err := mf.open()
-		if err != nil {
-			return nil, nil, err
-		}
-		return m, dev, nil
-	}
-	dev := cpu.New(mf.threads)
-	m, err := demomodel.Load(dev)
-	if err != nil {
-		dev.Close()
-		return nil, nil, err
-	}
-	return m, dev, nil
 }
 
 // splitList splits a comma-separated list, dropping empty items.

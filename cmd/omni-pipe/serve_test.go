@@ -148,7 +148,7 @@ func TestServeBadConfig(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{[]string{"serve", "--device", "cuda"}, nil, "cpu only"},
+		{[]string{"serve", "--device", "tpu"}, nil, `--device "tpu": want cpu, cuda or auto`},
 		{[]string{"serve", "--precision", "fp8"}, nil, "--precision"},
 		{[]string{"serve", "--max-concurrent", "0"}, nil, "--max-concurrent"},
 		{[]string{"serve", "--log-format", "xml"}, nil, "--log-format"},
@@ -169,5 +169,25 @@ func TestServeBadConfig(t *testing.T) {
 	}}
 	if code := run([]string{"help", "serve"}, e); code != exitOK || !strings.Contains(stdout.String(), `"0.0.0.0:9999"`) {
 		t.Errorf("help with OMNIPIPE_ADDR set: exit %d\n%s", code, stdout.String())
+	}
+}
+
+// TestServeBadModel: a model that does not load is the error, reported
+// before the server ever listens.
+func TestServeBadModel(t *testing.T) {
+	var stderr bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"serve", "--model", "/nonexistent", "--addr", "127.0.0.1:0"}, e) }()
+	select {
+	case code := <-done:
+		log := stderr.String()
+		if code != exitError || !strings.Contains(log, "/nonexistent") || strings.Contains(log, "listening") || strings.Contains(log, "shutting down") {
+			t.Errorf("exit %d, stderr:\n%s\nwant exit %d naming the model folder, never listening", code, log, exitError)
+		}
+	case <-time.After(30 * time.Second):
+		syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		<-done
+		t.Fatalf("serve with a bad model kept running:\n%s", stderr.String())
 	}
 }
