@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -257,5 +258,39 @@ func TestOutputCheckedFirst(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("the probe left files behind: %v", entries)
+	}
+}
+
+// TestReadmeCommands: README's command table lists every command, and its
+// first two commands are the ones the quick start promises.
+func TestReadmeCommands(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(data)
+	var listed []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `omni-pipe (\\w+)` \\|").FindAllStringSubmatch(readme, -1) {
+		listed = append(listed, m[1])
+	}
+	var names []string
+	for n := range commands {
+		names = append(names, n)
+	}
+	slices.Sort(listed)
+	slices.Sort(names)
+	if !slices.Equal(listed, names) {
+		t.Errorf("README's command table lists %v; the commands are %v", listed, names)
+	}
+	first := regexp.MustCompile("(?s)```sh\n(.*?)```").FindStringSubmatch(readme)
+	if first == nil {
+		t.Fatal("README has no sh block")
+	}
+	lines := strings.Split(strings.TrimSpace(first[1]), "\n")
+	if len(lines) < 2 || !strings.HasPrefix(lines[0], "go run ./cmd/omni-pipe serve ") || !strings.HasPrefix(lines[1], "./scripts/test.sh ") {
+		t.Errorf("README's first commands are %q, want `go run ./cmd/omni-pipe serve` and `./scripts/test.sh`", lines)
+	}
+	if _, err := os.Stat("../../scripts/test.sh"); err != nil {
+		t.Error(err)
 	}
 }
