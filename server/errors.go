@@ -33,6 +33,7 @@ const (
 	codeAudioTooLong        = "audio_too_long"
 	codeAudioTooShort       = "audio_too_short"
 	codeAudioEmpty          = "audio_empty"
+	codeTextTooLong         = "text_too_long"
 	codeBodyTooLarge        = "body_too_large"
 	codeBodyTimeout         = "request_timeout"
 	codeInvalidAPIKey       = "invalid_api_key"

@@ -9,7 +9,7 @@ import (
 	"github.com/omni-pipe/omni-pipe/audio"
 )
 
-var fuzzLimits = limits{maxAudio: time.Second, maxNewTokens: 64}
+var fuzzLimits = limits{maxAudio: time.Second, maxNewTokens: 64, maxTextBytes: 4096}
 
 // tinyWAV is a valid 0.1 s WAV, base64.
 func tinyWAV(t testing.TB) string {
@@ -30,6 +30,12 @@ func checkDecoded(t *testing.T, req *turnJob, err *apiError) {
 	r := req.req
 	if r.Audio == nil && strings.TrimSpace(r.Text) == "" {
 		t.Fatal("accepted a request with neither audio nor text")
+	}
+	if len(r.Text) > fuzzLimits.maxTextBytes || len(r.System) > fuzzLimits.maxTextBytes {
+		t.Fatalf("accepted %d bytes of text and %d of system prompt (limit %d)", len(r.Text), len(r.System), fuzzLimits.maxTextBytes)
+	}
+	if r.Seed > maxSeed {
+		t.Fatalf("seed %d above 2^53 − 1", r.Seed)
 	}
 	if r.MaxNewTokens < 1 || r.MaxNewTokens > fuzzLimits.maxNewTokens {
 		t.Fatalf("max_new_tokens %d outside [1, %d]", r.MaxNewTokens, fuzzLimits.maxNewTokens)

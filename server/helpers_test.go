@@ -50,6 +50,7 @@ type testServer struct {
 	*Server
 	url    string
 	eng    *pipeline.Engine
+	dev    *cpu.Device
 	logs   *syncBuffer
 	stop   context.CancelFunc
 	served chan error
@@ -61,6 +62,13 @@ type testServer struct {
 // by a buffer) and stops it when the test ends.
 func startServer(t testing.TB, cfg Config) *testServer {
 	t.Helper()
+	return startServerOpts(t, cfg, pipeline.Options{})
+}
+
+// startServerOpts is startServer with the engine's options (MaxTurns is
+// the server's MaxConcurrent).
+func startServerOpts(t testing.TB, cfg Config, opts pipeline.Options) *testServer {
+	t.Helper()
 	dev := cpu.New(2)
 	m, err := lfm2audio.Load(dev, tinyModel)
 	if err != nil {
@@ -70,14 +78,15 @@ func startServer(t testing.TB, cfg Config) *testServer {
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Version = "test"
 	s := New(cfg)
-	eng := pipeline.New(m, dev, pipeline.Options{MaxTurns: s.cfg.MaxConcurrent})
-	s.SetBackend(&Backend{Engine: eng, Model: m.Name, Device: dev.Name()})
+	opts.MaxTurns = s.cfg.MaxConcurrent
+	eng := pipeline.New(m, dev, opts)
+	s.SetBackend(&Backend{Engine: eng, Model: m.Name, Device: dev.Name(), GPU: dev})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	ts := &testServer{Server: s, url: "http://" + ln.Addr().String(), eng: eng, logs: logs, stop: stop,
+	ts := &testServer{Server: s, url: "http://" + ln.Addr().String(), eng: eng, dev: dev, logs: logs, stop: stop,
 		served: make(chan error, 1), client: &http.Client{Transport: &http.Transport{}}}
 	go func() { ts.served <- s.Serve(ctx, ln) }()
 	t.Cleanup(func() {

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/pipeline"
 )
 
@@ -29,7 +30,7 @@ type metrics struct {
 
 const ns = "omnipipe"
 
-func newMetrics(active, queued, convs func() float64) *metrics {
+func newMetrics(active, queued, convs func() float64, device func() (gpu.Info, bool)) *metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	lat := []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
@@ -68,8 +69,49 @@ func newMetrics(active, queued, convs func() float64) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "queued_requests",
 			Help: "Requests waiting for a turn slot."}, queued),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "conversations",
-			Help: "Conversations held in memory."}, convs))
+			Help: "Conversations held in memory."}, convs),
+		newDeviceCollector(device))
 	return m
+}
+
+// deviceCollector reports the engine's device as it is at each scrape:
+// omnipipe_device_info (value 1, labels kind, name, driver),
+// omnipipe_device_memory_used_bytes and, where the device has a size,
+// omnipipe_device_memory_total_bytes. Nothing while the model loads.
+type deviceCollector struct {
+	device            func() (gpu.Info, bool)
+	info, used, total *prometheus.Desc
+}
+
+func newDeviceCollector(device func() (gpu.Info, bool)) *deviceCollector {
+	return &deviceCollector{
+		device: device,
+		info: prometheus.NewDesc(ns+"_device_info", "The device the engine runs on (value 1).",
+			[]string{"kind", "name", "driver"}, nil),
+		used: prometheus.NewDesc(ns+"_device_memory_used_bytes",
+			"Device memory this process holds in buffers (on the CPU: the backend's buffers, not mapped weights).", nil, nil),
+		total: prometheus.NewDesc(ns+"_device_memory_total_bytes", "The device's memory (absent where not meaningful).", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (d *deviceCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- d.info
+	ch <- d.used
+	ch <- d.total
+}
+
+// Collect implements prometheus.Collector.
+func (d *deviceCollector) Collect(ch chan<- prometheus.Metric) {
+	info, ok := d.device()
+	if !ok {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(d.info, prometheus.GaugeValue, 1, info.Kind, info.Name, info.Driver)
+	ch <- prometheus.MustNewConstMetric(d.used, prometheus.GaugeValue, float64(info.MemUsed))
+	if info.MemTotal > 0 {
+		ch <- prometheus.MustNewConstMetric(d.total, prometheus.GaugeValue, float64(info.MemTotal))
+	}
 }
 
 // request counts a finished request.

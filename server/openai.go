@@ -34,7 +34,29 @@ type chatCompletionRequest struct {
 	MaxCompletionTokens *int   `json:"max_completion_tokens"`
 	N                   *int   `json:"n"`
 	ConversationID      string `json:"conversation_id"`
+	// Tool calling, refused: the model has none here.
+	Tools        []json.RawMessage `json:"tools"`
+	ToolChoice   json.RawMessage   `json:"tool_choice"`
+	Functions    []json.RawMessage `json:"functions"`
+	FunctionCall json.RawMessage   `json:"function_call"`
 	samplingFields
+}
+
+// refuseTools turns away tool calling (an empty list of tools, and
+// tool_choice "none" or "auto", ask for none and are accepted).
+func (r *chatCompletionRequest) refuseTools() *apiError {
+	const why = "this server has no tool calling (the model calls no functions here)"
+	switch choice := strings.TrimSpace(string(r.ToolChoice)); {
+	case len(r.Tools) > 0:
+		return badRequest(codeUnsupportedValue, "tools", "tools: %s", why)
+	case len(r.Functions) > 0:
+		return badRequest(codeUnsupportedValue, "functions", "functions: %s", why)
+	case choice != "" && choice != "null" && choice != `"none"` && choice != `"auto"`:
+		return badRequest(codeUnsupportedValue, "tool_choice", "tool_choice %s: %s", quote(choice), why)
+	case len(r.FunctionCall) > 0 && string(r.FunctionCall) != "null" && string(r.FunctionCall) != `"none"` && string(r.FunctionCall) != `"auto"`:
+		return badRequest(codeUnsupportedValue, "function_call", "function_call: %s", why)
+	}
+	return nil
 }
 
 type chatMessage struct {
@@ -84,6 +106,9 @@ func decodeChatCompletion(body []byte, lim limits, seed func() int64) (*chatJob,
 	if r.N != nil && *r.N != 1 {
 		return nil, badRequest(codeUnsupportedValue, "n", "n %d: this server returns one choice", *r.N)
 	}
+	if err := r.refuseTools(); err != nil {
+		return nil, err
+	}
 	for i, m := range r.Modalities {
 		switch m {
 		case "text":
@@ -131,6 +156,9 @@ func decodeChatCompletion(body []byte, lim limits, seed func() int64) (*chatJob,
 		}
 	}
 	job.req.System = strings.Join(system, "\n")
+	if err := lim.checkText(job.req.System, "messages", "the system and developer messages' text"); err != nil {
+		return nil, err
+	}
 	if last >= 0 {
 		m := r.Messages[last]
 		param := fmt.Sprintf("messages[%d].audio.id", last)
@@ -176,6 +204,9 @@ func decodeChatCompletion(body []byte, lim limits, seed func() int64) (*chatJob,
 		return nil, badRequest(codeMissingInput, "messages", "no user message after the last assistant message")
 	}
 	job.req.Text = strings.Join(texts, "\n")
+	if err := lim.checkText(job.req.Text, "messages", "the new user messages' text"); err != nil {
+		return nil, err
+	}
 	if job.req.Audio == nil && strings.TrimSpace(job.req.Text) == "" {
 		return nil, badRequest(codeMissingInput, "messages", "the user's message has neither text nor input_audio")
 	}

@@ -16,6 +16,15 @@ import (
 type limits struct {
 	maxAudio     time.Duration // the longest input clip
 	maxNewTokens int           // the largest max_new_tokens
+	maxTextBytes int           // the longest text, and system prompt, in bytes
+}
+
+// checkText refuses text longer than the limit, before it is tokenized.
+func (lim limits) checkText(text, param, what string) *apiError {
+	if len(text) > lim.maxTextBytes {
+		return badRequest(codeTextTooLong, param, "%s is %d bytes; this server takes at most %d bytes", what, len(text), lim.maxTextBytes)
+	}
+	return nil
 }
 
 // turnJob is a decoded request: one turn to run.
@@ -58,6 +67,9 @@ func (f *samplingFields) apply(r *pipeline.Request, seed func() int64) *apiError
 		return err
 	}
 	if f.Seed != nil {
+		if *f.Seed < 0 || *f.Seed > maxSeed {
+			return badRequest(codeInvalidValue, "seed", "seed %d outside [0, %d] (2^53 − 1, the integers JavaScript holds exactly)", *f.Seed, int64(maxSeed))
+		}
 		r.Seed = uint64(*f.Seed)
 	} else {
 		r.Seed = uint64(seed())
@@ -139,6 +151,12 @@ func decodeAudioChat(body []byte, lim limits, seed func() int64) (*turnJob, *api
 			return nil, err
 		}
 		job.req.Audio = clip
+	}
+	if err := lim.checkText(r.Text, "text", "text"); err != nil {
+		return nil, err
+	}
+	if err := lim.checkText(r.System, "system", "system"); err != nil {
+		return nil, err
 	}
 	job.req.Text = r.Text
 	job.req.System = r.System

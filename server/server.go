@@ -33,6 +33,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/pipeline"
 )
 
@@ -54,6 +55,12 @@ type Config struct {
 	BodyTimeout time.Duration
 	// MaxAudio bounds an input clip's duration (default 120 s).
 	MaxAudio time.Duration
+	// MaxTextBytes bounds a request's text and, separately, its system
+	// prompt, in bytes (default 256 KiB: at the 3 to 5 bytes a token of
+	// English or CJK text, more than fits in the model's 32768 positions).
+	// Longer text is refused with 400 text_too_long before it is
+	// tokenized.
+	MaxTextBytes int
 	// MaxNewTokens bounds a request's max_new_tokens (default 2048 steps,
 	// at most about 2.7 minutes of speech).
 	MaxNewTokens int
@@ -103,6 +110,9 @@ func (c *Config) defaults() {
 	}
 	def(&c.BodyTimeout, 60*time.Second)
 	def(&c.MaxAudio, 120*time.Second)
+	if c.MaxTextBytes <= 0 {
+		c.MaxTextBytes = 256 << 10
+	}
 	if c.MaxNewTokens <= 0 {
 		c.MaxNewTokens = 2048
 	}
@@ -125,6 +135,11 @@ type Backend struct {
 	Engine *pipeline.Engine
 	Model  string // the model's name, as /v1/models lists it
 	Device string // the backend in words, e.g. "cpu (2 workers, bf16)"
+	// GPU is the device the engine runs on (any gpu.Device, the CPU
+	// backend's too). /health and /metrics describe it with
+	// gpu.DescribeDevice at each request: kind, name, driver and memory in
+	// use. Nil: no device is reported.
+	GPU gpu.Device
 }
 
 // Server is the HTTP API. Create it with New, hand it the model with
@@ -143,6 +158,11 @@ type Server struct {
 	inflight atomic.Int64 // requests being handled
 	started  time.Time
 	seed     func() int64 // random seeds for requests without one
+
+	// Test hooks, nil in production: hookEncode runs before a request's
+	// text is tokenized, hookStart before its turn starts on the engine.
+	hookEncode func(ctx context.Context)
+	hookStart  func(req *pipeline.Request)
 }
 
 // New returns a server whose model is still loading.
@@ -153,14 +173,15 @@ func New(cfg Config) *Server {
 		log:     cfg.Logger,
 		lim:     newLimiter(cfg.MaxConcurrent, cfg.MaxQueue, cfg.QueueTimeout),
 		convs:   newConversations(cfg.MaxConversations, cfg.ConversationTTL),
-		limits:  limits{maxAudio: cfg.MaxAudio, maxNewTokens: cfg.MaxNewTokens},
+		limits:  limits{maxAudio: cfg.MaxAudio, maxNewTokens: cfg.MaxNewTokens, maxTextBytes: cfg.MaxTextBytes},
 		started: time.Now(),
 		seed:    randomSeed,
 	}
 	s.met = newMetrics(
 		func() float64 { return float64(s.lim.active()) },
 		func() float64 { return float64(s.lim.queued()) },
-		func() float64 { return float64(s.convs.count()) })
+		func() float64 { return float64(s.convs.count()) },
+		s.device)
 	s.e = s.routes()
 	return s
 }
@@ -172,6 +193,16 @@ func (s *Server) SetBackend(b *Backend) {
 	s.log.Info("ready", "model", b.Model, "backend", b.Device)
 }
 
+// device describes the backend's device now, or returns false while the
+// model loads or when the backend names none.
+func (s *Server) device() (gpu.Info, bool) {
+	b := s.backend.Load()
+	if b == nil || b.GPU == nil {
+		return gpu.Info{}, false
+	}
+	return gpu.DescribeDevice(b.GPU), true
+}
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.e.ServeHTTP(w, r) }
 
@@ -180,10 +211,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.e.ServeHT
 var errShutdown = errors.New("the server shut down")
 
 // Serve serves HTTP on ln until ctx is done, then shuts down gracefully:
-// it stops accepting requests, lets running turns finish for up to
-// Config.ShutdownGrace, then cancels those left (they stop at their next
-// frame) and waits for their handlers. It returns nil after a clean
-// shutdown. The caller closes the engine afterwards.
+// while running turns finish (for up to Config.ShutdownGrace) it keeps
+// accepting connections but answers /health and new turns with 503
+// shutting_down, so that a load balancer's probes see the drain; once no
+// turn is left it stops accepting and closes idle connections. At the end
+// of the grace period it cancels the turns still running (they stop at
+// their next frame) and waits for their handlers. It returns nil after a
+// clean shutdown. The caller closes the engine afterwards.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	base, cancelAll := context.WithCancelCause(context.Background())
 	defer cancelAll(nil)
@@ -210,6 +244,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		"active", s.lim.active(), "queued", s.lim.queued(), "grace", s.cfg.ShutdownGrace)
 	gctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
+	s.waitTurns(gctx)
 	if err := hs.Shutdown(gctx); err != nil {
 		s.log.Warn("grace period over: cancelling the turns still running", "active", s.lim.active())
 		cancelAll(errShutdown)
@@ -228,6 +263,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.log.Info("shut down")
 	return nil
+}
+
+// waitTurns returns once no turn holds or waits for a slot, or when ctx
+// ends.
+func (s *Server) waitTurns(ctx context.Context) {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for s.lim.active() > 0 || s.lim.queued() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // sweepConversations forgets idle conversations periodically until the
@@ -355,6 +404,9 @@ func (s *Server) track(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		s.inflight.Add(1)
 		defer s.inflight.Add(-1)
+		if s.draining.Load() { // let clients move to another server
+			c.Response().Header().Set(echo.HeaderConnection, "close")
+		}
 		return next(c)
 	}
 }
@@ -457,12 +509,13 @@ func (s *Server) health(c echo.Context) error {
 		Conversations int `json:"conversations"`
 	}
 	h := struct {
-		Status   string   `json:"status"`
-		Model    string   `json:"model,omitempty"`
-		Backend  string   `json:"backend,omitempty"`
-		Version  string   `json:"version"`
-		Uptime   float64  `json:"uptime_seconds"`
-		Sessions sessions `json:"sessions"`
+		Status   string    `json:"status"`
+		Model    string    `json:"model,omitempty"`
+		Backend  string    `json:"backend,omitempty"`
+		Device   *gpu.Info `json:"device,omitempty"`
+		Version  string    `json:"version"`
+		Uptime   float64   `json:"uptime_seconds"`
+		Sessions sessions  `json:"sessions"`
 	}{
 		Status: "ok", Version: s.cfg.Version, Uptime: round3(time.Since(s.started).Seconds()),
 		Sessions: sessions{Active: s.lim.active(), Queued: s.lim.queued(), MaxActive: s.cfg.MaxConcurrent,
@@ -471,6 +524,9 @@ func (s *Server) health(c echo.Context) error {
 	code := http.StatusOK
 	if b := s.backend.Load(); b != nil {
 		h.Model, h.Backend = b.Model, b.Device
+		if info, ok := s.device(); ok {
+			h.Device = &info
+		}
 	} else {
 		h.Status, code = "loading", http.StatusServiceUnavailable
 	}
@@ -498,5 +554,10 @@ func (s *Server) models(c echo.Context) error {
 	}{"list", []model{{ID: b.Model, Object: "model", Created: s.started.Unix(), OwnedBy: "omni-pipe"}}})
 }
 
-// randomSeed returns a non-negative random seed.
-func randomSeed() int64 { return rand.Int64() }
+// maxSeed is the largest seed: 2^53 − 1, the largest integer JavaScript
+// (any float64 JSON reader) holds exactly, so that a client can send back
+// the seed a reply reports.
+const maxSeed = 1<<53 - 1
+
+// randomSeed returns a random seed in [0, maxSeed].
+func randomSeed() int64 { return rand.Int64N(maxSeed + 1) }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/omni-pipe/omni-pipe/pipeline"
+	"github.com/omni-pipe/omni-pipe/stages/tokenizer"
 )
 
 // turn is an admitted, running turn: it holds a slot and its conversation
@@ -24,13 +26,9 @@ type turn struct {
 	log     *slog.Logger
 }
 
-// admit takes a turn slot (waiting in the bounded queue if need be), holds
-// the job's conversation (a new one when it names none) and starts the
-// turn. The turn stops when the request's context ends: the client hung up
-// or the server's grace period is over.
 // begin is every turn route's start: the backend must be ready, the body
-// is read and decoded into the route's job, and the turn is admitted (or
-// queued, or refused).
+// is read and decoded into the route's job, its text is tokenized, and the
+// turn is admitted (or queued, or refused).
 func begin[J any](s *Server, c echo.Context, decode func([]byte, limits, func() int64) (J, *apiError), turnOf func(J) *turnJob) (*Backend, J, *turn, *apiError) {
 	var zero J
 	be, aerr := s.ready()
@@ -45,6 +43,9 @@ func begin[J any](s *Server, c echo.Context, decode func([]byte, limits, func() 
 	if aerr != nil {
 		return nil, zero, nil, aerr
 	}
+	if aerr := s.encodeText(c.Request().Context(), be, &turnOf(job).req); aerr != nil {
+		return nil, zero, nil, aerr
+	}
 	t, aerr := s.admit(c, be, turnOf(job))
 	if aerr != nil {
 		return nil, zero, nil, aerr
@@ -52,6 +53,43 @@ func begin[J any](s *Server, c echo.Context, decode func([]byte, limits, func() 
 	return be, job, t, nil
 }
 
+// encodeText tokenizes a request's text and system prompt for the engine
+// (pipeline.Request.TextTokens, SystemTokens). Text from a client is
+// plain text: a special token it spells ("<|im_end|>") is encoded as its
+// characters, so that no client can forge the chat template's turns (the
+// template's own control tokens come from the engine). It runs before the
+// request takes a turn slot, and stops when the request's context ends
+// (the client hung up). Config.MaxTextBytes has bounded the text already.
+func (s *Server) encodeText(ctx context.Context, be *Backend, req *pipeline.Request) *apiError {
+	if s.hookEncode != nil {
+		s.hookEncode(ctx)
+	}
+	tok := be.Engine.Model().Tok
+	encode := func(text string) ([]int, *apiError) {
+		if text == "" {
+			return nil, nil // nothing to encode; the engine adds nothing either
+		}
+		ids, err := tok.EncodeContext(ctx, text, tokenizer.EncodeOptions{SplitSpecial: true})
+		if err != nil {
+			return nil, newError(http.StatusServiceUnavailable, typeServer, codeCancelled, "", "gave up tokenizing the request's text: "+err.Error())
+		}
+		if ids == nil {
+			ids = []int{} // encoded, to nothing: the engine must not encode it again
+		}
+		return ids, nil
+	}
+	var aerr *apiError
+	if req.TextTokens, aerr = encode(req.Text); aerr != nil {
+		return aerr
+	}
+	req.SystemTokens, aerr = encode(req.System)
+	return aerr
+}
+
+// admit takes a turn slot (waiting in the bounded queue if need be), holds
+// the job's conversation (a new one when it names none) and starts the
+// turn. The turn stops when the request's context ends: the client hung up
+// or the server's grace period is over.
 func (s *Server) admit(c echo.Context, be *Backend, job *turnJob) (*turn, *apiError) {
 	ctx := c.Request().Context()
 	release, err := s.lim.acquire(ctx)
@@ -78,6 +116,9 @@ func (s *Server) admit(c echo.Context, be *Backend, job *turnJob) (*turn, *apiEr
 		release()
 		return nil, newError(http.StatusConflict, typeInvalidRequest, codeStaleAudioID, "",
 			fmt.Sprintf("the request continues from reply %d, but the conversation has %d replies; send the latest reply's audio id", job.expectTurns, index-1))
+	}
+	if s.hookStart != nil {
+		s.hookStart(&job.req)
 	}
 	stream, err := be.Engine.Start(ctx, conv.sess, job.req)
 	if err != nil {
