@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -292,5 +293,68 @@ func TestReadmeCommands(t *testing.T) {
 	}
 	if _, err := os.Stat("../../scripts/test.sh"); err != nil {
 		t.Error(err)
+	}
+}
+
+// modelCopy makes a model folder of the fixture's files (linked) with
+// config.json edited by the (from, to) pairs.
+func modelCopy(t *testing.T, pairs ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range []string{"model.safetensors", "tokenizer.json", "mimi.safetensors", "mimi_config.json"} {
+		abs, err := filepath.Abs(filepath.Join(tiny, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(abs, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := os.ReadFile(filepath.Join(tiny, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(cfg)
+	for i := 0; i < len(pairs); i += 2 {
+		if !strings.Contains(s, pairs[i]) {
+			t.Fatalf("config.json lacks %q", pairs[i])
+		}
+		s = strings.Replace(s, pairs[i], pairs[i+1], 1)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestBadConfigFailsCheaply: a config.json with absurd sizes, or with sizes
+// in bounds that its checkpoint does not have, fails to load with an error
+// naming the problem, at once and without allocating what it asks for.
+func TestBadConfigFailsCheaply(t *testing.T) {
+	for _, tc := range []struct {
+		from, to, want string
+	}{
+		{`"num_hidden_layers": 4`, `"num_hidden_layers": -1`, "lfm: num_hidden_layers = -1, want 1..1024"},
+		{`"num_hidden_layers": 4`, `"num_hidden_layers": 1000000000`, "lfm: num_hidden_layers = 1000000000, want 1..1024"},
+		{`"codebooks": 8`, `"codebooks": 1000000`, "codebooks = 1000000, want 1..64"},
+		// In bounds, but not what model.safetensors holds.
+		{`"num_hidden_layers": 4`, `"num_hidden_layers": 1024`, `missing tensor "lfm.layers.4.`},
+		{`"codebooks": 8`, `"codebooks": 64`, `tensor "audio_embedding.embedding.weight" has shape [16392 24], want [131136 24]`},
+		{`"vocab_size": 992`, `"vocab_size": 4194304`, `tensor "lfm.embed_tokens.weight" has shape [992 24], want [4194304 24]`},
+	} {
+		dir := modelCopy(t, tc.from, tc.to)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		code, _, errOut := runCmd(t, "", "generate", "--model", dir, "--text", "hi", "--out", "")
+		runtime.ReadMemStats(&after)
+		if code != exitError || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%s: exit %d, stderr %.600q; want exit %d and %q", tc.to, code, errOut, exitError, tc.want)
+		}
+		if n := strings.Count(errOut, "\n"); n > 30 {
+			t.Errorf("%s: an error of %d lines", tc.to, n)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 256<<20 {
+			t.Errorf("%s: loading allocated %d MB before failing", tc.to, alloc>>20)
+		}
 	}
 }
