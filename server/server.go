@@ -3,7 +3,7 @@
 //	POST /v1/audio/chat         one turn: speech and/or text in; SSE text and 24 kHz PCM out (or one JSON)
 //	POST /v1/chat/completions   the same, in OpenAI's Chat Completions audio format
 //	GET  /v1/models             the served model
-//	GET  /health                readiness, model, backend, version, sessions in use
+//	GET  /health                readiness, model, backend, device, version, sessions in use
 //	GET  /metrics               Prometheus metrics
 //
 // A Server admits at most Config.MaxConcurrent turns at once, queues at
