@@ -177,7 +177,7 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 			return fmt.Errorf("listen: %w", err)
 		}
 		srv := server.New(cfg)
-		srv.SetBackend(&server.Backend{Engine: eng, Model: m.Name, Device: fmt.Sprintf("%s, %s", dev.Name(), prec)})
+		srv.SetBackend(&server.Backend{Engine: eng, Model: m.Name, Device: fmt.Sprintf("%s, %s", dev.Name(), prec), GPU: dev})
 		log.Info("listening", "addr", ln.Addr().String(), "version", cfg.Version)
 		if err := srv.Serve(ctx, ln); err != nil {
 			return err

@@ -92,6 +92,20 @@ func TestServeQuickStart(t *testing.T) {
 		}
 	}
 
+	// /health reports the device the engine runs on.
+	if resp, err := http.Get(base + "/health"); err != nil {
+		t.Error(err)
+	} else {
+		var h struct {
+			Device *struct{ Kind, Name string }
+		}
+		err := json.NewDecoder(resp.Body).Decode(&h)
+		resp.Body.Close()
+		if err != nil || h.Device == nil || h.Device.Kind != "cpu" || h.Device.Name == "" {
+			t.Errorf("/health device %+v (%v), want the CPU device", h.Device, err)
+		}
+	}
+
 	resp, err := http.Post(base+path, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
