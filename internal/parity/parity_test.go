@@ -114,3 +114,40 @@ func TestMelRuleBandLimited(t *testing.T) {
 		t.Errorf("a one-sample delay (rel L2 %.3g) passes the mel rule (bound %.3g)", d.RelL2, melFFTFactor*mc.fftNoise)
 	}
 }
+
+// TestRulesRejectFP32Probabilities: the rules tell the reference's
+// attention rounding from the old one. With fp32 probabilities (before
+// issue 11) the text-only case's loop on the reference's rows misses 12
+// codes against the F32 run's 10 and fails; with the flash rounding it
+// misses none (TestFixtureCases).
+func TestRulesRejectFP32Probabilities(t *testing.T) {
+	dev := cpu.New(0)
+	defer dev.Close()
+	m, err := lfm2audio.Load(dev, "../../testdata/lfm2-audio-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.Backbone.FlashAttention, m.Depth.FlashAttention = false, false
+	ref, err := refcase.Open("../../testdata/lfm2-audio-tiny/case3_text_only.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	rep, err := Run(context.Background(), m, dev, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed []string
+	for _, row := range rep.Rows {
+		if !row.OK {
+			failed = append(failed, row.Stage+": "+row.Value)
+		}
+	}
+	if len(failed) == 0 {
+		var b bytes.Buffer
+		rep.Print(&b)
+		t.Fatalf("fp32 attention probabilities pass every rule:\n%s", b.String())
+	}
+	t.Logf("failed with fp32 probabilities: %q", failed)
+}
