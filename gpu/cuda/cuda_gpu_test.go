@@ -159,3 +159,60 @@ func TestFusedRoundingEqualsSeparate(t *testing.T) {
 		})
 	}
 }
+
+// TestMMAInvarianceMixedRows checks the tensor-core products' batch
+// invariance where it is most at risk: a batch mixing rows that are exact
+// bf16 values (whose mid and lo parts are zero, skipped when a whole tile
+// has none) with full fp32 rows. Every row alone must equal the same row in
+// the batch, bit for bit.
+func TestMMAInvarianceMixedRows(t *testing.T) {
+	openGPU(t)
+	d, err := New(Options{MatMul: "mma"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	rng := rand.New(rand.NewPCG(7, 8))
+	const M, K, N = 19, 333, 40
+	wb := make([]byte, 2*N*K)
+	for i := range N * K {
+		h := gpu.F32ToBF16(float32(rng.Float64()*2 - 1))
+		wb[2*i], wb[2*i+1] = byte(h), byte(h>>8)
+	}
+	w, err := d.Load(gpu.BF16, N, K, wb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs := make([]float32, M*K)
+	for r := range M {
+		for k := range K {
+			v := float32(rng.Float64()*2 - 1)
+			if r%3 != 0 {
+				v = gpu.RoundBF16(v)
+			}
+			xs[r*K+k] = v
+		}
+	}
+	q := d.NewQueue("mixed")
+	x, y := d.Alloc(gpu.F32, M, K), d.Alloc(gpu.F32, M, N)
+	q.Write(x, xs)
+	q.MatMul(y, x, w, gpu.Tensor{})
+	all := make([]float32, M*N)
+	if err := q.Read(all, y); err != nil {
+		t.Fatal(err)
+	}
+	for r := range M {
+		x1, y1 := d.Alloc(gpu.F32, 1, K), d.Alloc(gpu.F32, 1, N)
+		q.Write(x1, xs[r*K:(r+1)*K])
+		q.MatMul(y1, x1, w, gpu.Tensor{})
+		one := make([]float32, N)
+		if err := q.Read(one, y1); err != nil {
+			t.Fatal(err)
+		}
+		for n := range N {
+			if math.Float32bits(one[n]) != math.Float32bits(all[r*N+n]) {
+				t.Fatalf("row %d col %d: alone %v, in the batch %v", r, n, one[n], all[r*N+n])
+			}
+		}
+	}
+}

@@ -577,10 +577,11 @@ MATMUL_KERNEL(matmul_r8_f16, 8, 4, DT_F16)
 
 // mma_bf16: d[m, n] = Σ_k x[m, k]·w[n, k] (+ bias[n]) for bf16 weights,
 // with mma.sync.m16n8k16 (weights as A: 16 rows of w; x as B: 8 rows).
-// x is fp32: each value is split exactly into bf16 parts hi + mid + lo
-// (|x − hi − mid − lo| ≤ 2^-24·|x|), and each part is multiplied, so the
-// products keep fp32 accuracy; a part that is zero in every lane of a warp
-// (x already bf16, as in bf16 mode) is skipped, which adds exact zeros.
+// x is fp32: split_bf16 first splits each value exactly into bf16 parts
+// hi + mid + lo (|x − hi − mid − lo| ≤ 2^-24·|x|), and each part is
+// multiplied, so the products keep fp32 accuracy; a part that is zero in
+// all 8 rows of an MMA tile (x already bf16, as in bf16 mode) is skipped,
+// which leaves out exact zeros.
 //
 // The summation order of an output depends only on K: K is cut into
 // superblocks of 64; superblock s goes to warp s mod 4 of the block, which
@@ -618,9 +619,18 @@ __device__ __forceinline__ void mma_wload(u32 (&p)[8], const u16* row, int k, in
   }
 }
 
+// mma_xload loads 16 bf16 values of a split row from k (rows are padded
+// to a multiple of 64 with zeros).
+__device__ __forceinline__ void mma_xload(u32 (&p)[8], const u16* row, int k) {
+  uint4 a = *(const uint4*)(row + k), b = *(const uint4*)(row + k + 8);
+  p[0] = a.x; p[1] = a.y; p[2] = a.z; p[3] = a.w;
+  p[4] = b.x; p[5] = b.y; p[6] = b.z; p[7] = b.w;
+}
+
 template <int MT>
-__device__ __forceinline__ void mma_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
-                                         const void* bias, int bdt, int M, int N, int K, int rnd) {
+__device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const u32* flags, int Kp,
+                                         const u16* w, i64 ldw, const void* bias, int bdt, int M, int N, int K,
+                                         int rnd) {
   __shared__ float part[4][MT][32][4];
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int g = lane >> 2, t = lane & 3;
@@ -631,7 +641,17 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const float* x, i64 
   const u16* wr0 = w + (i64)min(n0 + g, N - 1) * ldw;
   const u16* wr1 = w + (i64)min(n0 + g + 8, N - 1) * ldw;
   bool wv = ((((unsigned long long)w) & 15) == 0) && (ldw % 8 == 0);
-  bool xv = ((((unsigned long long)x) & 15) == 0) && (ldx % 4 == 0);
+  // Which parts (hi always; mid, lo where some row of the tile needs them).
+  u32 need[MT];
+  const u16* xr[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    int m = min(m0 + 8 * mt + g, M - 1);
+    xr[mt] = xs + (i64)m * Kp;
+    u32 f = flags[m];
+    need[mt] = __reduce_or_sync(0xffffffffu, f);
+  }
+  i64 pstride = (i64)M * Kp;  // from one part to the next
   int nsb = (K + 63) / 64;
   for (int s = warp; s < nsb; s += 4) {
     int k = s * 64 + 16 * t;
@@ -640,44 +660,19 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const float* x, i64 
     mma_wload(wb, wr1, k, K, wv);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
-      const float* xr = x + (i64)min(m0 + 8 * mt + g, M - 1) * ldx;
-      float xs[16];
-      if (xv && k + 16 <= K) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          float4 v = *(const float4*)(xr + k + 4 * e);
-          xs[4 * e] = v.x; xs[4 * e + 1] = v.y; xs[4 * e + 2] = v.z; xs[4 * e + 3] = v.w;
-        }
-      } else {
+      for (int part_ = 0; part_ < 3; part_++) {
+        if (part_ > 0 && !(need[mt] & (1u << (part_ - 1)))) continue;
+        u32 px[8];
+        mma_xload(px, xr[mt] + part_ * pstride, k);
 #pragma unroll
-        for (int e = 0; e < 16; e++) xs[e] = k + e < K ? xr[k + e] : 0.0f;
-      }
-      u32 ph[8], pm[8], pl[8];
-      bool anyM = false, anyL = false;
-#pragma unroll
-      for (int e = 0; e < 8; e++) {
-        float a = xs[2 * e], b = xs[2 * e + 1];
-        float ah = rbf16(a), bh = rbf16(b);
-        float ar = a - ah, br = b - bh;
-        float am = rbf16(ar), bm = rbf16(br);
-        float al = rbf16(ar - am), bl = rbf16(br - bm);
-        ph[e] = pack2(ah, bh);
-        pm[e] = pack2(am, bm);
-        pl[e] = pack2(al, bl);
-        anyM |= pm[e] != 0u;
-        anyL |= pl[e] != 0u;
-      }
-      anyM = __any_sync(0xffffffffu, anyM);
-      anyL = __any_sync(0xffffffffu, anyL);
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < 4; j++) {
 #ifdef FAULT_MMA
-        mma16816(acc[mt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], ph[2 * j + 1], ph[2 * j]);
+          mma16816(acc[mt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], px[2 * j + 1], px[2 * j]);
 #else
-        mma16816(acc[mt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], ph[2 * j], ph[2 * j + 1]);
+          mma16816(acc[mt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], px[2 * j], px[2 * j + 1]);
 #endif
-        if (anyM) mma16816(acc[mt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], pm[2 * j], pm[2 * j + 1]);
-        if (anyL) mma16816(acc[mt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], pl[2 * j], pl[2 * j + 1]);
+        }
       }
     }
   }
@@ -707,11 +702,37 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const float* x, i64 
 
 extern "C" {
 
+// split_bf16 writes x [M, K] as three bf16 parts (hi, mid, lo: exact,
+// |x − hi − mid − lo| ≤ 2^-24·|x|) into out [3][M][Kp], rows zero-padded to
+// Kp, and flags[m] = (mid of row m nonzero) | (lo nonzero) << 1.
+__global__ void split_bf16(u16* out, u32* flags, const float* x, i64 ldx, int M, int K, int Kp) {
+  int m = blockIdx.x;
+  const float* xr = x + (i64)m * ldx;
+  u32 f = 0;
+  for (int k = threadIdx.x; k < Kp; k += blockDim.x) {
+    float v = k < K ? xr[k] : 0.0f;
+    float h = rbf16(v), r = v - h, md = rbf16(r), lo = rbf16(r - md);
+    out[(i64)m * Kp + k] = (u16)(__float_as_uint(h) >> 16);
+    out[((i64)M + m) * Kp + k] = (u16)(__float_as_uint(md) >> 16);
+    out[((i64)2 * M + m) * Kp + k] = (u16)(__float_as_uint(lo) >> 16);
+    f |= (md != 0.0f ? 1u : 0u) | (lo != 0.0f ? 2u : 0u);
+  }
+  f = __reduce_or_sync(0xffffffffu, f);
+  __shared__ u32 sf[32];
+  if ((threadIdx.x & 31) == 0) sf[threadIdx.x >> 5] = f;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    u32 a = 0;
+    for (int i = 0; i < (int)blockDim.x / 32; i++) a |= sf[i];
+    flags[m] = a;
+  }
+}
+
 #define MMA_KERNEL(name, MT)                                                                                 \
-  __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w,     \
-                                              i64 ldw, const void* bias, int bdt, int M, int N, int K,      \
-                                              int rnd) {                                                    \
-    mma_tile<MT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, rnd);                                               \
+  __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const u16* xs, const u32* flags, int Kp,   \
+                                              const u16* w, i64 ldw, const void* bias, int bdt, int M, int N, \
+                                              int K, int rnd) {                                             \
+    mma_tile<MT>(d, ldd, xs, flags, Kp, w, ldw, bias, bdt, M, N, K, rnd);                                   \
   }
 
 MMA_KERNEL(mma_bf16_m8, 1)

@@ -86,9 +86,19 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		return
 	}
 	if w.DType() == gpu.BF16 && q.d.mmaMatMul {
+		Kp := (K + 63) &^ 63
+		if q.split == nil || q.split.n < 3*M*Kp {
+			q.grow(&q.split, gpu.BF16, 3*M*Kp)
+		}
+		if q.flags == nil || q.flags.n < M {
+			q.grow(&q.flags, gpu.I32, M)
+		}
+		xs := gpu.Tensor{Buf: q.split, Rows: 1, Cols: 3 * M * Kp, Stride: 3 * M * Kp}
+		fl := gpu.Tensor{Buf: q.flags, Rows: 1, Cols: M, Stride: M}
+		q.launch("split_bf16", [3]uint32{uint32(M), 1, 1}, blk128, 0, q.t(xs), q.t(fl), q.t(x), ld(x), i(M), i(K), i(Kp))
 		name, g := mmaLaunch(M, N)
 		q.launchOut(dst, name, g, blk128, 0,
-			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
+			q.t(dst), ld(dst), q.t(xs), q.t(fl), i(Kp), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
 	r := matmulRows(M)

@@ -18,7 +18,7 @@ var kernelNames = []string{
 	"matmul_r1_f32", "matmul_r2_f32", "matmul_r4_f32", "matmul_r8_f32",
 	"matmul_r1_bf16", "matmul_r2_bf16", "matmul_r4_bf16", "matmul_r8_bf16",
 	"matmul_r1_f16", "matmul_r2_f16", "matmul_r4_f16", "matmul_r8_f16",
-	"gemv_bf16", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32",
+	"gemv_bf16", "split_bf16", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32",
 	"attention_f32", "conv1d_f32", "convtr1d_f32", "conv2d_f32",
 }
 
@@ -86,6 +86,8 @@ type Queue struct {
 
 	scores  *buffer // attention scratch
 	readBuf *buffer // contiguous staging for strided reads
+	split   *buffer // x split into bf16 parts for the tensor-core products
+	flags   *buffer // which parts each row of split needs
 	err     error   // sticky: the first failure, returned by Read and Sync
 	params  []unsafe.Pointer
 	graphs  graphCache // owner thread only
