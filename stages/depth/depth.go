@@ -231,10 +231,11 @@ func (d *Depth) block(c *nn.Ctx, l int, x, kc, vc gpu.Tensor, pos int) {
 	c.Q.Act(g1, g1, gpu.SiLU)
 	c.Round(g1)
 	linear(c, g3, h, L.W3)
-	c.Q.Mul(g1, g1, g3)
-	c.Round(g1)
-	f := c.Tmp(B, D)
-	linear(c, f, g1, L.W2)
-	c.Q.Add(x, a, f)
+	// As in lfm2: g3 ⊙ g1 and the down projection straight into x, then
+	// x + a (the same floats, in the order a backend folds into products).
+	c.Q.Mul(g3, g3, g1)
+	c.Round(g3)
+	linear(c, x, g3, L.W2)
+	c.Q.Add(x, x, a)
 	c.Round(x)
 }

@@ -285,11 +285,13 @@ func (m *Model) block(c *nn.Ctx, i int, w gpu.Tensor, seqs []Seq) {
 	c.Q.Act(a, a, gpu.SiLU)
 	c.Round(a)
 	linear(c, g, h, b.W3, gpu.Tensor{})
-	c.Q.Mul(a, a, g)
-	c.Round(a)
-	f := c.Tmp(R, H)
-	linear(c, f, a, b.W2, gpu.Tensor{})
-	c.Q.Add(w, op, f)
+	// g ⊙ a, not a ⊙ g, and the down projection straight into w, then
+	// w + op: the same floats (+ and × commute), in the order a backend can
+	// fold into the products that precede them.
+	c.Q.Mul(g, g, a)
+	c.Round(g)
+	linear(c, w, g, b.W2, gpu.Tensor{})
+	c.Q.Add(w, w, op)
 	c.Round(w)
 }
 
