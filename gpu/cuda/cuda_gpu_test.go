@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -94,12 +95,12 @@ func TestMatchesCPUBackend(t *testing.T) {
 	}
 }
 
-// TestFusedRoundingEqualsSeparate checks the backend's folding of a
-// RoundBF16 into the op before it: the fused result must equal the op's
-// unrounded output rounded on the host, bit for bit, and the fold must
-// happen (one launch fewer).
-func TestFusedRoundingEqualsSeparate(t *testing.T) {
-	d := openGPU(t)
+// checkFused runs op sequences the backend folds into one kernel (a
+// product's rounding, activation and elementwise Add/Mul; a norm's
+// rounding and row weight) twice: as recorded, and with an unrelated op
+// between every two so that nothing folds. Both must give the same bits,
+// and the first must have launched fewer kernels.
+func checkFused(d *Device) error {
 	rng := rand.New(rand.NewPCG(5, 6))
 	rnd := func(n int) []float32 {
 		v := make([]float32, n)
@@ -108,7 +109,7 @@ func TestFusedRoundingEqualsSeparate(t *testing.T) {
 		}
 		return v
 	}
-	const M, K, N = 3, 520, 48
+	const K, N = 520, 48
 	wb := make([]byte, 2*N*K)
 	for i, v := range rnd(N * K) {
 		h := gpu.F32ToBF16(v)
@@ -116,47 +117,87 @@ func TestFusedRoundingEqualsSeparate(t *testing.T) {
 	}
 	w, err := d.Load(gpu.BF16, N, K, wb)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer d.Free(w)
+	wt := d.Alloc(gpu.F32, N, K) // an F32 weight: the FMA tile kernels
+	defer d.Free(wt)
+	nv, err := d.Load(gpu.BF16, 1, N, wb[:2*N])
+	if err != nil {
+		return err
+	}
+	defer d.Free(nv)
+	type step func(q gpu.Queue, y, x, o gpu.Tensor)
 	for _, c := range []struct {
-		name string
-		rows int
-		op   func(q gpu.Queue, dst, x gpu.Tensor)
+		name  string
+		rows  int
+		steps []step
 	}{
-		{"matmul", M, func(q gpu.Queue, dst, x gpu.Tensor) { q.MatMul(dst, x, w, gpu.Tensor{}) }},
-		{"gemv", 1, func(q gpu.Queue, dst, x gpu.Tensor) { q.MatMul(dst, x, w, gpu.Tensor{}) }},
-		{"add", M, func(q gpu.Queue, dst, x gpu.Tensor) { q.Add(dst, x.ColSlice(0, N), x.ColSlice(N, 2*N)) }},
-		{"rmsnorm", M, func(q gpu.Queue, dst, x gpu.Tensor) { q.RMSNorm(dst, x.ColSlice(0, N), 1e-5) }},
-		{"silu", M, func(q gpu.Queue, dst, x gpu.Tensor) { q.Act(dst, x.ColSlice(0, N), gpu.SiLU) }},
+		{"gemv+round", 1, []step{
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.MatMul(y, x, w, gpu.Tensor{}) },
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.RoundBF16(y) }}},
+		{"matmul+round+silu+round", 3, []step{
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.MatMul(y, x, w, gpu.Tensor{}) },
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.RoundBF16(y) },
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.Act(y, y, gpu.SiLU) },
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.RoundBF16(y) }}},
+		{"gemv+round+mul+round", 1, []step{
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.MatMul(y, x, w, gpu.Tensor{}) },
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.RoundBF16(y) },
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.Mul(y, y, o) },
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.RoundBF16(y) }}},
+		{"f32-matmul+add+round", 5, []step{
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.MatMul(y, x, wt, gpu.Tensor{}) },
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.Add(y, o, y) },
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.RoundBF16(y) }}},
+		{"rmsnorm+round+mulrow+round", 3, []step{
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.RMSNorm(y, o, 1e-5) },
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.RoundBF16(y) },
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.MulRow(y, y, nv) },
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.RoundBF16(y) }}},
+		{"add+round", 3, []step{
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.Add(y, o, o) },
+			func(q gpu.Queue, y, x, o gpu.Tensor) { q.RoundBF16(y) }}},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			q := d.NewQueue("fuse").(*Queue)
-			x, y1, y2 := d.Alloc(gpu.F32, c.rows, K), d.Alloc(gpu.F32, c.rows, N), d.Alloc(gpu.F32, c.rows, N)
-			defer d.Free(x)
-			defer d.Free(y1)
-			defer d.Free(y2)
-			q.Write(x, rnd(c.rows*K))
-			c.op(q, y1, x)
-			before := len(q.rec.cmds)
-			q.RoundBF16(y1)
-			if len(q.rec.cmds) != before {
-				t.Errorf("RoundBF16 after %s was launched, not folded", c.name)
+		q := d.NewQueue("fuse").(*Queue)
+		x, o := d.Alloc(gpu.F32, c.rows, K), d.Alloc(gpu.F32, c.rows, N)
+		y1, y2, junk := d.Alloc(gpu.F32, c.rows, N), d.Alloc(gpu.F32, c.rows, N), d.Alloc(gpu.F32, 1, 1)
+		q.Write(x, rnd(c.rows*K))
+		q.Write(o, rnd(c.rows*N))
+		q.Write(wt, rnd(N*K))
+		before := len(q.rec.cmds)
+		for _, s := range c.steps {
+			s(q, y1, x, o)
+		}
+		if got := len(q.rec.cmds) - before; got != 1 {
+			return fmt.Errorf("%s: %d launches, want 1 (nothing folded)", c.name, got)
+		}
+		for _, s := range c.steps {
+			s(q, y2, x, o)
+			q.Fill(junk, 0) // breaks every fold
+		}
+		a, b := make([]float32, c.rows*N), make([]float32, c.rows*N)
+		if err := q.Read(a, y1); err != nil {
+			return err
+		}
+		if err := q.Read(b, y2); err != nil {
+			return err
+		}
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				return fmt.Errorf("%s: element %d: folded %v, separate %v", c.name, i, a[i], b[i])
 			}
-			c.op(q, y2, x)
-			got, raw := make([]float32, c.rows*N), make([]float32, c.rows*N)
-			if err := q.Read(got, y1); err != nil {
-				t.Fatal(err)
-			}
-			if err := q.Read(raw, y2); err != nil {
-				t.Fatal(err)
-			}
-			for i := range got {
-				if want := gpu.RoundBF16(raw[i]); math.Float32bits(got[i]) != math.Float32bits(want) {
-					t.Fatalf("element %d: fused %v, separate %v", i, got[i], want)
-				}
-			}
-		})
+		}
+		for _, t := range []gpu.Tensor{x, o, y1, y2, junk} {
+			d.Free(t)
+		}
+	}
+	return nil
+}
+
+func TestFusedOpsEqualSeparate(t *testing.T) {
+	if err := checkFused(openGPU(t)); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -17,6 +17,7 @@ var Faults = map[string]string{
 	"EMBED":      "embed",           // sums the second id twice, the first never
 	"SHORTCONV":  "shortconv",       // zeroes the first output row
 	"MATMUL":     "matmul",          // bias index off by one (FMA kernels)
+	"EPILOGUE":   "fused",           // a folded Mul adds instead (TestFusedOps, not gputest)
 	"GEMV":       "matmul",          // bias index off by one (one-row kernel)
 	"MMA":        "matmul",          // swaps the two k halves of x in the tensor-core kernel (MatMul "mma")
 	"ATTN_MASK":  "attention",       // sliding window one key too wide

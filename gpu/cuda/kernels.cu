@@ -148,25 +148,50 @@ __global__ void round_bf16(float* d, i64 ldd, int rows, int cols) {
 #define ACT_ELU 4
 #define ACT_SIGMOID 5
 
+// act_apply is act_f32's function f, shared with the matrix products'
+// fused epilogue.
+__device__ __forceinline__ float act_apply(int f, float x) {
+  switch (f) {
+    case ACT_SILU:
+#ifdef FAULT_ACT
+      return x / (1.0f + expf(x));
+#else
+      return x / (1.0f + expf(-x));
+#endif
+    case ACT_GELU: return (float)(0.5 * (double)x * (1.0 + erf((double)x * 0.70710678118654752440)));
+    case ACT_RELU: return fmaxf(x, 0.0f);
+    case ACT_ELU: return x > 0.0f ? x : expm1f(x);
+    default: return 1.0f / (1.0f + expf(-x));
+  }
+}
+
 __global__ void act_f32(int f, float* d, i64 ldd, const float* a, i64 lda, int rows, int cols, int rnd) {
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
-    float x = a[r * lda + c], y;
-    switch (f) {
-      case ACT_SILU:
-#ifdef FAULT_ACT
-        y = x / (1.0f + expf(x));
-#else
-        y = x / (1.0f + expf(-x));
-#endif
-        break;
-      case ACT_GELU: y = (float)(0.5 * (double)x * (1.0 + erf((double)x * 0.70710678118654752440))); break;
-      case ACT_RELU: y = fmaxf(x, 0.0f); break;
-      case ACT_ELU: y = x > 0.0f ? x : expm1f(x); break;
-      default: y = 1.0f / (1.0f + expf(-x)); break;
-    }
-    d[r * ldd + c] = OUT(y);
+    d[r * ldd + c] = OUT(act_apply(f, a[r * lda + c]));
   }
+}
+
+// epi is the matrix products' fused epilogue, the ops the backend folds
+// into them when they follow the product on its output: v (the sum plus
+// bias) → [round] → [act] → [round] → [v ⊕ e[m, n], ⊕ = + or ×] → [round].
+__device__ __forceinline__ float epi(float v, int rnd, int act, int rnd1, const float* e, i64 lde, int eop,
+                                     int rnd2, i64 m, i64 n) {
+  if (rnd) v = rbf16(v);
+  if (act) {
+    v = act_apply(act, v);
+    if (rnd1) v = rbf16(v);
+  }
+  if (eop) {
+    float o = e[m * lde + n];
+#ifdef FAULT_EPILOGUE
+    v = eop == OP_ADD ? v + o : v + o;
+#else
+    v = eop == OP_ADD ? v + o : v * o;
+#endif
+    if (rnd2) v = rbf16(v);
+  }
+  return v;
 }
 
 __global__ void glu_f32(float* d, i64 ldd, const float* a, i64 lda, int rows, int n, int rnd) {
@@ -203,7 +228,10 @@ __device__ float blockMax(float v, float* sh) {
   return s;
 }
 
-__global__ void rmsnorm_f32(float* d, i64 ldd, const float* a, i64 lda, int cols, float eps, int rnd) {
+// rmsnorm_f32 optionally multiplies by a row vector w afterwards (the
+// folded MulRow of Lfm2RMSNorm / RMSNorm), with its own rounding rnd1.
+__global__ void rmsnorm_f32(float* d, i64 ldd, const float* a, i64 lda, int cols, float eps, int rnd, const void* w,
+                            int wdt, int rnd1) {
   __shared__ float sh[32];
   const float* x = a + (i64)blockIdx.x * lda;
   float* y = d + (i64)blockIdx.x * ldd;
@@ -215,7 +243,14 @@ __global__ void rmsnorm_f32(float* d, i64 ldd, const float* a, i64 lda, int cols
 #else
   float inv = (float)(1.0 / sqrt((double)(ss / (float)cols + eps)));
 #endif
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) y[c] = OUT(x[c] * inv);
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    float v = OUT(x[c] * inv);
+    if (w) {
+      v *= load(w, wdt, c);
+      if (rnd1) v = rbf16(v);
+    }
+    y[c] = v;
+  }
 }
 
 __global__ void layernorm_f32(float* d, i64 ldd, const float* a, i64 lda, const void* w, int wdt, const void* b,
@@ -416,8 +451,11 @@ __device__ __forceinline__ void mm_fma(float (&acc)[R][C], const float (&xs)[R][
 }
 
 template <int R, int C, int WDT>
+#define EPI_PARAMS int rnd, int act, int rnd1, const float* e, i64 lde, int eop, int rnd2
+#define EPI_ARGS rnd, act, rnd1, e, lde, eop, rnd2
+
 __device__ __forceinline__ void mm_tile(float* d, i64 ldd, const float* x, i64 ldx, const void* w, i64 ldw,
-                                        const void* bias, int bdt, int M, int N, int K, int m0, int n0, int rnd) {
+                                        const void* bias, int bdt, int M, int N, int K, int m0, int n0, EPI_PARAMS) {
   int lane = threadIdx.x & 31;
   float acc[R][C];
 #pragma unroll
@@ -471,7 +509,7 @@ __device__ __forceinline__ void mm_tile(float* d, i64 ldd, const float* x, i64 l
 #else
         if (bias) v += load(bias, bdt, n);
 #endif
-        d[(i64)m * ldd + n] = OUT(v);
+        d[(i64)m * ldd + n] = epi(v, EPI_ARGS, m, n);
       }
     }
 }
@@ -483,7 +521,7 @@ extern "C" {
 // how many bytes are in flight sets its speed). The products are
 // accumulated in exactly mm_tile's order, so it gives the same bits.
 __global__ void __launch_bounds__(128) gemv_bf16(float* d, const float* x, const u16* w, i64 ldw,
-                                                  const void* bias, int bdt, int N, int K, int rnd) {
+                                                  const void* bias, int bdt, int N, int K, EPI_PARAMS) {
   const int C = 4, U = 4;
   int lane = threadIdx.x & 31;
   int n0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * C;
@@ -541,7 +579,7 @@ __global__ void __launch_bounds__(128) gemv_bf16(float* d, const float* x, const
 #else
       if (bias) v += load(bias, bdt, n);
 #endif
-      d[n] = OUT(v);
+      d[n] = epi(v, EPI_ARGS, 0, n);
     }
   }
 }
@@ -551,11 +589,11 @@ __global__ void __launch_bounds__(128) gemv_bf16(float* d, const float* x, const
 #define MATMUL_KERNEL(name, R, C, WDT)                                                                        \
   __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const float* x, i64 ldx, const void* w,     \
                                               i64 ldw, const void* bias, int bdt, int M, int N, int K,       \
-                                              int rnd) {                                                     \
+                                              EPI_PARAMS) {                                                  \
     int tile = blockIdx.x * 4 + (threadIdx.x >> 5);                                                          \
     int n0 = tile * C, m0 = blockIdx.y * R;                                                                  \
     if (n0 >= N) return;                                                                                     \
-    mm_tile<R, C, WDT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, m0, n0, rnd);                                  \
+    mm_tile<R, C, WDT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, m0, n0, EPI_ARGS);                                  \
   }
 
 MATMUL_KERNEL(matmul_r1_f32, 1, 4, DT_F32)
@@ -630,7 +668,7 @@ __device__ __forceinline__ void mma_xload(u32 (&p)[8], const u16* row, int k) {
 template <int MT>
 __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const u32* flags, int Kp,
                                          const u16* w, i64 ldw, const void* bias, int bdt, int M, int N, int K,
-                                         int rnd) {
+                                         EPI_PARAMS) {
   __shared__ float part[4][MT][32][4];
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int g = lane >> 2, t = lane & 3;
@@ -694,7 +732,7 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
       int n = n0 + g + (e >> 1) * 8, m = m0 + 8 * mt + 2 * t + (e & 1);
       if (n < N && m < M) {
         if (bias) v += load(bias, bdt, n);
-        d[(i64)m * ldd + n] = OUT(v);
+        d[(i64)m * ldd + n] = epi(v, EPI_ARGS, m, n);
       }
     }
   }
@@ -731,8 +769,8 @@ __global__ void split_bf16(u16* out, u32* flags, const float* x, i64 ldx, int M,
 #define MMA_KERNEL(name, MT)                                                                                 \
   __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const u16* xs, const u32* flags, int Kp,   \
                                               const u16* w, i64 ldw, const void* bias, int bdt, int M, int N, \
-                                              int K, int rnd) {                                             \
-    mma_tile<MT>(d, ldd, xs, flags, Kp, w, ldw, bias, bdt, M, N, K, rnd);                                   \
+                                              int K, EPI_PARAMS) {                                          \
+    mma_tile<MT>(d, ldd, xs, flags, Kp, w, ldw, bias, bdt, M, N, K, EPI_ARGS);                              \
   }
 
 MMA_KERNEL(mma_bf16_m8, 1)

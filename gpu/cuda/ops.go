@@ -81,7 +81,7 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		return
 	}
 	if M == 1 && w.DType() == gpu.BF16 && !q.d.mmaMatMul && q.ptr(x)%16 == 0 && q.ptr(w)%16 == 0 && w.Stride%8 == 0 {
-		q.launchOut(dst, "gemv_bf16", [3]uint32{uint32((N + 15) / 16), 1, 1}, blk128, 0,
+		q.launchEpi(epiProduct, dst, "gemv_bf16", [3]uint32{uint32((N + 15) / 16), 1, 1}, blk128, 0,
 			q.t(dst), q.t(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(N), i(K))
 		return
 	}
@@ -97,12 +97,12 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		fl := gpu.Tensor{Buf: q.flags, Rows: 1, Cols: M, Stride: M}
 		q.launch("split_bf16", [3]uint32{uint32(M), 1, 1}, blk128, 0, q.t(xs), q.t(fl), q.t(x), ld(x), i(M), i(K), i(Kp))
 		name, g := mmaLaunch(M, N)
-		q.launchOut(dst, name, g, blk128, 0,
+		q.launchEpi(epiProduct, dst, name, g, blk128, 0,
 			q.t(dst), ld(dst), q.t(xs), q.t(fl), i(Kp), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
 	r := matmulRows(M)
-	q.launchOut(dst, matmulKernel(r, w.DType()), matmulGrid(M, N, r), blk128, 0,
+	q.launchEpi(epiProduct, dst, matmulKernel(r, w.DType()), matmulGrid(M, N, r), blk128, 0,
 		q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 }
 

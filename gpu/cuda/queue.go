@@ -141,41 +141,152 @@ func b2i(b bool) arg {
 }
 func (q *Queue) t(t gpu.Tensor) arg { return p(q.ptr(t)) }
 
-// fused is the output of the last recorded launch whose kernel can round
-// its output to bf16 itself (a trailing rnd argument): a RoundBF16 of
-// exactly that tensor right after it sets the flag instead of launching
-// (the same bits, one kernel and one pass over the tensor fewer).
+// fused is the output of the last recorded launch whose kernel can apply
+// the ops that follow it on its output itself (kernels.cu: OUT, rmsnorm's
+// row weight, the products' epilogue): a RoundBF16, an Act, a MulRow by a
+// weight vector or an Add/Mul with another tensor, of exactly that output
+// and right after it, sets the kernel's arguments instead of launching.
+// The bits are the same (the same float operations in the same order; +
+// and × commute); a kernel and a pass over the tensor are saved.
 type fused struct {
 	ptr            int64
+	buf            *buffer
 	rows, cols, ld int
-	slot           int // the rnd argument's slot
-	n              int // len(rec.cmds) right after the launch
+	n              int // len(rec.cmds) right after the launch; 0: nothing to fuse
+	stage          int // 0: after the op; 1: after act/row weight; 2: after the elementwise op
+	// Argument slots (−1 where the kernel lacks the step): the rounding at
+	// each stage, the activation, the row weight and its dtype, the
+	// elementwise operand, its row stride and op.
+	rnd         [3]int
+	act         int
+	rowW, rowDT int
+	e, eld, eop int
 }
 
-// launchOut records a launch whose kernel takes a trailing rnd argument
-// and writes out.
+// epilogue says which fused steps a kernel takes after its rnd argument.
+type epilogue uint8
+
+const (
+	epiRound   epilogue = iota // rnd
+	epiProduct                 // rnd, act, rnd1, e, lde, eop, rnd2
+	epiRowW                    // rnd, w, wdt, rnd1
+)
+
+// launchOut records a launch whose kernel takes the fused-step arguments of
+// epi (appended here, all off) and writes out.
 func (q *Queue) launchOut(out gpu.Tensor, name string, grid [3]uint32, block [2]uint32, shm int, args ...arg) {
-	args = append(args, i(0))
+	q.launchEpi(epiRound, out, name, grid, block, shm, args...)
+}
+
+func (q *Queue) launchEpi(ep epilogue, out gpu.Tensor, name string, grid [3]uint32, block [2]uint32, shm int, args ...arg) {
+	base := len(args)
+	switch ep {
+	case epiRound:
+		args = append(args, i(0))
+	case epiProduct:
+		args = append(args, i(0), i(0), i(0), p(0), i(0), i(0), i(0))
+	case epiRowW:
+		args = append(args, i(0), p(0), i(0), i(0))
+	}
+	q.mu.Lock()
+	first := len(q.rec.slots)
+	q.mu.Unlock()
 	if !q.launch(name, grid, block, shm, args...) {
 		return
 	}
 	q.mu.Lock()
-	q.fuse = fused{ptr: q.ptr(out), rows: out.Rows, cols: out.Cols, ld: out.Stride, slot: len(q.rec.slots) - 1, n: len(q.rec.cmds)}
-	q.mu.Unlock()
+	defer q.mu.Unlock()
+	at := func(j int) int { return first + base + j }
+	f := fused{ptr: q.ptr(out), buf: out.Buf.(*buffer), rows: out.Rows, cols: out.Cols, ld: out.Stride, n: len(q.rec.cmds),
+		rnd: [3]int{at(0), -1, -1}, act: -1, rowW: -1, rowDT: -1, e: -1, eld: -1, eop: -1}
+	switch ep {
+	case epiProduct:
+		f.act, f.rnd[1], f.e, f.eld, f.eop, f.rnd[2] = at(1), at(2), at(3), at(4), at(5), at(6)
+	case epiRowW:
+		f.rowW, f.rowDT, f.rnd[1] = at(1), at(2), at(3)
+	}
+	q.fuse = f
 }
 
-// fuseRound folds RoundBF16(t) into the launch just recorded, if it wrote
-// exactly t.
+// fusible returns the fused record when t is exactly its output and
+// nothing was recorded after it (call with q.mu held).
+func (q *Queue) fusible(t gpu.Tensor) *fused {
+	f := &q.fuse
+	if f.n == 0 || f.n != len(q.rec.cmds) || f.rows != t.Rows || f.cols != t.Cols || f.ld != t.Stride || f.ptr != q.ptr(t) {
+		return nil
+	}
+	return f
+}
+
+// fuseRound folds RoundBF16(t) into the launch just recorded.
 func (q *Queue) fuseRound(t gpu.Tensor) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	f := q.fuse
-	if f.n == 0 || f.n != len(q.rec.cmds) || f.rows != t.Rows || f.cols != t.Cols || f.ld != t.Stride || f.ptr != q.ptr(t) {
+	f := q.fusible(t)
+	if f == nil || f.rnd[f.stage] < 0 {
 		return false
 	}
-	q.rec.slots[f.slot] = 1
-	q.fuse = fused{}
+	q.rec.slots[f.rnd[f.stage]] = 1
 	return true
+}
+
+// fuseAct folds Act(t, t, fn) into the product just recorded.
+func (q *Queue) fuseAct(dst, a gpu.Tensor, fn gpu.Activation) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	f := q.fusible(dst)
+	if f == nil || f.act < 0 || f.stage != 0 || !sameView(dst, a) {
+		return false
+	}
+	q.rec.slots[f.act] = uint64(fn)
+	f.stage = 1
+	return true
+}
+
+// fuseRowW folds MulRow(t, t, v) into the norm just recorded.
+func (q *Queue) fuseRowW(dst, a, v gpu.Tensor) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	f := q.fusible(dst)
+	if f == nil || f.rowW < 0 || f.stage != 0 || !sameView(dst, a) || v.Buf == dst.Buf {
+		return false
+	}
+	q.rec.slots[f.rowW] = uint64(q.ptr(v))
+	q.rec.slots[f.rowDT] = uint64(dtCode(v.DType()))
+	f.stage = 1
+	return true
+}
+
+// fuseBinary folds Add/Mul(t, t, o) or (t, o, t) into the product just
+// recorded, when o is another buffer (the product must not have written
+// what the epilogue reads).
+func (q *Queue) fuseBinary(op int, dst, a, b gpu.Tensor) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	f := q.fusible(dst)
+	if f == nil || f.e < 0 || f.stage > 1 {
+		return false
+	}
+	o := b
+	switch {
+	case sameView(dst, a):
+	case sameView(dst, b):
+		o = a
+	default:
+		return false
+	}
+	if o.Buf == dst.Buf || o.Rows != dst.Rows || o.Cols != dst.Cols {
+		return false
+	}
+	q.rec.slots[f.e] = uint64(q.ptr(o))
+	q.rec.slots[f.eld] = uint64(o.Stride)
+	q.rec.slots[f.eop] = uint64(op)
+	f.stage = 2
+	return true
+}
+
+func sameView(a, b gpu.Tensor) bool {
+	return a.Buf == b.Buf && a.Off == b.Off && a.Rows == b.Rows && a.Cols == b.Cols && a.Stride == b.Stride
 }
 
 // launch records a kernel launch; false when there is nothing to launch.
@@ -486,6 +597,9 @@ func (q *Queue) binary(op int, name string, dst, a, b gpu.Tensor) {
 	sameShape(name, dst, a)
 	sameShape(name, dst, b)
 	wantF32(name, dst, a, b)
+	if q.fuseBinary(op, dst, a, b) {
+		return
+	}
 	q.launchOut(dst, "binary_f32", q.grid1(dst.Len()), blk256, 0, i(op), q.t(dst), ld(dst), q.t(a), ld(a), q.t(b), ld(b), i(dst.Rows), i(dst.Cols))
 }
 
@@ -500,6 +614,9 @@ func (q *Queue) rowop(op int, name string, dst, a, v gpu.Tensor) {
 	wantF32(name, dst, a)
 	if v.Len() < dst.Cols || dtCode(v.DType()) == 0 {
 		panic(fmt.Sprintf("cuda: %s: vector %v for %v", name, v, dst))
+	}
+	if op == opMul && q.fuseRowW(dst, a, v) {
+		return
 	}
 	q.launchOut(dst, "rowop_f32", q.grid1(dst.Len()), blk256, 0, i(op), q.t(dst), ld(dst), q.t(a), ld(a), q.t(v), p(dtCode(v.DType())), i(dst.Rows), i(dst.Cols))
 }
@@ -533,6 +650,9 @@ func (q *Queue) Act(dst, a gpu.Tensor, fn gpu.Activation) {
 	if fn < gpu.SiLU || fn > gpu.Sigmoid {
 		panic(fmt.Sprintf("cuda: activation %v", fn))
 	}
+	if q.fuseAct(dst, a, fn) {
+		return
+	}
 	q.launchOut(dst, "act_f32", q.grid1(dst.Len()), blk256, 0, i(int(fn)), q.t(dst), ld(dst), q.t(a), ld(a), i(dst.Rows), i(dst.Cols))
 }
 
@@ -549,7 +669,7 @@ func (q *Queue) GLU(dst, a gpu.Tensor) {
 func (q *Queue) RMSNorm(dst, a gpu.Tensor, eps float32) {
 	sameShape("rmsnorm", dst, a)
 	wantF32("rmsnorm", dst, a)
-	q.launchOut(dst, "rmsnorm_f32", [3]uint32{uint32(dst.Rows), 1, 1}, blk256, 0, q.t(dst), ld(dst), q.t(a), ld(a), i(dst.Cols), f(eps))
+	q.launchEpi(epiRowW, dst, "rmsnorm_f32", [3]uint32{uint32(dst.Rows), 1, 1}, blk256, 0, q.t(dst), ld(dst), q.t(a), ld(a), i(dst.Cols), f(eps))
 }
 
 // LayerNorm implements gpu.Queue.
