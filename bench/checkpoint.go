@@ -98,10 +98,11 @@ func Tiny() Checkpoint {
 	return c
 }
 
-// ModelTensors returns the tensors of model.safetensors.
+// ModelTensors returns the tensors of model.safetensors, its audio tables
+// sized by the codec's codebook size.
 func (c *Checkpoint) ModelTensors() ([]TensorSpec, error) {
 	cfg := c.Config
-	return ModelTensors(&cfg, c.MaterializeTied)
+	return ModelTensors(&cfg, c.Mimi.Quantizer.Bins, c.MaterializeTied)
 }
 
 // MimiTensors returns the tensors of mimi.safetensors.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -418,4 +419,91 @@ func TestMeasureBandwidth(t *testing.T) {
 	if !(bw.CopyGBs > 0) || !(bw.ReadGBs > 0) || bw.Threads != 2 || bw.Bytes <= 0 {
 		t.Errorf("bandwidth %+v", bw)
 	}
+}
+
+// The depthformer's vocabulary and end-of-audio follow the codec's
+// codebook size (its quantizer's bins), not a constant: a checkpoint whose
+// codec has 1000 codes per codebook loads with end-of-audio 1000 and
+// 1001-entry codebook tables, and its turns run and decode (every code the
+// depthformer picks is one the codec holds, or end-of-audio).
+func TestCodebookSizeFromCodec(t *testing.T) {
+	dev := cpu.New(2)
+	defer dev.Close()
+	clip, err := bench.SpeechClip(0.5, 16000, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bw := bench.Bandwidth{CopyGBs: 1, ReadGBs: 1}
+	for _, bins := range []int{2048, 1000} {
+		t.Run(strconv.Itoa(bins), func(t *testing.T) {
+			c := bench.Tiny()
+			c.Mimi.Quantizer.Bins = bins
+			fsys, err := c.FS()
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := lfm2audio.LoadFS(dev, fsys, "tiny")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			CB := c.Config.Codebooks
+			if m.Special.EOA != bins || m.Depth.Vocab != bins+1 || m.AudioEmb.Rows != CB*(bins+1) {
+				t.Errorf("end-of-audio %d, depthformer vocabulary %d, audio embedding %d rows; want %d, %d, %d",
+					m.Special.EOA, m.Depth.Vocab, m.AudioEmb.Rows, bins, bins+1, CB*(bins+1))
+			}
+			for i, e := range m.Depth.Emb {
+				if e.Rows != bins+1 || m.Depth.ToLogits[i].Rows != bins+1 {
+					t.Errorf("codebook %d: tables of %d and %d rows, want %d", i, e.Rows, m.Depth.ToLogits[i].Rows, bins+1)
+				}
+			}
+			st, err := safetensors.Parse(fsys[bench.ModelFile].Data, "model")
+			if err != nil {
+				t.Fatal(err)
+			}
+			offs, err := st.Tensor("codebook_offsets").Int64s()
+			if err != nil || len(offs) != CB || offs[3] != int64(3*(bins+1)) {
+				t.Errorf("codebook_offsets = %v (%v), want multiples of %d", offs, err, bins+1)
+			}
+			rep, err := bench.Run(context.Background(), m, dev, bench.Options{
+				Clip: clip, MaxNewTokens: 14, AudioSampling: pipeline.DefaultAudio, Seed: 3, Bandwidth: &bw,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr := rep.Turns[0]; tr.Frames != 8 || tr.DecodedFrames != 8 {
+				t.Errorf("turn %+v: want 8 frames sampled and decoded", tr)
+			}
+		})
+	}
+}
+
+// A codec whose codebook size disagrees with the depthformer's tables
+// fails to load, saying so.
+func TestCodebookSizeMismatch(t *testing.T) {
+	dev := cpu.New(1)
+	defer dev.Close()
+	c := bench.Tiny()
+	fsys, err := c.FS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := bench.Tiny()
+	other.Mimi.Quantizer.Bins = 1000
+	ofs, err := other.FS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys[bench.CodecFile], fsys[bench.CodecConfigFile] = ofs[bench.CodecFile], ofs[bench.CodecConfigFile]
+	m, err := lfm2audio.LoadFS(dev, fsys, "tiny")
+	if err == nil {
+		m.Close()
+		t.Fatal("a codec of 1000 codes loaded with depthformer tables of 2049")
+	}
+	for _, want := range []string{"1000", "2049", "end-of-audio"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want one naming %q", err, want)
+		}
+	}
+	t.Log(err)
 }

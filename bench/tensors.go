@@ -179,20 +179,26 @@ func (s *specSet) buffer(name string, dt safetensors.DType, in Init, shape ...in
 // released), in the layout of spec §2.3: the backbone lfm.*, the encoder
 // conformer.*, the adapter audio_adapter.*, the audio embedding, the
 // depthformer and its tables, and the buffers codebook_offsets and
-// audio_loss_weights. With materializeTied, the tied depth to_logits
+// audio_loss_weights. The audio tables hold depth.VocabSize(codebookSize)
+// entries per codebook: the codec's codebookSize codes (its quantizer's
+// bins) and end-of-audio. With materializeTied, the tied depth to_logits
 // tables are stored too (the released file holds them: 2.94 GB).
-func ModelTensors(cfg *config.Audio, materializeTied bool) ([]TensorSpec, error) {
+func ModelTensors(cfg *config.Audio, codebookSize int, materializeTied bool) ([]TensorSpec, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if codebookSize < 1 {
+		return nil, fmt.Errorf("codebook size %d, want at least 1", codebookSize)
+	}
+	V := depth.VocabSize(codebookSize)
 	s := &specSet{dt: safetensors.BF16}
 	lfmTensors(s, &cfg.LFM)
 	encoderTensors(s, cfg.Encoder, cfg.LFM.HiddenSize)
 	H, CB := cfg.LFM.HiddenSize, cfg.Codebooks
-	s.add("audio_embedding.embedding.weight", Init{Normal, 0, audioEmbedStd}, CB*depth.Vocab, H)
+	s.add("audio_embedding.embedding.weight", Init{Normal, 0, audioEmbedStd}, CB*V, H)
 	s.norm("audio_embedding.embedding_norm.weight", H)
 	if !cfg.TieAudioEmbeddings {
-		s.weight("audio_embedding.to_logits.weight", CB*depth.Vocab, H)
+		s.weight("audio_embedding.to_logits.weight", CB*V, H)
 	}
 	d := cfg.Depthformer
 	D, F := d.Dim, d.FFNDim()
@@ -212,17 +218,17 @@ func ModelTensors(cfg *config.Audio, materializeTied bool) ([]TensorSpec, error)
 	}
 	for i := 0; i < CB; i++ {
 		p := fmt.Sprintf("depth_embeddings.%d.", i)
-		s.add(p+"embedding.weight", Init{Normal, 0, depthEmbedStd}, depth.Vocab, D)
+		s.add(p+"embedding.weight", Init{Normal, 0, depthEmbedStd}, V, D)
 		s.norm(p+"embedding_norm.weight", D)
 		switch {
 		case !d.Tie:
-			s.weight(p+"to_logits.weight", depth.Vocab, D)
+			s.weight(p+"to_logits.weight", V, D)
 		case materializeTied:
-			s.add(p+"to_logits.weight", Init{Normal, 0, depthEmbedStd}, depth.Vocab, D)
+			s.add(p+"to_logits.weight", Init{Normal, 0, depthEmbedStd}, V, D)
 			s.specs[len(s.specs)-1].Tied = true
 		}
 	}
-	s.buffer("codebook_offsets", safetensors.I64, Init{Arange, 0, depth.Vocab}, CB)
+	s.buffer("codebook_offsets", safetensors.I64, Init{Arange, 0, float64(V)}, CB)
 	s.buffer("audio_loss_weights", safetensors.BF16, Init{Const, 1, 0}, CB)
 	return s.specs, nil
 }

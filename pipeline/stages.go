@@ -16,7 +16,6 @@ import (
 	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/stages/chat"
-	"github.com/omni-pipe/omni-pipe/stages/depth"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 )
@@ -387,12 +386,12 @@ func (e *Engine) embedRows(c *nn.Ctx, x gpu.Tensor, rows []chat.Row) {
 }
 
 // embedFrame writes the audio feedback of one frame: the sum of its codes'
-// embeddings (codebook i offset by i·depth.Vocab), rounded as the reference's bf16
+// embeddings (codebook i offset by i·Depth.Vocab), rounded as the reference's bf16
 // sum.
 func (e *Engine) embedFrame(c *nn.Ctx, dst gpu.Tensor, codes []int) {
 	ids := make([]int32, len(codes))
 	for i, code := range codes {
-		ids[i] = int32(code + i*depth.Vocab)
+		ids[i] = int32(code + i*e.m.Depth.Vocab)
 	}
 	c.Q.Embed(dst, e.m.AudioEmb, ids)
 	c.Round(dst)

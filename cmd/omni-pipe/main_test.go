@@ -339,7 +339,9 @@ func TestBadConfigFailsCheaply(t *testing.T) {
 		{`"codebooks": 8`, `"codebooks": 1000000`, "codebooks = 1000000, want 1..64"},
 		// In bounds, but not what model.safetensors holds.
 		{`"num_hidden_layers": 4`, `"num_hidden_layers": 1024`, `missing tensor "lfm.layers.4.`},
-		{`"codebooks": 8`, `"codebooks": 64`, `tensor "audio_embedding.embedding.weight" has shape [16392 24], want [131136 24]`},
+		// The codec's configuration is checked first: it holds 8.
+		{`"codebooks": 8`, `"codebooks": 64`, `decoding config.json's 64 codebooks: mimi config: num_codebooks_active = 64, want 2..8`},
+		{`"codebooks": 8`, `"codebooks": 7`, `tensor "audio_embedding.embedding.weight" has shape [16392 24], want [14343 24]`},
 		{`"vocab_size": 992`, `"vocab_size": 4194304`, `tensor "lfm.embed_tokens.weight" has shape [992 24], want [4194304 24]`},
 	} {
 		dir := modelCopy(t, tc.from, tc.to)

@@ -47,7 +47,6 @@ import (
 	"github.com/omni-pipe/omni-pipe/internal/numcmp"
 	"github.com/omni-pipe/omni-pipe/internal/refcase"
 	"github.com/omni-pipe/omni-pipe/pipeline"
-	"github.com/omni-pipe/omni-pipe/stages/depth"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 )
@@ -122,7 +121,7 @@ func Run(ctx context.Context, m *lfm2audio.Model, dev gpu.Device, ref *refcase.C
 	if err != nil {
 		return nil, fmt.Errorf("free-running bf16 run: %w", err)
 	}
-	c := &comparer{ref: ref, bf: bf, f32: f32, free: free, rep: rep}
+	c := &comparer{ref: ref, bf: bf, f32: f32, free: free, rep: rep, eoa: m.Special.EOA}
 	if ref.Has("prompt_modality") && ref.Has("step_modality") {
 		if c.sbf, err = runStages(m, dev, ref, nn.BF16); err != nil {
 			return nil, fmt.Errorf("bf16 stages on the reference's rows: %w", err)
@@ -260,6 +259,7 @@ type comparer struct {
 	sbf     *stageRun          // the stages on the reference's own rows, BF16
 	s32     *stageRun          // … and F32
 	rep     *Report
+	eoa     int // the model's end-of-audio code (lfm2audio.Special.EOA)
 }
 
 // tail returns the last n·cols values of v (the rows of a turn when a
@@ -526,7 +526,7 @@ func (c *comparer) misses(r picks, text, audio, first bool) (out []Miss, n int) 
 			}
 		case md == 3 && audio:
 			k := CB
-			if codes[s*CB] == depth.EOA { // the reference forced the frame
+			if codes[s*CB] == c.eoa { // the reference forced the frame
 				k = 1
 			}
 			for i := range k {
@@ -686,7 +686,7 @@ func (c *comparer) depthOnReferenceStates(m *lfm2audio.Model, dev gpu.Device) er
 	n, differ, stored := 0, 0, 0
 	q := dev.NewQueue("parity")
 	for s, md := range mod {
-		if md != 3 || codes[s*CB] == depth.EOA {
+		if md != 3 || codes[s*CB] == m.Special.EOA {
 			continue
 		}
 		ctx := nn.NewCtx(dev, q, nn.BF16)

@@ -7,7 +7,6 @@ import (
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/internal/numcmp"
 	"github.com/omni-pipe/omni-pipe/internal/refcase"
-	"github.com/omni-pipe/omni-pipe/stages/depth"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
@@ -170,12 +169,12 @@ func runStages(m *lfm2audio.Model, dev gpu.Device, ref *refcase.Case, p nn.Preci
 }
 
 // embedFrame writes the audio feedback of a frame: the sum of its codes'
-// embeddings (codebook i offset by i·depth.Vocab), rounded as the
+// embeddings (codebook i offset by i·m.Depth.Vocab), rounded as the
 // reference's bf16 sum.
 func embedFrame(c *nn.Ctx, m *lfm2audio.Model, dst gpu.Tensor, codes []int) {
 	ids := make([]int32, len(codes))
 	for i, code := range codes {
-		ids[i] = int32(code + i*depth.Vocab)
+		ids[i] = int32(code + i*m.Depth.Vocab)
 	}
 	c.Q.Embed(dst, m.AudioEmb, ids)
 	c.Round(dst)

@@ -23,24 +23,28 @@ import (
 	"github.com/omni-pipe/omni-pipe/stages/weights"
 )
 
-// Vocab is the size of each codebook's vocabulary: 2048 codec codes plus
-// the end-of-audio code.
-const Vocab = 2049
-
-// EOA is the end-of-audio code.
-const EOA = 2048
+// VocabSize returns the size of each codebook's vocabulary for a codec of
+// codebookSize codes per codebook: the codec's codes 0..codebookSize−1 and
+// end-of-audio, which is codebookSize itself (liquid-audio: 2048 Mimi
+// codes and 2048 = end-of-audio, 2049 entries). It is the one place the
+// "+1" lives; the end-of-audio code is the codec's codebook size
+// (lfm2audio.Special.EOA).
+func VocabSize(codebookSize int) int { return codebookSize + 1 }
 
 // Depth is the depthformer with its input projection and codebook tables.
 type Depth struct {
 	Cfg       config.Depthformer
 	Codebooks int
-	Linear    gpu.Tensor // depth_linear [codebooks·dim, hidden]
-	LinearB   gpu.Tensor // [1, codebooks·dim]
-	Layers    []Layer
-	Emb       []gpu.Tensor // depth_embeddings.i.embedding [Vocab, dim]
-	EmbNorm   []gpu.Tensor // depth_embeddings.i.embedding_norm [1, dim]
-	ToLogits  []gpu.Tensor // depth_embeddings.i.to_logits, or Emb[i] when tied
-	InvFreq   []float32    // fp32, as precompute_freqs_cis
+	// Vocab is each codebook's vocabulary: VocabSize of the codec's
+	// codebook size (Load's codebookSize).
+	Vocab    int
+	Linear   gpu.Tensor // depth_linear [codebooks·dim, hidden]
+	LinearB  gpu.Tensor // [1, codebooks·dim]
+	Layers   []Layer
+	Emb      []gpu.Tensor // depth_embeddings.i.embedding [Vocab, dim]
+	EmbNorm  []gpu.Tensor // depth_embeddings.i.embedding_norm [1, dim]
+	ToLogits []gpu.Tensor // depth_embeddings.i.to_logits, or Emb[i] when tied
+	InvFreq  []float32    // fp32, as precompute_freqs_cis
 	// FlashAttention says the reference's attention runs in flash kernels,
 	// which round the unnormalised probabilities to bf16 before the product
 	// with the values (gpu.AttnParams.ProbBF16): BF16 mode then does too.
@@ -59,12 +63,18 @@ type Layer struct {
 }
 
 // Load binds the depthformer (depthformer.*, depth_linear.*,
-// depth_embeddings.*) from the model root binder b. An absent tied
+// depth_embeddings.*) from the model root binder b, for codebooks
+// codebooks of a codec with codebookSize codes each (its quantizer's bins:
+// the tables hold VocabSize(codebookSize) entries). An absent tied
 // to_logits falls back to the embedding table.
-func Load(b *weights.Binder, cfg config.Depthformer, codebooks, hidden int) (*Depth, error) {
+func Load(b *weights.Binder, cfg config.Depthformer, codebooks, codebookSize, hidden int) (*Depth, error) {
+	if cfg.Layers < 1 || codebooks < 1 || codebookSize < 1 {
+		return nil, fmt.Errorf("depthformer: %d layers, %d codebooks of %d codes", cfg.Layers, codebooks, codebookSize)
+	}
 	D, F := cfg.Dim, cfg.FFNDim()
 	hd, kv := cfg.HeadDim(), cfg.KVHeads()*cfg.HeadDim()
-	d := &Depth{Cfg: cfg, Codebooks: codebooks,
+	V := VocabSize(codebookSize)
+	d := &Depth{Cfg: cfg, Codebooks: codebooks, Vocab: V,
 		Linear:         b.Tensor("depth_linear.weight", codebooks*D, hidden),
 		LinearB:        b.Tensor("depth_linear.bias", codebooks*D),
 		InvFreq:        nn.RoPEInvFreq(cfg.RoPETheta(), hd), // precompute_freqs_cis, fp32
@@ -86,34 +96,31 @@ func Load(b *weights.Binder, cfg config.Depthformer, codebooks, hidden int) (*De
 	}
 	for i := 0; i < codebooks; i++ {
 		eb := b.Subf("depth_embeddings.%d", i)
-		emb := eb.Tensor("embedding.weight", Vocab, D)
+		emb := eb.Tensor("embedding.weight", V, D)
 		d.Emb = append(d.Emb, emb)
 		d.EmbNorm = append(d.EmbNorm, eb.Tensor("embedding_norm.weight", D))
 		if cfg.Tie {
 			// Tied: the file may or may not materialise to_logits.
-			if t, ok := eb.Optional("to_logits.weight", Vocab, D); ok {
+			if t, ok := eb.Optional("to_logits.weight", V, D); ok {
 				emb = t
 			}
 		} else {
-			emb = eb.Tensor("to_logits.weight", Vocab, D)
+			emb = eb.Tensor("to_logits.weight", V, D)
 		}
 		d.ToLogits = append(d.ToLogits, emb)
-	}
-	if cfg.Layers < 1 || codebooks < 1 {
-		return nil, fmt.Errorf("depthformer: %d layers, %d codebooks", cfg.Layers, codebooks)
 	}
 	return d, nil
 }
 
 // Picker chooses codebook i's code for batch row r from its bf16 logits
-// (len Vocab). What it returns is fed to the next codebook.
+// (len d.Vocab). What it returns is fed to the next codebook.
 type Picker func(r, codebook int, logits []float32) int
 
 // Frame computes one audio frame for every row of h [B, hidden] (backbone
 // outputs of B sessions): codes[r] holds the row's Codebooks codes. Rows are
 // independent: a row's codes do not depend on the other rows of the batch.
 func (d *Depth) Frame(c *nn.Ctx, h gpu.Tensor, pick Picker) ([][]int, error) {
-	B, D, C := h.Rows, d.Cfg.Dim, d.Codebooks
+	B, D, C, V := h.Rows, d.Cfg.Dim, d.Codebooks, d.Vocab
 	hd := d.Cfg.HeadDim()
 	kvd := d.Cfg.KVHeads() * hd
 	in := c.Tmp(B, C*D)
@@ -131,8 +138,8 @@ func (d *Depth) Frame(c *nn.Ctx, h gpu.Tensor, pick Picker) ([][]int, error) {
 	}
 	x := c.Tmp(B, D)
 	prev := c.Tmp(B, D)
-	logits := c.Tmp(B, Vocab)
-	host := make([]float32, B*Vocab)
+	logits := c.Tmp(B, V)
+	host := make([]float32, B*V)
 	ids := make([]int32, B)
 	for i := 0; i < C; i++ {
 		if i == 0 {
@@ -153,8 +160,8 @@ func (d *Depth) Frame(c *nn.Ctx, h gpu.Tensor, pick Picker) ([][]int, error) {
 			return nil, err
 		}
 		for r := 0; r < B; r++ {
-			code := pick(r, i, host[r*Vocab:(r+1)*Vocab])
-			if code < 0 || code >= Vocab {
+			code := pick(r, i, host[r*V:(r+1)*V])
+			if code < 0 || code >= V {
 				return nil, fmt.Errorf("depth: picker chose code %d for codebook %d", code, i)
 			}
 			codes[r][i] = code

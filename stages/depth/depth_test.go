@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
 	"github.com/omni-pipe/omni-pipe/internal/numcmp"
 	"github.com/omni-pipe/omni-pipe/stages/config"
+	"github.com/omni-pipe/omni-pipe/stages/mimi"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
 	"github.com/omni-pipe/omni-pipe/stages/weights"
@@ -33,7 +35,7 @@ func load(t testing.TB) (*cpu.Device, *Depth, *config.Audio) {
 	dev := cpu.New(0)
 	t.Cleanup(func() { dev.Close() })
 	b := weights.New(dev, f)
-	d, err := Load(b, cfg.Depthformer, cfg.Codebooks, cfg.LFM.HiddenSize)
+	d, err := Load(b, cfg.Depthformer, cfg.Codebooks, codebookSize(t), cfg.LFM.HiddenSize)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +43,17 @@ func load(t testing.TB) (*cpu.Device, *Depth, *config.Audio) {
 		t.Fatal(err)
 	}
 	return dev, d, cfg
+}
+
+// codebookSize returns the fixture codec's codebook size (its quantizer's
+// bins), which is also end-of-audio.
+func codebookSize(t testing.TB) int {
+	t.Helper()
+	codec, err := mimi.LoadConfig(fixtures + "mimi_config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return codec.Quantizer.Bins
 }
 
 func ints(t testing.TB, f *safetensors.File, name string) []int64 {
@@ -94,6 +107,7 @@ func frame(t testing.TB, dev gpu.Device, d *Depth, prec nn.Precision, hidden []f
 func TestGreedyCodes(t *testing.T) {
 	dev, d, cfg := load(t)
 	H, C := cfg.LFM.HiddenSize, cfg.Codebooks
+	eoa := codebookSize(t)
 	for _, name := range fixtureCases {
 		t.Run(name, func(t *testing.T) {
 			f, err := safetensors.Open(fixtures + name + ".safetensors")
@@ -114,7 +128,7 @@ func TestGreedyCodes(t *testing.T) {
 				for i := range ref {
 					ref[i] = int(codes[s*C+i])
 				}
-				if ref[0] == EOA { // the reference forced the whole frame
+				if ref[0] == eoa { // the reference forced the whole frame
 					continue
 				}
 				tc := frame(t, dev, d, nn.BF16, hidden[s*H:(s+1)*H], ref)
@@ -238,7 +252,7 @@ func TestFlashAttentionLogitsBitExact(t *testing.T) {
 				}
 				tc := frame(t, dev, d, nn.BF16, hidden[int(s)*H:(int(s)+1)*H], ref)
 				for i := range C {
-					want := stored[(k*C+i)*Vocab : (k*C+i+1)*Vocab]
+					want := stored[(k*C+i)*d.Vocab : (k*C+i+1)*d.Vocab]
 					differ := 0
 					for j, v := range tc.logits[i] {
 						if math.Float32bits(v) != math.Float32bits(want[j]) {
@@ -246,7 +260,7 @@ func TestFlashAttentionLogitsBitExact(t *testing.T) {
 						}
 					}
 					c.logits += differ
-					c.n += Vocab
+					c.n += d.Vocab
 					if differ > 0 {
 						c.evals++
 					}
@@ -263,5 +277,49 @@ func TestFlashAttentionLogitsBitExact(t *testing.T) {
 	}
 	if before.logits < before.n/2 {
 		t.Errorf("with fp32 probabilities only %d of %d logits differ: the comparison no longer tells the modes apart", before.logits, before.n)
+	}
+}
+
+// TestLoadCodebookSize: the tables' size comes from the codec's codebook
+// size (one more entry: end-of-audio), so the fixture's 2048-code tables
+// bind with 2048 and refuse any other size, naming the table.
+func TestLoadCodebookSize(t *testing.T) {
+	cfg, err := config.ReadAudio(fixtures + "config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := safetensors.Open(fixtures + "model.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dev := cpu.New(1)
+	defer dev.Close()
+	if got := VocabSize(2048); got != 2049 {
+		t.Errorf("VocabSize(2048) = %d, want 2049 (the released models' codebooks)", got)
+	}
+	for _, tc := range []struct {
+		size    int
+		wantErr string
+	}{
+		{codebookSize(t), ""},
+		{1000, `tensor "depth_embeddings.0.embedding.weight" has shape [2049 128], want [1001 128]`},
+		{4096, "want [4097 128]"},
+		{0, "0 codes"},
+		{-1, "-1 codes"},
+	} {
+		b := weights.New(dev, f)
+		d, err := Load(b, cfg.Depthformer, cfg.Codebooks, tc.size, cfg.LFM.HiddenSize)
+		if err == nil {
+			err = b.Err()
+		}
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("codebook size %d: %v", tc.size, err)
+		case tc.wantErr == "" && d.Vocab != tc.size+1:
+			t.Errorf("codebook size %d: vocabulary %d, want %d", tc.size, d.Vocab, tc.size+1)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("codebook size %d: err = %v, want one containing %q", tc.size, err, tc.wantErr)
+		}
 	}
 }

@@ -39,7 +39,7 @@ func BenchmarkDepthFrame(b *testing.B) {
 	defer dev.Close()
 	wb := weights.New(dev, f)
 	cfg := ck.Config
-	d, err := depth.Load(wb, cfg.Depthformer, cfg.Codebooks, cfg.LFM.HiddenSize)
+	d, err := depth.Load(wb, cfg.Depthformer, cfg.Codebooks, ck.Mimi.Quantizer.Bins, cfg.LFM.HiddenSize)
 	if err == nil {
 		err = wb.Err()
 	}

@@ -37,7 +37,7 @@ type Model struct {
 	Mel      *audio.LogMel
 	Encoder  *conformer.Encoder
 	Backbone *lfm2.Model
-	AudioEmb gpu.Tensor // audio_embedding.embedding [codebooks·2049, hidden]
+	AudioEmb gpu.Tensor // audio_embedding.embedding [codebooks·Depth.Vocab, hidden]
 	Depth    *depth.Depth
 	Codec    *mimi.Decoder
 	// Special is what the turn logic acts on, read from the checkpoint.
@@ -106,7 +106,7 @@ func (m *Model) Summary() string {
 		m.Name, float64(m.Params)/1e6, len(m.Bound),
 		c.LFM.NumHiddenLayers, attn, c.LFM.HiddenSize, c.LFM.FFNDim(), c.LFM.VocabSize,
 		c.Encoder.NLayers, c.Encoder.DModel, c.Encoder.NHeads, c.LFM.HiddenSize,
-		c.Depthformer.Layers, c.Depthformer.Dim, c.Codebooks, depth.Vocab, m.Codec.FrameSamples(), m.Codec.SampleRate())
+		c.Depthformer.Layers, c.Depthformer.Dim, c.Codebooks, m.Depth.Vocab, m.Codec.FrameSamples(), m.Codec.SampleRate())
 }
 
 // Close releases the checkpoint mappings and device memory.
@@ -207,13 +207,24 @@ func load(dev gpu.Device, src source) (_ *Model, err error) {
 		return nil, fmt.Errorf("preprocessor: %w", err)
 	}
 
+	// The codec's configuration first: its codebook size sizes the
+	// depthformer's tables and is end-of-audio.
+	codecName, codecCfg, err := m.codecConfig(src)
+	if err != nil {
+		return nil, err
+	}
+	m.Special.EOA = codecCfg.Quantizer.Bins
+
 	f, err := src.open("model.safetensors")
 	if err != nil {
 		return nil, err
 	}
 	m.files = append(m.files, f)
-	b := weights.New(dev, f)
 	cfg := m.Cfg
+	if err := checkCodebookSize(f, codecName, m.Special.EOA); err != nil {
+		return nil, err
+	}
+	b := weights.New(dev, f)
 	H := cfg.LFM.HiddenSize
 	m.Backbone, err = lfm2.Load(b.Sub("lfm"), cfg.LFM)
 	if err != nil {
@@ -223,14 +234,14 @@ func load(dev gpu.Device, src source) (_ *Model, err error) {
 	if err != nil {
 		return nil, err
 	}
-	m.AudioEmb = b.Tensor("audio_embedding.embedding.weight", cfg.Codebooks*depth.Vocab, H)
-	// The audio embedding's own norm and output head are training-only
-	// (tie_audio_embeddings false: unused at inference).
-	b.Skip("audio_embedding.embedding_norm.weight", "audio_embedding.to_logits.weight", "codebook_offsets", "audio_loss_weights")
-	m.Depth, err = depth.Load(b, cfg.Depthformer, cfg.Codebooks, H)
+	m.Depth, err = depth.Load(b, cfg.Depthformer, cfg.Codebooks, m.Special.EOA, H)
 	if err != nil {
 		return nil, err
 	}
+	m.AudioEmb = b.Tensor("audio_embedding.embedding.weight", cfg.Codebooks*m.Depth.Vocab, H)
+	// The audio embedding's own norm and output head are training-only
+	// (tie_audio_embeddings false: unused at inference).
+	b.Skip("audio_embedding.embedding_norm.weight", "audio_embedding.to_logits.weight", "codebook_offsets", "audio_loss_weights")
 	if err := b.Err(); err != nil {
 		return nil, err
 	}
@@ -239,14 +250,16 @@ func load(dev gpu.Device, src source) (_ *Model, err error) {
 	}
 	m.Params, m.Bound = b.Params(), b.Bound()
 
-	if err := m.loadCodec(dev, src); err != nil {
+	if err := m.loadCodec(dev, src, codecName, codecCfg); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-func (m *Model) loadCodec(dev gpu.Device, src source) error {
-	name := ""
+// codecConfig finds the codec's weight file and reads its configuration
+// (mimi_config.json, or the official Mimi's when absent), set to decode
+// the model's codebooks and validated.
+func (m *Model) codecConfig(src source) (name string, cfg mimi.Config, err error) {
 	for _, n := range codecFiles {
 		if src.exists(n) {
 			name = n
@@ -254,21 +267,47 @@ func (m *Model) loadCodec(dev gpu.Device, src source) error {
 		}
 	}
 	if name == "" {
-		return fmt.Errorf("no codec weights: looked for %v", codecFiles)
+		return "", cfg, fmt.Errorf("no codec weights: looked for %v", codecFiles)
 	}
-	cfg := mimi.DefaultConfig()
+	cfg = mimi.DefaultConfig()
 	if src.exists("mimi_config.json") {
 		data, err := src.read("mimi_config.json")
 		if err != nil {
-			return err
+			return "", cfg, err
 		}
 		if cfg, err = mimi.ParseConfig(data); err != nil {
-			return fmt.Errorf("mimi_config.json: %w", err)
+			return "", cfg, fmt.Errorf("mimi_config.json: %w", err)
 		}
 	}
 	// The codec decodes as many codebooks as the model emits per frame
 	// (moshi's set_num_codebooks).
 	cfg.NumCodebooksActive = m.Cfg.Codebooks
+	if err := cfg.Validate(); err != nil {
+		return "", cfg, fmt.Errorf("codec %s, decoding config.json's %d codebooks: %w", name, m.Cfg.Codebooks, err)
+	}
+	return name, cfg, nil
+}
+
+// checkCodebookSize checks that the depthformer's first codebook table in
+// f holds the codec's codebookSize codes and end-of-audio, so that a codec
+// that does not belong to the model fails with a sentence rather than a
+// list of mismatched shapes.
+func checkCodebookSize(f *safetensors.File, codecName string, codebookSize int) error {
+	const table = "depth_embeddings.0.embedding.weight"
+	t := f.Tensor(table)
+	if t == nil || len(t.Shape) != 2 {
+		return nil // the binder reports it
+	}
+	if want := depth.VocabSize(codebookSize); t.Shape[0] != want {
+		return fmt.Errorf("the depthformer's codebook tables hold %d entries (%s), the codec %s has %d codes per codebook: want %d (the codes and end-of-audio)",
+			t.Shape[0], table, codecName, codebookSize, want)
+	}
+	return nil
+}
+
+// loadCodec loads the codec's weights from the file name with its
+// configuration cfg (from codecConfig).
+func (m *Model) loadCodec(dev gpu.Device, src source, name string, cfg mimi.Config) error {
 	f, err := src.open(name)
 	if err != nil {
 		return err
@@ -279,12 +318,6 @@ func (m *Model) loadCodec(dev gpu.Device, src source) error {
 	}
 	if m.Codec.SampleRate() != 24000 {
 		return fmt.Errorf("%s: codec sample rate %d, want 24000", name, m.Codec.SampleRate())
-	}
-	// End-of-audio is the codebook size; the depthformer's codebooks hold
-	// the codec's codes and it.
-	m.Special.EOA = m.Codec.Config().Quantizer.Bins
-	if m.Special.EOA+1 != depth.Vocab {
-		return fmt.Errorf("the codec's codebooks hold %d codes, the depthformer's %d (the codes and end-of-audio)", m.Special.EOA, depth.Vocab)
 	}
 	return nil
 }
