@@ -9,6 +9,8 @@ import (
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
 	"github.com/omni-pipe/omni-pipe/internal/numcmp"
 	"github.com/omni-pipe/omni-pipe/stages/config"
+	"github.com/omni-pipe/omni-pipe/stages/depth"
+	"github.com/omni-pipe/omni-pipe/stages/mimi"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
 	"github.com/omni-pipe/omni-pipe/stages/weights"
@@ -22,6 +24,7 @@ type testModel struct {
 	m        *Model
 	audioEmb gpu.Tensor
 	cfg      *config.Audio
+	vocab    int // each codebook's audio vocabulary (codebook i's codes start at i·vocab)
 }
 
 func loadTestModel(t testing.TB) *testModel {
@@ -42,11 +45,16 @@ func loadTestModel(t testing.TB) *testModel {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ae := b.Tensor("audio_embedding.embedding.weight", 2049*cfg.Codebooks, cfg.LFM.HiddenSize)
+	codec, err := mimi.LoadConfig(fixtures + "mimi_config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vocab := depth.VocabSize(codec.Quantizer.Bins)
+	ae := b.Tensor("audio_embedding.embedding.weight", vocab*cfg.Codebooks, cfg.LFM.HiddenSize)
 	if err := b.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return &testModel{dev: dev, m: m, audioEmb: ae, cfg: cfg}
+	return &testModel{dev: dev, m: m, audioEmb: ae, cfg: cfg, vocab: vocab}
 }
 
 type refCase struct {
@@ -117,7 +125,7 @@ func (tm *testModel) promptRows(t testing.TB, c *nn.Ctx, r *refCase) gpu.Tensor 
 		case 3:
 			codes := make([]int32, tm.cfg.Codebooks)
 			for cb := range codes {
-				codes[cb] = int32(audioOut[cb*nOut+oi]) + int32(2049*cb)
+				codes[cb] = int32(audioOut[cb*nOut+oi]) + int32(tm.vocab*cb)
 			}
 			tm.audioFeedback(c, dst, codes)
 			oi++
@@ -253,7 +261,7 @@ func TestTeacherForcedSteps(t *testing.T) {
 					} else {
 						ids := make([]int32, CB)
 						for cb := range ids {
-							ids[cb] = int32(codes[(s-1)*CB+cb]) + int32(2049*cb)
+							ids[cb] = int32(codes[(s-1)*CB+cb]) + int32(tm.vocab*cb)
 						}
 						tm.audioFeedback(c, in, ids)
 					}
