@@ -14,9 +14,14 @@ const (
 	// maxNewTokensLimit is the engine's context: a turn's steps cannot
 	// exceed it (pipeline.Options.MaxContext's default, 32768 positions).
 	maxNewTokensLimit = 32768
-	// maxTopK and maxTemperature bound audio sampling (the codebooks hold
-	// 2049 entries; pipeline.Sampling refuses temperatures above 100).
-	maxTopK        = 2049
+	// maxTopK and maxTemperature bound audio sampling. A top-k at or above
+	// a codebook's vocabulary (the codec's codebook size and end-of-audio:
+	// 2049 entries in the released models, read from the checkpoint at
+	// load) keeps every entry, so the bound only refuses absurd values
+	// before the model loads: 2^20 + 1, the vocabulary of the largest
+	// codebooks stages/mimi accepts. pipeline.Sampling refuses
+	// temperatures above 100.
+	maxTopK        = 1<<20 + 1
 	maxTemperature = 100
 )
 
