@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,14 +18,54 @@ import (
 
 const fixtureDir = tinyModel + "/"
 
+// bf16Ulp is one bf16 ulp at the magnitude of top, 2^(⌊log2|top|⌋ − 7):
+// parity's unit for a pick's margin (internal/parity/rules.go).
+func bf16Ulp(top float64) float64 {
+	if top == 0 || math.IsNaN(top) || math.IsInf(top, 0) {
+		return math.NaN()
+	}
+	return math.Ldexp(1, math.Ilogb(top)-7)
+}
+
+func TestBF16Ulp(t *testing.T) {
+	for _, tc := range []struct{ top, want float64 }{
+		{1, 1.0 / 128}, {1.99, 1.0 / 128}, {2, 1.0 / 64}, {-3, 1.0 / 64},
+		{8, 0.0625}, {15.9, 0.0625}, {16, 0.125}, {31, 0.125}, {0.5, 1.0 / 256},
+	} {
+		if got := bf16Ulp(tc.top); got != tc.want {
+			t.Errorf("bf16Ulp(%g) = %g, want %g", tc.top, got, tc.want)
+		}
+	}
+	if !math.IsNaN(bf16Ulp(0)) || !math.IsNaN(bf16Ulp(math.Inf(1))) {
+		t.Error("bf16Ulp of 0 or ±Inf is not NaN")
+	}
+}
+
+// refTop returns the reference's top logit at a pick: its stored logits'
+// maximum where it stored the evaluation's logits (idx and all: the
+// *_logits_step_idx and *_logits tensors, per the values of one
+// evaluation, off the evaluation's offset within them), else ours of its
+// pick (ours), which is in the same binade up to noise.
+func refTop(step int, idx []int, all []float32, per, off int, ours []float32, refPick int) float64 {
+	for k, s := range idx {
+		if s == step && (k+1)*per <= len(all) {
+			return float64(slices.Max(all[k*per+off : k*per+off+len(ours)]))
+		}
+	}
+	return float64(ours[refPick])
+}
+
 // TestFreeRunningGreedyFollowsReference: with nothing forced, the greedy
-// engine reproduces the reference trace step by step until the first step
-// where the reference itself had an exact tie or a one-ulp margin.
+// engine reproduces the reference trace step by step until its first
+// departure, which must be at a pick the reference itself won by at most
+// 2 bf16 ulps of its top logit (parity's free-running rule: 1 ulp =
+// 2^(⌊log2|top|⌋ − 7)).
 func TestFreeRunningGreedyFollowsReference(t *testing.T) {
+	const divergenceUlps = 2
 	m, dev := loadTiny(t)
 	e := New(m, dev, Options{})
 	defer e.Close()
-	for _, name := range []string{"case1_question_16k", "case3_text_only"} {
+	for _, name := range []string{"case1_question_16k", "case2_tone_noise_24k", "case3_text_only"} {
 		t.Run(name, func(t *testing.T) {
 			ref, err := refcase.Open(fixtureDir + name + ".safetensors")
 			if err != nil {
@@ -48,28 +89,57 @@ func TestFreeRunningGreedyFollowsReference(t *testing.T) {
 			}
 			toks, _, _ := req.Record.Ints("step_text_token")
 			codes, _, _ := req.Record.Ints("step_codes")
+			ourText, textShape, _ := req.Record.Floats("text_logits")
+			ourAudio, audioShape, _ := req.Record.Floats("audio_logits")
+			ourTextIdx, _, _ := req.Record.Ints("text_logits_step_idx")
+			ourAudioIdx, _, _ := req.Record.Ints("audio_logits_step_idx")
 			tm, _ := ref.Floats("step_text_margin")
 			am, _ := ref.Floats("step_audio_margin")
-			// A near-tie: a margin of at most one bf16 ulp at the logits'
-			// magnitude (|logit| < 16 here: 0.0625).
-			const nearTie = 0.0625
+			refTextIdx, _ := ref.Ints("text_logits_step_idx")
+			refText, _ := ref.Floats("text_logits")
+			refAudioIdx, _ := ref.Ints("audio_logits_step_idx")
+			refAudio, _ := ref.Floats("audio_logits")
+			CB := m.Cfg.Codebooks
+			// ours returns the engine's logits of an evaluation (cb −1: text).
+			ours := func(s, cb int) []float32 {
+				idx, all, V, per := ourAudioIdx, ourAudio, audioShape[2], CB*audioShape[2]
+				if cb < 0 {
+					idx, all, V, per, cb = ourTextIdx, ourText, textShape[1], textShape[1], 0
+				}
+				k := slices.Index(idx, s)
+				if k < 0 {
+					t.Fatalf("the engine recorded no logits at step %d", s)
+				}
+				return all[k*per+cb*V : k*per+(cb+1)*V]
+			}
+			// diverged checks the first departure: the reference's margin
+			// in ulps of its top logit.
+			diverged := func(s, cb, got, want int, margin float32) {
+				l := ours(s, cb)
+				var top float64
+				if cb < 0 {
+					top = refTop(s, refTextIdx, refText, len(l), 0, l, want)
+				} else {
+					top = refTop(s, refAudioIdx, refAudio, CB*len(l), cb*len(l), l, want)
+				}
+				ulps := float64(margin) / bf16Ulp(top)
+				t.Logf("first divergence at step %d codebook %d (−1: text): ours %d, reference %d; reference margin %g = %.3g ulps of its top logit %g",
+					s, cb, got, want, margin, ulps, top)
+				if !(ulps <= divergenceUlps) {
+					t.Errorf("diverged at step %d codebook %d, a pick the reference won by %.3g ulps (> %g)", s, cb, ulps, float64(divergenceUlps))
+				}
+			}
 			for s := range tr.Steps() {
 				if tr.Modality[s] == 1 {
 					if toks[s] != tr.Tokens[s] {
-						t.Logf("first divergence at step %d (text): ours %d, reference %d, reference margin %g", s, toks[s], tr.Tokens[s], tm[s])
-						if float64(tm[s]) > nearTie {
-							t.Errorf("diverged at a step the reference won by %g", tm[s])
-						}
+						diverged(s, -1, toks[s], tr.Tokens[s], tm[s])
 						return
 					}
 					continue
 				}
 				for i, want := range tr.Codes[s] {
-					if got := codes[s*8+i]; got != want {
-						t.Logf("first divergence at step %d codebook %d: ours %d, reference %d, reference margin %g", s, i, got, want, am[s*8+i])
-						if float64(am[s*8+i]) > nearTie {
-							t.Errorf("diverged at a code the reference won by %g", am[s*8+i])
-						}
+					if got := codes[s*CB+i]; got != want {
+						diverged(s, i, got, want, am[s*CB+i])
 						return
 					}
 				}
