@@ -175,7 +175,7 @@ __global__ void act_f32(int f, float* d, i64 ldd, const float* a, i64 lda, int r
 // epi is the matrix products' fused epilogue, the ops the backend folds
 // into them when they follow the product on its output: v (the sum plus
 // bias) → [round] → [act] → [round] → [v ⊕ e[m, n], ⊕ = + or ×] → [round].
-__device__ __forceinline__ float epi(float v, int rnd, int act, int rnd1, const float* e, i64 lde, int eop,
+__device__ __forceinline__ float epi(float v, int rnd, int act, int rnd1, const float* ep, i64 lde, int eop,
                                      int rnd2, i64 m, i64 n) {
   if (rnd) v = rbf16(v);
   if (act) {
@@ -183,7 +183,7 @@ __device__ __forceinline__ float epi(float v, int rnd, int act, int rnd1, const 
     if (rnd1) v = rbf16(v);
   }
   if (eop) {
-    float o = e[m * lde + n];
+    float o = ep[m * lde + n];
 #ifdef FAULT_EPILOGUE
     v = eop == OP_ADD ? v + o : v + o;
 #else
@@ -451,8 +451,8 @@ __device__ __forceinline__ void mm_fma(float (&acc)[R][C], const float (&xs)[R][
 }
 
 template <int R, int C, int WDT>
-#define EPI_PARAMS int rnd, int act, int rnd1, const float* e, i64 lde, int eop, int rnd2
-#define EPI_ARGS rnd, act, rnd1, e, lde, eop, rnd2
+#define EPI_PARAMS int rnd, int act, int rnd1, const float* ep, i64 lde, int eop, int rnd2
+#define EPI_ARGS rnd, act, rnd1, ep, lde, eop, rnd2
 
 __device__ __forceinline__ void mm_tile(float* d, i64 ldd, const float* x, i64 ldx, const void* w, i64 ldw,
                                         const void* bias, int bdt, int M, int N, int K, int m0, int n0, EPI_PARAMS) {
@@ -723,13 +723,13 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      float v = part[0][mt][lane][e];
-      v += part[1][mt][lane][e];
-      v += part[2][mt][lane][e];
-      v += part[3][mt][lane][e];
+    for (int q = 0; q < 4; q++) {
+      float v = part[0][mt][lane][q];
+      v += part[1][mt][lane][q];
+      v += part[2][mt][lane][q];
+      v += part[3][mt][lane][q];
       // c0, c1: weight row g, x rows 2t, 2t+1; c2, c3: weight row g+8.
-      int n = n0 + g + (e >> 1) * 8, m = m0 + 8 * mt + 2 * t + (e & 1);
+      int n = n0 + g + (q >> 1) * 8, m = m0 + 8 * mt + 2 * t + (q & 1);
       if (n < N && m < M) {
         if (bias) v += load(bias, bdt, n);
         d[(i64)m * ldd + n] = epi(v, EPI_ARGS, m, n);
