@@ -3,6 +3,9 @@ package cuda
 import (
 	"errors"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -146,5 +149,40 @@ func TestNoDriverIsAClearError(t *testing.T) {
 	_, err := New(Options{})
 	if !errors.Is(err, ErrNoDriver) || err.Error() != "no CUDA driver: libcuda.so.1 not found" {
 		t.Errorf("New without a driver: %v", err)
+	}
+}
+
+// TestKernelsParseWithHostCompiler type-checks kernels.cu, and every
+// planted-fault variant, with the host's C++ compiler against stand-ins
+// for the CUDA builtins (testdata/cuda_stub.h), so that a syntax or type
+// error in the kernels fails here, on machines without NVRTC, instead of
+// at the first run on a GPU. Skipped where there is no g++.
+func TestKernelsParseWithHostCompiler(t *testing.T) {
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("no g++ on this machine")
+	}
+	src := regexp.MustCompile(`asm (volatile)?\(`).ReplaceAllString(kernelSource, "ASMSTUB(")
+	file := filepath.Join(t.TempDir(), "kernels.cpp")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stub, err := filepath.Abs("testdata/cuda_stub.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	variants := []string{""}
+	for f := range Faults {
+		variants = append(variants, f)
+	}
+	for _, f := range variants {
+		args := []string{"-std=c++17", "-fsyntax-only", "-Wshadow", "-Werror=shadow", "-Wno-unknown-pragmas",
+			"-include", stub, "-DASMSTUB(...)=(void)0", file}
+		if f != "" {
+			args = append(args, "-DFAULT_"+f)
+		}
+		if out, err := exec.Command(gxx, args...).CombinedOutput(); err != nil {
+			t.Errorf("kernels.cu (fault %q) does not compile as C++: %v\n%s", f, err, out)
+		}
 	}
 }
