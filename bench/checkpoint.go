@@ -33,7 +33,8 @@ type Checkpoint struct {
 	MaterializeTied bool
 }
 
-// Real returns LFM2-Audio-1.5B's sizes (spec §1.2–§1.7, §2.2): LFM2 hidden
+// Real returns LFM2-Audio-1.5B's sizes (its released config.json and
+// mimi_config.json on Hugging Face, LiquidAI/LFM2-Audio-1.5B): LFM2 hidden
 // 2048, 16 layers with attention at 2, 5, 8, 10, 12, 14, 32/8 heads, FFN
 // 12288 auto-adjusted to 8192, vocabulary 65536; conformer 17 × 512 with 8
 // heads and 256 subsampling channels; depthformer 6 × 1024; 8 codebooks;

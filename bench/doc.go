@@ -5,7 +5,8 @@
 // — config.json, tokenizer.json, model.safetensors, mimi.safetensors and
 // mimi_config.json — with seeded random weights at any size, by default the
 // released LFM2-Audio-1.5B's (Real). Every tensor name and shape follows the
-// checkpoint layout of the spec (lfm2-audio.md §2.3), so the strict loader
+// layout of the released checkpoint (LiquidAI/LFM2-Audio-1.5B's
+// model.safetensors and Kyutai's Mimi weights), so the strict loader
 // (stages/lfm2audio) accepts it exactly as it accepts the released files,
 // and the networks run real-size work on it. Three gigabytes of bf16 weights
 // are drawn in parallel from a table of normal quantiles indexed by a

@@ -176,8 +176,8 @@ func (s *specSet) buffer(name string, dt safetensors.DType, in Init, shape ...in
 }
 
 // ModelTensors returns every tensor of model.safetensors for cfg (bf16, as
-// released), in the layout of spec §2.3: the backbone lfm.*, the encoder
-// conformer.*, the adapter audio_adapter.*, the audio embedding, the
+// released), in the released file's layout: the backbone lfm.*, the
+// encoder conformer.*, the adapter audio_adapter.*, the audio embedding, the
 // depthformer and its tables, and the buffers codebook_offsets and
 // audio_loss_weights. The audio tables hold depth.VocabSize(codebookSize)
 // entries per codebook: the codec's codebookSize codes (its quantizer's

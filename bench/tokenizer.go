@@ -5,7 +5,8 @@ import (
 	"fmt"
 )
 
-// specialTokens are LFM2's special tokens at their ids (spec §2.4); every
+// specialTokens are LFM2's special tokens at their ids (as in the released
+// tokenizer.json of LiquidAI/LFM2-Audio-1.5B on Hugging Face); every
 // other id below numSpecial is <|reserved_N|>.
 var specialTokens = map[int]string{
 	0: "<|pad|>", 1: "<|startoftext|>", 2: "<|endoftext|>",

@@ -20,7 +20,9 @@ import (
 // hidden 2048, 16 layers, attention at 2, 5, 8, 10, 12, 14, 32/8 heads, FFN
 // 8192, vocabulary 65536) with random bf16 weights from bench's synthetic
 // checkpoint, on a CPU device with one worker per core, in bf16 precision.
-// The prompt is 93 rows, as the reference measurement's (pytorch-h200.md).
+// The prompt is 93 rows, as in the reference speed measurement that
+// docs/performance.md compares against (liquid-audio v1.0.0's README turn:
+// its system prompt and assets/question.wav).
 
 const promptRows = 93
 
@@ -96,7 +98,8 @@ func randomIDs(rng *rand.Rand, n, vocab int) []int32 {
 // reportFloor reports the achieved weight-read rate and the step's
 // memory-bandwidth floors: its weight bytes over the measured streaming-read
 // rate (floor-ms; a step only reads its weights, so none can be faster) and
-// over the memcpy rate (memcpy-floor-ms, the convention of field.md §5).
+// over the memcpy rate (memcpy-floor-ms, the usual way a memory-bound
+// decoder's floor is quoted: bytes over memcpy bandwidth).
 func reportFloor(b *testing.B, unit string, bytes int64, bw bench.Bandwidth) {
 	per := b.Elapsed().Seconds() / float64(b.N)
 	floor := float64(bytes) / (bw.ReadGBs * 1e9)
