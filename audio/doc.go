@@ -3,8 +3,9 @@
 // as torchaudio.functional.resample does it, and the log-mel front end of
 // LFM2-Audio (NeMo's AudioToMelSpectrogramPreprocessor, in float32).
 //
-// The numerics follow the reference's float32 dtype path step by step (spec
-// lfm2-audio.md §1.1, §1.2, §1.11), so that the features fed to the encoder
+// The numerics follow the reference's float32 dtype path step by step
+// (liquid-audio's: torchaudio's resample, then NeMo's preprocessor in eval
+// mode), so that the features fed to the encoder
 // match liquid-audio's to float32 rounding. The usual flow is
 //
 //	clip, err := audio.DecodeBytes(body, audio.DecodeOptions{MaxDuration: time.Minute})

@@ -29,7 +29,7 @@ type LogMelOptions struct {
 }
 
 // LogMel is LFM2-Audio's log-mel front end, NeMo's
-// AudioToMelSpectrogramPreprocessor in eval mode (spec lfm2-audio.md §1.2):
+// AudioToMelSpectrogramPreprocessor in eval mode, as liquid-audio runs it:
 // pre-emphasis, a centred zero-padded STFT with a symmetric Hann window,
 // |X|² as sqrt-then-square, a Slaney mel filterbank, ln(x + 2^-24),
 // per-feature normalisation over the valid frames, and masking of the rest.

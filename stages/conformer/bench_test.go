@@ -13,7 +13,8 @@ import (
 	"github.com/omni-pipe/omni-pipe/stages/weights"
 )
 
-// realConfig is LFM2-Audio-1.5B's encoder (spec §1.3).
+// realConfig is LFM2-Audio-1.5B's encoder (the encoder section of its
+// released config.json).
 func realConfig() config.Encoder {
 	return config.Encoder{
 		FeatIn: 128, FeatOut: -1, NLayers: 17, DModel: 512, NHeads: 8,
