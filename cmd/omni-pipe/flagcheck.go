@@ -14,6 +14,11 @@ const (
 	// maxNewTokensLimit is the engine's context: a turn's steps cannot
 	// exceed it (pipeline.Options.MaxContext's default, 32768 positions).
 	maxNewTokensLimit = 32768
+	// maxTextBytesLimit bounds serve's --max-text-bytes: 16 MiB, 512 bytes
+	// for each of the context's positions (text takes 3 to 5 bytes a
+	// token), far more than can be answered; the bound keeps a typo from
+	// letting requests make the server tokenize gigabytes.
+	maxTextBytesLimit = 16 << 20
 	// maxTopK and maxTemperature bound audio sampling. A top-k at or above
 	// a codebook's vocabulary (the codec's codebook size and end-of-audio:
 	// 2049 entries in the released models, read from the checkpoint at

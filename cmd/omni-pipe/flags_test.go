@@ -48,6 +48,9 @@ func TestFlagRanges(t *testing.T) {
 		{[]string{"serve", "--max-concurrent", "0"}, nil, "--max-concurrent 0: want 1 to 1024"},
 		{[]string{"serve", "--max-queue", "-1"}, nil, "--max-queue -1: want 0 to 65536"},
 		{[]string{"serve", "--max-body-mb", "0"}, nil, "--max-body-mb 0: want 1 to 4096"},
+		{[]string{"serve", "--max-text-bytes", "0"}, nil, "--max-text-bytes 0: want 1 to 16777216"},
+		{[]string{"serve", "--max-text-bytes", "-1"}, nil, "--max-text-bytes -1: want 1 to 16777216"},
+		{[]string{"serve"}, map[string]string{"OMNIPIPE_MAX_TEXT_BYTES": "1073741824"}, "--max-text-bytes 1073741824: want 1 to 16777216"},
 		{[]string{"serve", "--max-conversations", "2"}, nil, "--max-conversations 2: want 4 (--max-concurrent) to 1048576"},
 
 		// mic

@@ -130,7 +130,7 @@ func setupGenerate(fs *flag.FlagSet, e *env) func([]string) error {
 		if *dump != "" {
 			req.Record = pipeline.NewRecorder()
 		}
-		eng := pipeline.New(m, dev, pipeline.Options{Precision: prec, MaxTurns: 1})
+		eng := newEngine(m, dev, pipeline.Options{Precision: prec, MaxTurns: 1, Logger: mf.logger()})
 		defer eng.Close()
 		sess := eng.NewSession()
 		defer sess.Close()

@@ -140,7 +140,7 @@ func setupMic(fs *flag.FlagSet, e *env) func([]string) error {
 		}
 		defer dev.Close()
 		defer m.Close()
-		eng := pipeline.New(m, dev, pipeline.Options{Precision: prec, MaxTurns: 1})
+		eng := newEngine(m, dev, pipeline.Options{Precision: prec, MaxTurns: 1, Logger: mf.logger()})
 		defer eng.Close()
 
 		// The microphone.

@@ -19,6 +19,13 @@ import (
 	"github.com/omni-pipe/omni-pipe/server"
 )
 
+// newEngine and newServer build the engine and the server (variables, so
+// that tests see what the commands hand them).
+var (
+	newEngine = pipeline.New
+	newServer = server.New
+)
+
 func init() {
 	register(&command{
 		name: "serve",
@@ -90,6 +97,7 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 	maxBodyMB := f.int("max-body-mb", "OMNIPIPE_MAX_BODY_MB", 32, "largest request body, MiB")
 	maxAudio := f.duration("max-audio", "OMNIPIPE_MAX_AUDIO", 120*time.Second, "longest input audio")
 	maxNewTokens := f.int("max-new-tokens", "OMNIPIPE_MAX_NEW_TOKENS", 2048, "largest max_new_tokens a request may ask for (steps: text tokens and 80 ms audio frames)")
+	maxTextBytes := f.int("max-text-bytes", "OMNIPIPE_MAX_TEXT_BYTES", 256<<10, "largest request text, and separately system prompt, in bytes; longer: 400 text_too_long, before tokenizing")
 	maxConvs := f.int("max-conversations", "OMNIPIPE_MAX_CONVERSATIONS", 256, "conversations kept in memory (the least recently used idle one is evicted)")
 	convTTL := f.duration("conversation-ttl", "OMNIPIPE_CONVERSATION_TTL", 30*time.Minute, "how long an idle conversation is kept")
 	grace := f.duration("shutdown-grace", "OMNIPIPE_SHUTDOWN_GRACE", 30*time.Second, "on SIGINT/SIGTERM, how long running replies may finish before they are cancelled")
@@ -116,6 +124,7 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 			intIn("--max-body-mb", *maxBodyMB, 1, 4096),
 			durationIn("--max-audio", *maxAudio, time.Second, time.Hour),
 			intIn("--max-new-tokens", *maxNewTokens, 1, maxNewTokensLimit),
+			intIn("--max-text-bytes", *maxTextBytes, 1, maxTextBytesLimit),
 			durationIn("--conversation-ttl", *convTTL, time.Second, 7*24*time.Hour),
 			durationIn("--shutdown-grace", *grace, time.Millisecond, time.Hour),
 			durationIn("--write-stall", *stall, time.Second, time.Hour),
@@ -146,7 +155,7 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		}
 		cfg := server.Config{
 			MaxConcurrent: *maxConcurrent, MaxQueue: queue, QueueTimeout: *queueTimeout,
-			MaxBodyBytes: int64(*maxBodyMB) << 20, MaxAudio: *maxAudio, MaxNewTokens: *maxNewTokens,
+			MaxBodyBytes: int64(*maxBodyMB) << 20, MaxAudio: *maxAudio, MaxNewTokens: *maxNewTokens, MaxTextBytes: *maxTextBytes,
 			MaxConversations: *maxConvs, ConversationTTL: *convTTL, ShutdownGrace: *grace, WriteStall: *stall,
 			CORSOrigins: splitList(*cors), APIKeys: splitList(e.getenv("OMNIPIPE_API_KEYS")),
 			Version: versionString(), Logger: log,
@@ -167,16 +176,16 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		if mf.dir == "" {
 			log.Warn("serving the embedded demo model: random weights, its replies are noise", "model", demomodel.Name)
 		}
-		eng := pipeline.New(m, dev, pipeline.Options{Precision: prec, MaxTurns: *maxConcurrent})
+		eng := newEngine(m, dev, pipeline.Options{Precision: prec, MaxTurns: *maxConcurrent, Logger: log})
 		defer eng.Close()
 		log.Info("model loaded", "model", m.Name, "params", m.Params, "took", time.Since(start).Round(time.Millisecond))
 		log.Debug(m.Summary())
 
+		srv := newServer(cfg)
 		ln, err := net.Listen("tcp", *addr)
 		if err != nil {
 			return fmt.Errorf("listen: %w", err)
 		}
-		srv := server.New(cfg)
 		srv.SetBackend(&server.Backend{Engine: eng, Model: m.Name, Device: fmt.Sprintf("%s, %s", dev.Name(), prec), GPU: dev})
 		log.Info("listening", "addr", ln.Addr().String(), "version", cfg.Version)
 		if err := srv.Serve(ctx, ln); err != nil {
