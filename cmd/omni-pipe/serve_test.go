@@ -79,13 +79,17 @@ func TestServeQuickStart(t *testing.T) {
 		t.Errorf("no loud demo-model warning:\n%s", stderr.String())
 	}
 	base := "http://" + addr
+	// serve loads the model before it listens: its first /health answer
+	// is 200, never 503 loading (docs/api.md).
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		resp, err := http.Get(base + "/health")
 		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("the first /health after \"listening\" answered %d %s", resp.StatusCode, body)
 			}
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("never healthy:\n%s", stderr.String())
