@@ -815,7 +815,18 @@ __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, cons
   for (int j = threadIdx.x; j < L; j += blockDim.x) {
     const float* kr = k + (i64)(first + j) * ldk + (i64)kh * hd;
     float a = 0.0f;
-    for (int e = 0; e < hd; e++) a = fmaf(qs[e], kr[e], a);
+    // Four independent chains (dims e ≡ 0..3 mod 4), added in order: the
+    // loads of a key row are in flight together.
+    float a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    int e = 0;
+    for (; e + 4 <= hd; e += 4) {
+      a = fmaf(qs[e], kr[e], a);
+      a1 = fmaf(qs[e + 1], kr[e + 1], a1);
+      a2 = fmaf(qs[e + 2], kr[e + 2], a2);
+      a3 = fmaf(qs[e + 3], kr[e + 3], a3);
+    }
+    for (; e < hd; e++) a = fmaf(qs[e], kr[e], a);
+    a = (a + a1) + (a2 + a3);
     a *= scale;
     s[j] = a;
     m = fmaxf(m, a);
@@ -838,7 +849,18 @@ __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, cons
   int g = threadIdx.x / hd, e = threadIdx.x % hd;
   if (g < groups && e < hd) {
     float a = 0.0f;
-    for (int j = g; j < L; j += groups) a = fmaf(s[j], v[(i64)(first + j) * ldv + (i64)kh * hd + e], a);
+    // Four independent chains over the group's keys, added in order.
+    const float* vb = v + (i64)first * ldv + (i64)kh * hd + e;
+    float a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    int j = g;
+    for (; j + 3 * groups < L; j += 4 * groups) {
+      a = fmaf(s[j], vb[(i64)j * ldv], a);
+      a1 = fmaf(s[j + groups], vb[(i64)(j + groups) * ldv], a1);
+      a2 = fmaf(s[j + 2 * groups], vb[(i64)(j + 2 * groups) * ldv], a2);
+      a3 = fmaf(s[j + 3 * groups], vb[(i64)(j + 3 * groups) * ldv], a3);
+    }
+    for (; j < L; j += groups) a = fmaf(s[j], vb[(i64)j * ldv], a);
+    a = (a + a1) + (a2 + a3);
     part[g * hd + e] = a;
   }
   if (hd > (int)blockDim.x) {  // large heads: each thread loops over dims
