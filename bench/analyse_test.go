@@ -1,10 +1,13 @@
 package bench
 
 import (
+	"errors"
 	"math"
 	"testing"
 	"time"
 
+	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/gpu/cpu"
 	"github.com/omni-pipe/omni-pipe/pipeline"
 )
 
@@ -106,5 +109,30 @@ func TestArgmaxExcept(t *testing.T) {
 		if got := argmaxExcept(logits, c.skip...); got != c.want {
 			t.Errorf("argmaxExcept(%v) = %d, want %d", c.skip, got, c.want)
 		}
+	}
+}
+
+// meterDev is a CPU device that reports a device bandwidth.
+type meterDev struct {
+	gpu.Device
+	bps float64
+	err error
+}
+
+func (m meterDev) MeasureBandwidth() (float64, error) { return m.bps, m.err }
+
+func TestDeviceBandwidth(t *testing.T) {
+	cpuDev := cpu.New(1)
+	defer cpuDev.Close()
+	b := DeviceBandwidth(meterDev{Device: cpuDev, bps: 4.2e12}, 1)
+	if b.Device == "" || b.CopyGBs != 4200 || b.ReadGBs != 4200 {
+		t.Errorf("a device that measures itself: %+v", b)
+	}
+	b = DeviceBandwidth(meterDev{Device: cpuDev, err: errors.New("no")}, 1)
+	if b.Device != "" || b.CopyGBs <= 0 {
+		t.Errorf("a failed device measurement must fall back to the host's: %+v", b)
+	}
+	if b := DeviceBandwidth(cpuDev, 1); b.Device != "" || b.ReadGBs <= 0 {
+		t.Errorf("the CPU device: %+v", b)
 	}
 }

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"runtime"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
 	"sync"
 	"time"
 )
@@ -17,6 +19,23 @@ type Bandwidth struct {
 	Threads int `json:"threads"`
 	// Bytes is the size of the buffer each pass moved.
 	Bytes int64 `json:"bytes"`
+	// Device names the compute device whose memory was measured ("" for
+	// the host's, measured by MeasureBandwidth).
+	Device string `json:"device,omitempty"`
+}
+
+// DeviceBandwidth returns the memory bandwidth the loop's floors are held
+// to on dev: the device's own, where it measures it (a GPU: its copy rate
+// counting bytes read and written, as both CopyGBs and ReadGBs), else the
+// host's with threads goroutines.
+func DeviceBandwidth(dev gpu.Device, threads int) Bandwidth {
+	if m, ok := dev.(gpu.BandwidthMeter); ok {
+		if bps, err := m.MeasureBandwidth(); err == nil && bps > 0 {
+			g := bps / 1e9
+			return Bandwidth{CopyGBs: g, ReadGBs: g, Bytes: 512 << 20, Device: dev.Name()}
+		}
+	}
+	return MeasureBandwidth(threads)
 }
 
 // bandwidthBytes is far larger than any last-level cache, so passes stream

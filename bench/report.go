@@ -36,6 +36,9 @@ type ModelInfo struct {
 	Weights   WeightBytes `json:"loop_weight_bytes"`
 	// Holding says how the weights are held (Options.Weights).
 	Holding string `json:"weights_held,omitempty"`
+	// DeviceInfo is the device's report at the end of the run (driver,
+	// memory in use).
+	DeviceInfo gpu.Info `json:"device_info"`
 }
 
 // Machine describes the host.
@@ -305,8 +308,24 @@ func (r *Report) Print(w io.Writer) error {
 		fmt.Fprintf(bw, ", weights %s", m.Holding)
 	}
 	fmt.Fprintln(bw)
-	fmt.Fprintf(bw, "machine    %s, %d cores, %s; memcpy %.1f GB/s, read %.1f GB/s (%d threads)\n",
-		mc.CPU, mc.Cores, mc.Go, mc.Bandwidth.CopyGBs, mc.Bandwidth.ReadGBs, mc.Bandwidth.Threads)
+	if mc.Bandwidth.Device != "" {
+		fmt.Fprintf(bw, "machine    %s, %d cores, %s; device memory %.0f GB/s (copy, bytes read + written)\n",
+			mc.CPU, mc.Cores, mc.Go, mc.Bandwidth.CopyGBs)
+	} else {
+		fmt.Fprintf(bw, "machine    %s, %d cores, %s; memcpy %.1f GB/s, read %.1f GB/s (%d threads)\n",
+			mc.CPU, mc.Cores, mc.Go, mc.Bandwidth.CopyGBs, mc.Bandwidth.ReadGBs, mc.Bandwidth.Threads)
+	}
+	if m.DeviceInfo.Kind != "" {
+		fmt.Fprintf(bw, "device     %s %s", m.DeviceInfo.Kind, m.DeviceInfo.Name)
+		if m.DeviceInfo.Driver != "" {
+			fmt.Fprintf(bw, ", %s", m.DeviceInfo.Driver)
+		}
+		fmt.Fprintf(bw, "; %sB in use", count(m.DeviceInfo.MemUsed))
+		if m.DeviceInfo.MemTotal > 0 {
+			fmt.Fprintf(bw, " of %sB", count(m.DeviceInfo.MemTotal))
+		}
+		fmt.Fprintln(bw)
+	}
 	fmt.Fprintf(bw, "input      %s: %.2f s at %d Hz\n", in.Source, in.Seconds, in.SampleRate)
 	stops := "<|im_end|>, <|text_end|> and end-of-audio replaced by the next best pick"
 	if st.StopsAllowed {

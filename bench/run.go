@@ -80,7 +80,7 @@ func Run(ctx context.Context, m *lfm2audio.Model, dev gpu.Device, o Options) (*R
 	}
 	bw := o.Bandwidth
 	if bw == nil {
-		b := MeasureBandwidth(threads)
+		b := DeviceBandwidth(dev, threads)
 		bw = &b
 	}
 	r := newReport(m, dev, threads, o, *bw)
@@ -111,6 +111,7 @@ func Run(ctx context.Context, m *lfm2audio.Model, dev gpu.Device, o Options) (*R
 		acc.add(tt)
 	}
 	r.summarise(&acc)
+	r.Model.DeviceInfo = gpu.DescribeDevice(dev)
 	return r, nil
 }
 

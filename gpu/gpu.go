@@ -187,3 +187,12 @@ func DescribeDevice(d Device) Info {
 	}
 	return Info{Kind: "unknown", Name: d.Name()}
 }
+
+// BandwidthMeter is implemented by devices that measure their own memory
+// bandwidth (a GPU's memory is not the host's).
+type BandwidthMeter interface {
+	// MeasureBandwidth returns the device's copy rate in bytes per second,
+	// counting the bytes read and the bytes written: the rate at which a
+	// pass that streams weights once can at best move them.
+	MeasureBandwidth() (bytesPerSecond float64, err error)
+}
