@@ -20,7 +20,7 @@ func TestRepositoryStandsAlone(t *testing.T) {
 	}
 	// pending lists files whose references are being rewritten elsewhere;
 	// an entry that no longer matches fails, so the list only shrinks.
-	pending := map[string]bool{"docs/performance.md": true}
+	pending := map[string]bool{}
 	text := map[string]bool{".go": true, ".md": true, ".sh": true, ".py": true, ".txt": true, ".json": true,
 		".yaml": true, ".yml": true, ".toml": true, ".cu": true, ".c": true, ".h": true, ".mod": true}
 	root := filepath.Join("..", "..")
