@@ -1,8 +1,52 @@
-// Package cuda is the NVIDIA backend of package gpu. It loads libcuda,
-// libnvrtc at run time through purego (the binary stays CGO_ENABLED=0 and
-// runs unchanged where there is no GPU), compiles its CUDA C kernels with
-// NVRTC for the device's own architecture and caches the machine code on
-// disk.
+// Package cuda is the NVIDIA backend of package gpu.
+//
+// # Loading
+//
+// libcuda.so.1 and libnvrtc are opened at run time through purego, so the
+// binary stays CGO_ENABLED=0 and runs unchanged where there is no GPU: New
+// then fails with ErrNoDriver ("no CUDA driver: libcuda.so.1 not found").
+// The kernels (kernels.cu, embedded) are compiled by NVRTC for the device's
+// own architecture (sm_90 machine code on an H200, not PTX left to the
+// driver) with contraction off (--fmad=false: every rounding point is the
+// one written; explicit fmaf stays fused), and the cubin is cached on disk
+// under os.UserCacheDir()/omni-pipe/cuda, keyed by the source, the options,
+// the architecture, the driver and the NVRTC version.
+//
+// # Threads, streams, memory
+//
+// CUDA contexts are per OS thread: one goroutine locked to its thread owns
+// the primary context and makes every driver call. A gpu.Queue is a CUDA
+// stream. Its ops are recorded by the calling goroutine (kernel, grid,
+// arguments; host data such as token ids and positions copied into the
+// batch) and handed to the owner thread in one batch at Read, Sync or every
+// 4096 ops; the host waits only in Read and Sync. Memory comes from the
+// driver's stream-ordered pool: Alloc and Load finish before they return;
+// Free is queued behind the work already recorded on the last queue that
+// used the buffer, so memory is never reused under queued work. Stages hand
+// data to each other through the host, so streams need no events between
+// them; the codec's queue runs beside the backbone's.
+//
+// # Graphs and folding
+//
+// A batch that recurs (a backbone step, a depthformer codebook position,
+// a codec call) is replayed as a CUDA graph, one per launch shape (and so
+// per batch-size bucket), built the second time the shape is seen; nodes
+// whose arguments changed (positions, cache lengths) are updated in place
+// before the launch. A RoundBF16, an activation, a norm's row weight or an
+// Add/Mul with another buffer that follows an op on exactly its output is
+// folded into that op's kernel: the same float operations in the same
+// order, one kernel fewer.
+//
+// # Numerics
+//
+// Activations are fp32 and every op rounds only where the network asks
+// (RoundBF16), as on the CPU. Matrix products sum each output in an order
+// that depends only on K (FMA kernels by default; tensor-core kernels with
+// Options.MatMul "mma"), so a row's bits never depend on the batch it is
+// computed in. Attention reproduces the reference flash kernels' rounding of
+// exp(s − m) to bf16 when AttnParams.ProbBF16 is set. Every kernel is checked
+// against a float64 host replay (package gputest) with a planted fault the
+// check must catch (faults.go); see TestKernelContract.
 package cuda
 
 import (
