@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/dlclark/regexp2 v1.12.0
 	github.com/ebitengine/oto/v3 v3.5.0
+	github.com/ebitengine/purego v0.11.3
 	github.com/jfreymuth/pulse v0.1.3
 	github.com/labstack/echo/v4 v4.16.4
 	github.com/mjibson/go-dsp v0.0.0-20180508042940-11479a337f12
@@ -18,7 +19,6 @@ require (
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/ebitengine/purego v0.11.3 // indirect
 	github.com/labstack/gommon v0.5.0 // indirect
 	github.com/mattn/go-colorable v0.1.15 // indirect
 	github.com/mattn/go-isatty v0.0.22 // indirect
