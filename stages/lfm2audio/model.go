@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 
 	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -28,6 +29,9 @@ var codecFiles = []string{
 	"tokenizer-e351c8d8-checkpoint125.safetensors", // the official LFM2-Audio release (moshi naming)
 	"mimi.safetensors",
 }
+
+// melWorkers bounds the goroutines of one clip's log-mel.
+const melWorkers = 8
 
 // Model is a loaded LFM2-Audio model.
 type Model struct {
@@ -203,7 +207,11 @@ func load(dev gpu.Device, src source) (_ *Model, err error) {
 	if m.Special, err = special(m.Tok, m.Cfg.LFM.VocabSize); err != nil {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)
 	}
-	if m.Mel, err = audio.NewLogMel(m.Cfg.Preprocessor, audio.LogMelOptions{}); err != nil {
+	// The STFT frames of a clip are shared by up to melWorkers goroutines
+	// (the same features: frames are independent). It runs on the host
+	// whatever the device; serially it took 8.6 ms of a 75 ms first audio
+	// on an H200 box for a 4.9 s question.
+	if m.Mel, err = audio.NewLogMel(m.Cfg.Preprocessor, audio.LogMelOptions{Workers: min(runtime.GOMAXPROCS(0), melWorkers)}); err != nil {
 		return nil, fmt.Errorf("preprocessor: %w", err)
 	}
 
