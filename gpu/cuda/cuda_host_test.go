@@ -7,8 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 )
@@ -184,5 +186,133 @@ func TestKernelsParseWithHostCompiler(t *testing.T) {
 		if out, err := exec.Command(gxx, args...).CombinedOutput(); err != nil {
 			t.Errorf("kernels.cu (fault %q) does not compile as C++: %v\n%s", f, err, out)
 		}
+	}
+}
+
+func TestGraphShapes(t *testing.T) {
+	var g graphCache
+	step := func(grid uint32, args ...uint64) ([]cmd, []uint64) {
+		var cmds []cmd
+		var slots []uint64
+		for j := range minGraph {
+			cmds = append(cmds, cmd{fn: uintptr(100 + j), grid: [3]uint32{grid, 1, 1}, block: [2]uint32{256, 1}, a0: int32(len(slots)), na: int32(len(args))})
+			slots = append(slots, args...)
+		}
+		return cmds, slots
+	}
+	a, _ := step(4, 1, 2)
+	b, _ := step(4, 7, 9) // other argument values (positions, lengths): the same graph
+	c, _ := step(8, 1, 2) // another grid (a bigger batch): another graph
+	if g.shapeKey(a) != g.shapeKey(b) || !sameCmdShape(a, b) {
+		t.Error("batches that differ only in argument values have different shapes")
+	}
+	if g.shapeKey(a) == g.shapeKey(c) || sameCmdShape(a, c) {
+		t.Error("batches with different grids share a shape")
+	}
+	r := &batch{cmds: a}
+	if !graphable(r) {
+		t.Error("a batch of launches is not graphable")
+	}
+	r.cmds = append(append([]cmd(nil), a...), cmd{free: 0x1000})
+	if graphable(r) {
+		t.Error("a batch with a stream-ordered free was graphable")
+	}
+	r.cmds = a[:minGraph-1]
+	if graphable(r) {
+		t.Error("a batch too short for a graph was graphable")
+	}
+	// The node parameters point at the command's own argument slots.
+	params := make([]unsafe.Pointer, 2*minGraph)
+	np := nodeParams(a[3], params)
+	if np.params != uintptr(unsafe.Pointer(&params[a[3].a0])) || np.gx != 4 || np.bx != 256 || np.bz != 1 || np.fn != a[3].fn {
+		t.Errorf("node params %+v", np)
+	}
+	if unsafe.Sizeof(kernelNodeParams{}) != 72 {
+		t.Errorf("kernelNodeParams is %d bytes; CUDA_KERNEL_NODE_PARAMS_v2 is 72", unsafe.Sizeof(kernelNodeParams{}))
+	}
+}
+
+// hostQueue is a Queue that records but never launches: enough to test
+// what the recorder folds, without a GPU.
+func hostQueue() *Queue {
+	d := &Device{fns: map[string]uintptr{}, sms: 132}
+	for j, k := range kernelNames {
+		d.fns[k] = uintptr(j + 1)
+	}
+	return &Queue{d: d, name: "host"}
+}
+
+var nextFake uintptr = 1 << 20
+
+func fakeTensor(dt gpu.DType, rows, cols int) gpu.Tensor {
+	nextFake += 1 << 20
+	return gpu.Tensor{Buf: &buffer{ptr: nextFake, dt: dt, n: rows * cols}, Rows: rows, Cols: cols, Stride: cols}
+}
+
+func TestRecorderFolds(t *testing.T) {
+	x, y, o := fakeTensor(gpu.F32, 1, 64), fakeTensor(gpu.F32, 1, 32), fakeTensor(gpu.F32, 1, 32)
+	w := fakeTensor(gpu.BF16, 32, 64)
+	nw := fakeTensor(gpu.BF16, 1, 32)
+	for _, c := range []struct {
+		name     string
+		ops      func(q *Queue)
+		launches int
+	}{
+		{"matmul, round, silu, round, mul, round", func(q *Queue) {
+			q.MatMul(y, x, w, gpu.Tensor{})
+			q.RoundBF16(y)
+			q.Act(y, y, gpu.SiLU)
+			q.RoundBF16(y)
+			q.Mul(y, y, o)
+			q.RoundBF16(y)
+		}, 1},
+		{"rmsnorm, round, mulrow, round", func(q *Queue) {
+			q.RMSNorm(y, o, 1e-5)
+			q.RoundBF16(y)
+			q.MulRow(y, y, nw)
+			q.RoundBF16(y)
+		}, 1},
+		{"a round of another tensor is not folded", func(q *Queue) {
+			q.MatMul(y, x, w, gpu.Tensor{})
+			q.RoundBF16(o)
+		}, 2},
+		{"an op in between stops the fold", func(q *Queue) {
+			q.MatMul(y, x, w, gpu.Tensor{})
+			q.Fill(o, 0)
+			q.RoundBF16(y)
+		}, 3},
+		{"an act after the elementwise step is not folded", func(q *Queue) {
+			q.MatMul(y, x, w, gpu.Tensor{})
+			q.Add(y, y, o)
+			q.Act(y, y, gpu.SiLU)
+		}, 2},
+		{"an add of the output's own buffer is not folded", func(q *Queue) {
+			q.MatMul(y, x, w, gpu.Tensor{})
+			q.Add(y, y, y)
+		}, 2},
+		{"a mulrow does not fold into a product", func(q *Queue) {
+			q.MatMul(y, x, w, gpu.Tensor{})
+			q.MulRow(y, y, nw)
+		}, 2},
+	} {
+		q := hostQueue()
+		c.ops(q)
+		if got := len(q.rec.cmds); got != c.launches {
+			t.Errorf("%s: %d launches, want %d", c.name, got, c.launches)
+		}
+	}
+	// The folded arguments: the gemv's epilogue is rnd, act, rnd1, e, lde, eop, rnd2.
+	q := hostQueue()
+	q.MatMul(y, x, w, gpu.Tensor{})
+	q.RoundBF16(y)
+	q.Act(y, y, gpu.SiLU)
+	q.RoundBF16(y)
+	q.Mul(y, o, y)
+	q.RoundBF16(y)
+	c := q.rec.cmds[0]
+	epi := q.rec.slots[c.a0+c.na-7 : c.a0+c.na]
+	want := []uint64{1, uint64(gpu.SiLU), 1, uint64(o.Buf.(*buffer).ptr), uint64(o.Stride), opMul, 1}
+	if !slices.Equal(epi, want) {
+		t.Errorf("epilogue arguments %v, want %v", epi, want)
 	}
 }
