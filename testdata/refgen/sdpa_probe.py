@@ -12,8 +12,6 @@
 
 Usage: python3 sdpa_probe.py LIQUID_AUDIO_SRC FIXTURE_DIR
 """
-import importlib.machinery
-import importlib.util
 import math
 import os
 import sys
@@ -24,33 +22,16 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import refgen_common as rc  # noqa: E402
+
 src, fixture = sys.argv[1:3]
-sys.path.insert(0, src)
-torch.backends.cudnn.allow_tf32 = False
-torch.backends.cuda.matmul.allow_tf32 = False
-os.environ.setdefault("NO_TORCH_COMPILE", "1")
+rc.prepare_official(src)
 print("torch", torch.__version__, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name(), flush=True)
-
-
-def stub(name):
-    m = importlib.util.module_from_spec(importlib.machinery.ModuleSpec(name, None))
-    sys.modules[name] = m
-    return m
-
-
-librosa = stub("librosa")
-librosa.filters = stub("librosa.filters")
-librosa.filters.mel = lambda sr, n_fft, n_mels=128, **_: np.zeros((n_mels, n_fft // 2 + 1), np.float32)  # unused
-try:
-    import soxr  # noqa: F401
-except ImportError:
-    stub("soxr")
-import transformers.models.lfm2.modeling_lfm2 as ml  # noqa: E402
-
-if not hasattr(ml, "Lfm2HybridConvCache"):
-    ml.Lfm2HybridConvCache = object
+rc.stand_in_modules(mel=lambda sr, n_fft, n_mels=128, **_: np.zeros((n_mels, n_fft // 2 + 1), np.float32))  # unused
+rc.stand_in_lfm2_cache_annotation()
 from liquid_audio.model.lfm2_audio import LFM2AudioModel  # noqa: E402
-from liquid_audio.processor import ChatState, LFM2AudioProcessor  # noqa: E402
+from liquid_audio.processor import LFM2AudioProcessor  # noqa: E402
 
 BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
@@ -66,9 +47,8 @@ for de in model.depth_embeddings:
 
 def turn(backend):
     hid.clear(); dlog.clear()
-    chat = ChatState(proc)
-    chat.new_turn("system"); chat.add_text("Respond with interleaved text and audio."); chat.end_turn()
-    chat.new_turn("user"); chat.add_text("What is the capital of France?"); chat.end_turn()
+    chat = rc.begin_chat(proc)
+    chat.add_text("What is the capital of France?"); chat.end_turn()
     chat.new_turn("assistant")
     with torch.no_grad():
         if backend is None:

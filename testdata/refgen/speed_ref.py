@@ -29,13 +29,13 @@ LIQUID_AUDIO_SRC is the src/ folder of liquid-audio v1.0.0 (it holds liquid_audi
 with its vendored moshi). The tokenizer and the non-size config keys come from
 testdata/lfm2-audio-tiny (--fixture), the same as real_size_ref.py.
 Needs torch, torchaudio, transformers (5.x), accelerate, einops, safetensors, numpy.
-librosa (and soxr, sentencepiece if absent) are replaced by stand-ins below; none of
-them is on the timed path except librosa.filters.mel, computed once at construction.
+librosa (and soxr, sentencepiece if absent) are replaced by stand-ins (refgen_common.py,
+in this folder, with what the scripts here share); none of them is on the timed path except
+librosa.filters.mel, computed once at construction.
 """
 import argparse
 import faulthandler
-import importlib.machinery
-import importlib.util
+import importlib
 import json
 import math
 import os
@@ -44,7 +44,6 @@ import statistics
 import sys
 import time
 import traceback
-import wave
 
 T_START = time.perf_counter()
 
@@ -131,72 +130,12 @@ def med(xs):
 import numpy as np  # noqa: E402
 
 
-def mel_filters(sr, n_fft, n_mels=128, fmin=0.0, fmax=None, norm="slaney", dtype=np.float32, **_):
-    """librosa.filters.mel (Slaney scale and norm), in numpy (as real_size_ref.py)."""
-    fmax = sr / 2 if fmax is None else fmax
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import refgen_common as rc  # noqa: E402
 
-    def hz_to_mel(f):
-        f = np.asanyarray(f, dtype=np.float64)
-        mels = f / (200.0 / 3)
-        min_log_hz = 1000.0
-        min_log_mel = min_log_hz / (200.0 / 3)
-        logstep = np.log(6.4) / 27.0
-        return np.where(f >= min_log_hz, min_log_mel + np.log(np.maximum(f, 1e-12) / min_log_hz) / logstep, mels)
-
-    def mel_to_hz(m):
-        m = np.asanyarray(m, dtype=np.float64)
-        freqs = m * (200.0 / 3)
-        min_log_hz = 1000.0
-        min_log_mel = min_log_hz / (200.0 / 3)
-        logstep = np.log(6.4) / 27.0
-        return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), freqs)
-
-    fftfreqs = np.fft.rfftfreq(n=n_fft, d=1.0 / sr)
-    mel_f = mel_to_hz(np.linspace(hz_to_mel(fmin), hz_to_mel(fmax), n_mels + 2))
-    fdiff = np.diff(mel_f)
-    ramps = np.subtract.outer(mel_f, fftfreqs)
-    weights = np.zeros((n_mels, 1 + n_fft // 2), dtype=np.float64)
-    for i in range(n_mels):
-        lower = -ramps[i] / fdiff[i]
-        upper = ramps[i + 2] / fdiff[i + 1]
-        weights[i] = np.maximum(0, np.minimum(lower, upper))
-    if norm == "slaney":
-        enorm = 2.0 / (mel_f[2: n_mels + 2] - mel_f[:n_mels])
-        weights *= enorm[:, np.newaxis]
-    return weights.astype(dtype)
-
-
-def stub(name):
-    m = importlib.util.module_from_spec(importlib.machinery.ModuleSpec(name, None))
-    sys.modules[name] = m
-    return m
-
-
-stubbed = []
-try:
-    import librosa  # noqa: F401
+stubbed = rc.stand_in_modules(keep_installed_librosa=True, sentencepiece=True)
+if not any(x.startswith("librosa") for x in stubbed):
     R["notes"].append("librosa installed: the real librosa.filters.mel is used")
-except ImportError:
-    librosa = stub("librosa")
-    librosa.filters = stub("librosa.filters")
-    librosa.filters.mel = mel_filters
-    stubbed.append("librosa (librosa.filters.mel in numpy)")
-try:
-    import soxr  # noqa: F401
-except ImportError:
-    stub("soxr")
-    stubbed.append("soxr")
-try:
-    import sentencepiece  # noqa: F401
-except ImportError:
-    sp = stub("sentencepiece")
-
-    class SentencePieceProcessor:  # annotation / unused loader path only
-        def __init__(self, *a, **k):
-            raise RuntimeError("sentencepiece stand-in")
-
-    sp.SentencePieceProcessor = SentencePieceProcessor
-    stubbed.append("sentencepiece")
 R["meta"]["stubbed_modules"] = stubbed
 
 sys.path.insert(0, os.path.abspath(args.src))
@@ -204,24 +143,20 @@ sys.path.insert(0, os.path.abspath(args.src))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import transformers  # noqa: E402
-import transformers.models.lfm2.modeling_lfm2 as ml  # noqa: E402
 
-if not hasattr(ml, "Lfm2HybridConvCache"):
-    ml.Lfm2HybridConvCache = object  # annotation only in liquid-audio
+if rc.stand_in_lfm2_cache_annotation():
     stubbed.append("transformers...modeling_lfm2.Lfm2HybridConvCache (annotation only)")
 
 from accelerate import init_on_device  # noqa: E402
-from transformers import Lfm2Config  # noqa: E402
 
 import liquid_audio  # noqa: E402
 from liquid_audio import moshi  # noqa: E402
 import liquid_audio.moshi.utils.compile as mcompile  # noqa: E402
-from liquid_audio.model.conformer.encoder import ConformerEncoderConfig  # noqa: E402
-from liquid_audio.model.lfm2_audio import DepthformerConfig, LFM2AudioConfig, LFM2AudioModel  # noqa: E402
-from liquid_audio.processor import ChatState, LFM2AudioProcessor, PreprocessorConfig  # noqa: E402
+from liquid_audio.model.lfm2_audio import LFM2AudioModel  # noqa: E402
+from liquid_audio.processor import LFM2AudioProcessor, PreprocessorConfig  # noqa: E402
 from liquid_audio.utils import module_exists  # noqa: E402
 
-SYSTEM = "Respond with interleaved text and audio."
+SYSTEM = rc.SYSTEM
 IM_END, TEXT_END, EOA = 7, 130, 2048
 
 
@@ -276,19 +211,9 @@ log(f"[{elapsed():6.1f}s] imports done: torch {torch.__version__}, transformers 
 # --- the model at the released sizes, built like from_pretrained, random weights ---
 dev = torch.device("cuda")
 try:
-    cfg = json.load(open(os.path.join(args.fixture, "config.json")))
-    cfg["lfm"].update({  # the same sizes as real_size_ref.py
-        "block_dim": 2048, "block_ff_dim": 12288, "block_multiple_of": 256, "conv_dim": 2048, "conv_dim_out": 2048,
-        "full_attn_idxs": [2, 5, 8, 10, 12, 14], "hidden_size": 2048, "intermediate_size": 12288,
-        "num_attention_heads": 32, "num_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
-        "vocab_size": 65536,
-    })
-    cfg["encoder"].update({"n_layers": 17, "d_model": 512, "subsampling_conv_channels": 256, "n_heads": 8})
-    cfg["depthformer"].update({"layers": 6, "dim": 1024})
+    cfg = rc.released_size_config(args.fixture)  # the same sizes as real_size_ref.py
     meta["config"] = cfg
-    c2 = json.loads(json.dumps(cfg))
-    conf = LFM2AudioConfig(lfm=Lfm2Config(**c2.pop("lfm")), encoder=ConformerEncoderConfig(**c2.pop("encoder")),
-                           depthformer=DepthformerConfig(**c2.pop("depthformer")), **c2)
+    conf = rc.audio_config(cfg)
     torch.manual_seed(args.seed)
     t = time.perf_counter()
     with init_on_device(dev, include_buffers=True):  # as LFM2AudioModel.from_pretrained
@@ -304,27 +229,7 @@ try:
     def rn(shape):
         return torch.randn(shape, generator=g, device=dev, dtype=torch.float32)
 
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name == "lfm.embed_tokens.weight":
-                p.copy_(rn(p.shape) * 0.5)
-            elif name == "audio_embedding.embedding.weight":
-                p.copy_(rn(p.shape) * 0.35)
-            elif name.startswith("depth_embeddings.") and name.endswith("embedding.weight"):
-                p.copy_(rn(p.shape) * 0.25)
-            elif "pos_bias" in name:
-                p.copy_(rn(p.shape) * 0.1)
-            elif p.dim() >= 2:
-                p.copy_(rn(p.shape) / math.sqrt(math.prod(p.shape[1:])))
-            elif name.endswith("bias"):
-                p.copy_(rn(p.shape) * 0.05)
-            else:
-                p.copy_(1 + rn(p.shape) * 0.1)
-        for name, b in model.named_buffers():
-            if name.endswith("running_mean"):
-                b.copy_(rn(b.shape) * 0.1)
-            elif name.endswith("running_var"):
-                b.copy_(torch.exp(rn(b.shape) * 0.2))
+    rc.init_audio_model_weights(model, rn)
     model.eval()
     torch.cuda.synchronize()
     meta["model_build_s"] = round(time.perf_counter() - t, 2)
@@ -358,12 +263,8 @@ try:
     meta["mimi_parameters"] = sum(p.numel() for p in mimi.parameters())
     meta["mimi_dtypes"] = sorted({str(p.dtype) for p in mimi.parameters()})
 
-    with wave.open(args.question) as w:
-        sr, nch, sw, nfr = w.getframerate(), w.getnchannels(), w.getsampwidth(), w.getnframes()
-        raw = w.readframes(nfr)
-    if sw != 2:
-        raise ValueError(f"{args.question}: {8 * sw}-bit samples, want 16-bit PCM")
-    pcm = np.frombuffer(raw, dtype="<i2").astype(np.float32)
+    samples, sr, nch = rc.read_wav(args.question)
+    pcm = samples.astype(np.float32)
     if nch > 1:
         pcm = pcm.reshape(-1, nch).mean(1)
     wav = torch.from_numpy(pcm / 32768.0)[None]  # as the demo: int16 / 32768, float32 [1, L]
@@ -442,11 +343,7 @@ save()
 
 # --- one turn ---------------------------------------------------------------------------
 def build_chat():
-    chat = ChatState(proc)
-    chat.new_turn("system")
-    chat.add_text(SYSTEM)
-    chat.end_turn()
-    chat.new_turn("user")
+    chat = rc.begin_chat(proc)
     ta = now()
     chat.add_audio(wav, sr)
     tb = now()
