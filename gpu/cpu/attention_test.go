@@ -51,6 +51,37 @@ func visible(c attnCase, i int) (first, last int) {
 func checkAttention(dst, qt, k, v gpu.Tensor, c attnCase, drop bool) errStats {
 	var st errStats
 	hd, G := c.p.HeadDim, c.p.Heads/c.p.KVHeads
+	replayHeads(dst, qt, k, c, drop, &st, func(i, h, first int, s []float64, delta float64) {
+		kh, L := h/G, len(s)
+		var sum float64
+		for j := range s {
+			sum += s[j]
+		}
+		epsP := 2*delta + gamma(L) + u
+		for d := 0; d < hd; d++ {
+			var o, abs float64
+			for j := range s {
+				vv := at(v, first+j, kh*hd+d)
+				o += s[j] / sum * vv
+				abs += s[j] / sum * math.Abs(vv)
+			}
+			bound := (epsP + gamma(L)) * abs * (1 + 2*delta)
+			st.add(float32(at(dst, i, h*hd+d)), o, bound, func() string {
+				return fmt.Sprintf("row %d head %d dim %d: got %v want %v", i, h, d, at(dst, i, h*hd+d), o)
+			})
+		}
+	})
+	return st
+}
+
+// replayHeads walks the query rows i and heads h of an attention output
+// with the keys first … last that row i sees (drop leaves the last one
+// out: the planted fault). A row that sees no key must be 0; otherwise
+// check gets the head's float64 weights p_j = exp(s_j − m) for keys
+// first … first+len(p)−1 and their exponent-error bound δ (exactScores).
+func replayHeads(dst, qt, k gpu.Tensor, c attnCase, drop bool, st *errStats,
+	check func(i, h, first int, p []float64, delta float64)) {
+	hd := c.p.HeadDim
 	gDot := gamma(matmulRoundings(hd))
 	for i := 0; i < qt.Rows; i++ {
 		first, last := visible(c, i)
@@ -58,35 +89,16 @@ func checkAttention(dst, qt, k, v gpu.Tensor, c attnCase, drop bool) errStats {
 			last--
 		}
 		for h := 0; h < c.p.Heads; h++ {
-			kh := h / G
 			if last < first {
 				for d := 0; d < hd; d++ {
 					st.add(float32(at(dst, i, h*hd+d)), 0, 0, func() string { return "empty" })
 				}
 				continue
 			}
-			L := last - first + 1
-			s, delta := exactScores(qt, k, c, i, h, first, L, gDot)
-			var sum float64
-			for j := range s {
-				sum += s[j]
-			}
-			epsP := 2*delta + gamma(L) + u
-			for d := 0; d < hd; d++ {
-				var o, abs float64
-				for j := range s {
-					vv := at(v, first+j, kh*hd+d)
-					o += s[j] / sum * vv
-					abs += s[j] / sum * math.Abs(vv)
-				}
-				bound := (epsP + gamma(L)) * abs * (1 + 2*delta)
-				st.add(float32(at(dst, i, h*hd+d)), o, bound, func() string {
-					return fmt.Sprintf("row %d head %d dim %d: got %v want %v", i, h, d, at(dst, i, h*hd+d), o)
-				})
-			}
+			p, delta := exactScores(qt, k, c, i, h, first, last-first+1, gDot)
+			check(i, h, first, p, delta)
 		}
 	}
-	return st
 }
 
 // exactScores returns the unnormalised weights p_j = exp(s_j − m) of query
@@ -135,49 +147,34 @@ func exactScores(qt, k gpu.Tensor, c attnCase, i, h, first, L int, gDot float64)
 func checkAttentionProbBF16(dst, qt, k, v gpu.Tensor, c attnCase, drop bool) errStats {
 	var st errStats
 	hd, G := c.p.HeadDim, c.p.Heads/c.p.KVHeads
-	gDot := gamma(matmulRoundings(hd))
-	for i := 0; i < qt.Rows; i++ {
-		first, last := visible(c, i)
-		if drop {
-			last--
+	replayHeads(dst, qt, k, c, drop, &st, func(i, h, first int, p []float64, delta float64) {
+		kh, L := h/G, len(p)
+		eps := math.Expm1(2 * delta)
+		mid, half := make([]float64, L), make([]float64, L)
+		var l float64
+		for j, pj := range p {
+			l += pj
+			lo := float64(roundBF16(float32(pj * (1 - eps))))
+			hi := float64(roundBF16(float32(pj * (1 + eps))))
+			mid[j], half[j] = (lo+hi)/2, (hi-lo)/2
 		}
-		for h := 0; h < c.p.Heads; h++ {
-			kh := h / G
-			if last < first {
-				for d := 0; d < hd; d++ {
-					st.add(float32(at(dst, i, h*hd+d)), 0, 0, func() string { return "empty" })
-				}
-				continue
+		lambda := (1+eps)*(1+gamma(L)) - 1
+		kappa := (u + lambda) / (1 - lambda)
+		for d := 0; d < hd; d++ {
+			var o, S, amb float64
+			for j := range p {
+				vv := at(v, first+j, kh*hd+d)
+				o += mid[j] * vv
+				S += (mid[j] + half[j]) * math.Abs(vv)
+				amb += half[j] * math.Abs(vv)
 			}
-			L := last - first + 1
-			p, delta := exactScores(qt, k, c, i, h, first, L, gDot)
-			eps := math.Expm1(2 * delta)
-			mid, half := make([]float64, L), make([]float64, L)
-			var l float64
-			for j, pj := range p {
-				l += pj
-				lo := float64(roundBF16(float32(pj * (1 - eps))))
-				hi := float64(roundBF16(float32(pj * (1 + eps))))
-				mid[j], half[j] = (lo+hi)/2, (hi-lo)/2
-			}
-			lambda := (1+eps)*(1+gamma(L)) - 1
-			kappa := (u + lambda) / (1 - lambda)
-			for d := 0; d < hd; d++ {
-				var o, S, amb float64
-				for j := range p {
-					vv := at(v, first+j, kh*hd+d)
-					o += mid[j] * vv
-					S += (mid[j] + half[j]) * math.Abs(vv)
-					amb += half[j] * math.Abs(vv)
-				}
-				o /= l
-				bound := (S*(kappa+gamma(L)*(1+kappa)) + amb) / l
-				st.add(float32(at(dst, i, h*hd+d)), o, bound, func() string {
-					return fmt.Sprintf("row %d head %d dim %d: got %v want %v", i, h, d, at(dst, i, h*hd+d), o)
-				})
-			}
+			o /= l
+			bound := (S*(kappa+gamma(L)*(1+kappa)) + amb) / l
+			st.add(float32(at(dst, i, h*hd+d)), o, bound, func() string {
+				return fmt.Sprintf("row %d head %d dim %d: got %v want %v", i, h, d, at(dst, i, h*hd+d), o)
+			})
 		}
-	}
+	})
 	return st
 }
 
