@@ -12,24 +12,41 @@ import (
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 )
 
-// TestFixtureCases runs `omni-pipe parity` on every fixture case: each
-// stage must be within its stated tolerance.
-func TestFixtureCases(t *testing.T) {
+const tinyDir = "../../testdata/lfm2-audio-tiny"
+
+// loadTiny loads the tiny fixture model on a CPU device; both are closed
+// when the test ends.
+func loadTiny(t *testing.T) (*lfm2audio.Model, *cpu.Device) {
+	t.Helper()
 	dev := cpu.New(0)
-	defer dev.Close()
-	m, err := lfm2audio.Load(dev, "../../testdata/lfm2-audio-tiny")
+	t.Cleanup(func() { dev.Close() })
+	m, err := lfm2audio.Load(dev, tinyDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	t.Cleanup(func() { m.Close() })
+	return m, dev
+}
+
+// openCase opens the fixture reference case name (no extension), closed
+// when the test ends.
+func openCase(t *testing.T, name string) *refcase.Case {
+	t.Helper()
+	ref, err := refcase.Open(tinyDir + "/" + name + ".safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ref.Close() })
+	return ref
+}
+
+// TestFixtureCases runs `omni-pipe parity` on every fixture case: each
+// stage must be within its stated tolerance.
+func TestFixtureCases(t *testing.T) {
+	m, dev := loadTiny(t)
 	for _, name := range []string{"case1_question_16k", "case2_tone_noise_24k", "case3_text_only", "case4_two_turn", "case5_bandlimited_8k"} {
 		t.Run(name, func(t *testing.T) {
-			ref, err := refcase.Open("../../testdata/lfm2-audio-tiny/" + name + ".safetensors")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ref.Close()
-			rep, err := Run(context.Background(), m, dev, ref)
+			rep, err := Run(context.Background(), m, dev, openCase(t, name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,18 +70,8 @@ func TestFixtureCases(t *testing.T) {
 // float32 FFT alone makes on it) pass. A real error (the waveform one
 // sample late) fails the new mel rule.
 func TestMelRuleBandLimited(t *testing.T) {
-	dev := cpu.New(0)
-	defer dev.Close()
-	m, err := lfm2audio.Load(dev, "../../testdata/lfm2-audio-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	ref, err := refcase.Open("../../testdata/lfm2-audio-tiny/case5_bandlimited_8k.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
+	m, _ := loadTiny(t)
+	ref := openCase(t, "case5_bandlimited_8k")
 	in, err := ref.Clip("input_wav")
 	if err != nil {
 		t.Fatal(err)
@@ -121,19 +128,9 @@ func TestMelRuleBandLimited(t *testing.T) {
 // codes against the F32 run's 10 and fails; with the flash rounding it
 // misses none (TestFixtureCases).
 func TestRulesRejectFP32Probabilities(t *testing.T) {
-	dev := cpu.New(0)
-	defer dev.Close()
-	m, err := lfm2audio.Load(dev, "../../testdata/lfm2-audio-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m, dev := loadTiny(t)
 	m.Backbone.FlashAttention, m.Depth.FlashAttention = false, false
-	ref, err := refcase.Open("../../testdata/lfm2-audio-tiny/case3_text_only.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
+	ref := openCase(t, "case3_text_only")
 	rep, err := Run(context.Background(), m, dev, ref)
 	if err != nil {
 		t.Fatal(err)
