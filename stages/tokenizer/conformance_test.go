@@ -33,9 +33,10 @@ type variant struct {
 	TokenToID     map[string]*int            `json:"token_to_id"`
 }
 
-func loadConformance(t *testing.T) conformance {
+// loadConformance reads testdata/name, a gzipped conformance record.
+func loadConformance(t *testing.T, name string) conformance {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "conformance.json.gz"))
+	f, err := os.Open(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func mustMarshal(t *testing.T, v any) []byte {
 // TestConformance compares Encode, Decode, the stream decoder, VocabSize
 // and TokenID with what tokenizers produced for every variant and text.
 func TestConformance(t *testing.T) {
-	c := loadConformance(t)
+	c := loadConformance(t, "conformance.json.gz")
 	t.Logf("tokenizers %s: %d variants x %d texts", c.Version, len(c.Variants), len(c.Texts))
 	for _, v := range c.Variants {
 		t.Run(v.Name, func(t *testing.T) {

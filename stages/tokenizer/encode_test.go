@@ -1,11 +1,9 @@
 package tokenizer
 
 import (
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,19 +19,7 @@ var splitSpecial = EncodeOptions{SplitSpecial: true}
 // testdata/gen_split_special.py for every conformance variant: special
 // added tokens are plain text, non-special ones are still matched.
 func TestSplitSpecialConformance(t *testing.T) {
-	f, err := os.Open(filepath.Join("testdata", "split_special.json.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c conformance
-	if err := json.NewDecoder(zr).Decode(&c); err != nil {
-		t.Fatal(err)
-	}
+	c := loadConformance(t, "split_special.json.gz")
 	if len(c.Variants) == 0 || len(c.Texts) == 0 {
 		t.Fatal("split_special.json.gz holds no cases")
 	}
