@@ -20,6 +20,29 @@ func (h *harness) convBias(dt gpu.DType, n int) (operand, gpu.Tensor, string) {
 	return b, b.view, "b=" + dtName(dt)
 }
 
+// tapSum is one output's float64 replay: the sum of its tap products and
+// the sum of their magnitudes, over its n taps inside the input.
+type tapSum struct {
+	s, abs float64
+	n      int
+}
+
+func (a *tapSum) add(pr float64) {
+	a.s += pr
+	a.abs += math.Abs(pr)
+	a.n++
+}
+
+// result adds output channel o's bias (none where convBias made none) and
+// returns the exact output and its bound γ_{n+1}·(Σ|w·x| + |b|).
+func (a tapSum) result(b operand, o int) (want, bound float64) {
+	if b.vals != nil {
+		a.s += float64(b.vals[o])
+		a.abs += math.Abs(float64(b.vals[o]))
+	}
+	return a.s, gamma(a.n+1) * a.abs
+}
+
 func groupName(groups, cin int) string {
 	if groups == cin && groups > 1 {
 		return "depthwise"
@@ -56,25 +79,17 @@ func checkConv1D(h *harness) {
 		for t := 0; t < c.tout; t++ {
 			for o := 0; o < c.cout; o++ {
 				g := o / og
-				var s, sa float64
-				n := 0
+				var a tapSum
 				for ci := 0; ci < cg; ci++ {
 					for kk := 0; kk < c.k; kk++ {
 						ti := t*c.stride + kk*c.dil - c.pad
 						if ti < 0 || ti >= c.tin {
 							continue
 						}
-						pr := float64(w.vals[o*cg*c.k+ci*c.k+kk]) * float64(xv[ti*c.cin+g*cg+ci])
-						s += pr
-						sa += math.Abs(pr)
-						n++
+						a.add(float64(w.vals[o*cg*c.k+ci*c.k+kk]) * float64(xv[ti*c.cin+g*cg+ci]))
 					}
 				}
-				if c.bdt != 0 {
-					s += float64(b.vals[o])
-					sa += math.Abs(float64(b.vals[o]))
-				}
-				want[t*c.cout+o], bound[t*c.cout+o] = s, gamma(n+1)*sa
+				want[t*c.cout+o], bound[t*c.cout+o] = a.result(b, o)
 			}
 		}
 		h.q.Conv1D(dst.view, x.view, w.view, bt, gpu.ConvParams{K: c.k, Stride: c.stride, Dilation: c.dil, Groups: c.groups, PadLeft: c.pad})
@@ -113,8 +128,7 @@ func checkConvTranspose1D(h *harness) {
 			uu := r + c.pad
 			for o := 0; o < c.cout; o++ {
 				g, oo := o/og, o%og
-				var s, sa float64
-				n := 0
+				var a tapSum
 				for kk := 0; kk < c.k; kk++ {
 					if uu-kk < 0 || (uu-kk)%c.stride != 0 || (uu-kk)/c.stride >= c.tin {
 						continue
@@ -122,17 +136,10 @@ func checkConvTranspose1D(h *harness) {
 					t := (uu - kk) / c.stride
 					for ci := 0; ci < cg; ci++ {
 						in := g*cg + ci
-						pr := float64(xv[t*c.cin+in]) * float64(w.vals[in*og*c.k+oo*c.k+kk])
-						s += pr
-						sa += math.Abs(pr)
-						n++
+						a.add(float64(xv[t*c.cin+in]) * float64(w.vals[in*og*c.k+oo*c.k+kk]))
 					}
 				}
-				if c.bdt != 0 {
-					s += float64(b.vals[o])
-					sa += math.Abs(float64(b.vals[o]))
-				}
-				want[r*c.cout+o], bound[r*c.cout+o] = s, gamma(n+1)*sa
+				want[r*c.cout+o], bound[r*c.cout+o] = a.result(b, o)
 			}
 		}
 		h.q.ConvTranspose1D(dst.view, x.view, w.view, bt, gpu.ConvParams{K: c.k, Stride: c.stride, Dilation: 1, Groups: c.groups, PadLeft: c.pad})
@@ -171,8 +178,7 @@ func checkConv2D(h *harness) {
 			for o := 0; o < c.cout; o++ {
 				g := o / og
 				for ow := 0; ow < wo; ow++ {
-					var s, sa float64
-					n := 0
+					var a tapSum
 					for ci := 0; ci < cg; ci++ {
 						in := g*cg + ci
 						for i := 0; i < c.kh; i++ {
@@ -185,19 +191,12 @@ func checkConv2D(h *harness) {
 								if wi < 0 || wi >= c.W {
 									continue
 								}
-								pr := float64(w.vals[o*kk+(ci*c.kh+i)*c.kw+j]) * float64(xv[hi*c.cin*c.W+in*c.W+wi])
-								s += pr
-								sa += math.Abs(pr)
-								n++
+								a.add(float64(w.vals[o*kk+(ci*c.kh+i)*c.kw+j]) * float64(xv[hi*c.cin*c.W+in*c.W+wi]))
 							}
 						}
 					}
-					if c.bdt != 0 {
-						s += float64(b.vals[o])
-						sa += math.Abs(float64(b.vals[o]))
-					}
 					idx := oh*c.cout*wo + o*wo + ow
-					want[idx], bound[idx] = s, gamma(n+1)*sa
+					want[idx], bound[idx] = a.result(b, o)
 				}
 			}
 		}
