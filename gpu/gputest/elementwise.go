@@ -176,10 +176,7 @@ func checkBinary(h *harness, mul bool) {
 		av, bv := h.values(n, 1), h.values(n, 1)
 		a := h.input(c.rows, c.cols, c.mode != "", av)
 		b := h.input(c.rows, c.cols, c.mode == "strided" || c.mode == "inplace", bv)
-		dst, srcs := a, []operand{b}
-		if c.mode != "inplace" {
-			dst, srcs = h.f32(c.rows, c.cols, c.mode == "strided"), []operand{a, b}
-		}
+		dst, srcs := h.output(a, c.mode, b)
 		want := make([]float64, n)
 		for i := range want {
 			if mul {
@@ -210,10 +207,7 @@ func checkRowOp(h *harness, mul bool) {
 		av := h.values(n, 1)
 		a := h.input(c.rows, c.cols, c.mode != "", av)
 		v := h.vector(c.vdt, c.cols, 1)
-		dst, srcs := a, []operand{v}
-		if c.mode != "inplace" {
-			dst, srcs = h.f32(c.rows, c.cols, c.mode == "strided"), []operand{a, v}
-		}
+		dst, srcs := h.output(a, c.mode, v)
 		want := make([]float64, n)
 		for i := range want {
 			x, y := float64(av[i]), float64(v.vals[i%c.cols])
@@ -241,10 +235,7 @@ func checkScale(h *harness) {
 		n := c.rows * c.cols
 		av := h.values(n, 1)
 		a := h.input(c.rows, c.cols, c.mode != "", av)
-		dst, srcs := a, []operand(nil)
-		if c.mode != "inplace" {
-			dst, srcs = h.f32(c.rows, c.cols, c.mode == "strided"), []operand{a}
-		}
+		dst, srcs := h.output(a, c.mode)
 		want := make([]float64, n)
 		for i := range want {
 			want[i] = float64(av[i]) * float64(s)
@@ -347,10 +338,7 @@ func checkAct(h *harness) {
 			n := c.rows * c.cols
 			av := h.actInputs(n)
 			a := h.input(c.rows, c.cols, c.mode != "", av)
-			dst, srcs := a, []operand(nil)
-			if c.mode != "inplace" {
-				dst, srcs = h.f32(c.rows, c.cols, c.mode == "strided"), []operand{a}
-			}
+			dst, srcs := h.output(a, c.mode)
 			want := make([]float64, n)
 			for i, x := range av {
 				want[i] = activation(f, float64(x))

@@ -372,6 +372,17 @@ func (h *harness) input(rows, cols int, strided bool, vals []float32) operand {
 	return o
 }
 
+// output returns where an op on the F32 view a writes in mode: a itself
+// ("inplace") or a fresh F32 view of a's shape (strided for "strided"),
+// and the sources verify must find unchanged: a unless it is the output,
+// then others.
+func (h *harness) output(a operand, mode string, others ...operand) (dst operand, srcs []operand) {
+	if mode == "inplace" {
+		return a, others
+	}
+	return h.f32(a.view.Rows, a.view.Cols, mode == "strided"), append([]operand{a}, others...)
+}
+
 // load makes a [rows, cols] view of dt (F32, BF16 or F16) with dev.Load, the
 // rest of its buffer a NaN. vals holds the view's values; for BF16 they must
 // be bf16 values, for F16 bits gives the halves instead. With vals and bits

@@ -29,10 +29,7 @@ func checkRMSNorm(h *harness) {
 			n := c.rows * c.cols
 			av := h.values(n, 1)
 			a := h.input(c.rows, c.cols, c.mode != "", av)
-			dst, srcs := a, []operand(nil)
-			if c.mode != "inplace" {
-				dst, srcs = h.f32(c.rows, c.cols, c.mode == "strided"), []operand{a}
-			}
+			dst, srcs := h.output(a, c.mode)
 			want, bound := make([]float64, n), make([]float64, n)
 			for r := 0; r < c.rows; r++ {
 				x := av[r*c.cols : (r+1)*c.cols]
@@ -85,10 +82,7 @@ func checkLayerNorm(h *harness) {
 				b = h.vector(vr.bdt, c.cols, 1)
 				bt = b.view
 			}
-			dst, srcs := a, []operand{w, b}
-			if c.mode != "inplace" {
-				dst, srcs = h.f32(c.rows, c.cols, c.mode == "strided"), []operand{a, w, b}
-			}
+			dst, srcs := h.output(a, c.mode, w, b)
 			want, bound := make([]float64, n), make([]float64, n)
 			for r := 0; r < c.rows; r++ {
 				x := av[r*c.cols : (r+1)*c.cols]
