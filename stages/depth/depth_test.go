@@ -21,17 +21,31 @@ const fixtures = "../../testdata/lfm2-audio-tiny/"
 
 var fixtureCases = []string{"case1_question_16k", "case2_tone_noise_24k", "case3_text_only", "case4_two_turn"}
 
-func load(t testing.TB) (*cpu.Device, *Depth, *config.Audio) {
+// openFixture opens the fixture safetensors file name, closed when the
+// test ends.
+func openFixture(t testing.TB, name string) *safetensors.File {
+	t.Helper()
+	f, err := safetensors.Open(fixtures + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// fixtureModel reads the fixture's config and opens its weights.
+func fixtureModel(t testing.TB) (*config.Audio, *safetensors.File) {
 	t.Helper()
 	cfg, err := config.ReadAudio(fixtures + "config.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := safetensors.Open(fixtures + "model.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	return cfg, openFixture(t, "model.safetensors")
+}
+
+func load(t testing.TB) (*cpu.Device, *Depth, *config.Audio) {
+	t.Helper()
+	cfg, f := fixtureModel(t)
 	dev := cpu.New(0)
 	t.Cleanup(func() { dev.Close() })
 	b := weights.New(dev, f)
@@ -72,6 +86,15 @@ func floats(t testing.TB, f *safetensors.File, name string) []float32 {
 	return v
 }
 
+// stepCodes returns the reference's C codes of step s.
+func stepCodes(codes []int64, s, C int) []int {
+	ref := make([]int, C)
+	for i := range ref {
+		ref[i] = int(codes[s*C+i])
+	}
+	return ref
+}
+
 // teacher is a Picker that records our greedy pick and margin and feeds the
 // reference's code onward.
 type teacher struct {
@@ -110,11 +133,7 @@ func TestGreedyCodes(t *testing.T) {
 	eoa := codebookSize(t)
 	for _, name := range fixtureCases {
 		t.Run(name, func(t *testing.T) {
-			f, err := safetensors.Open(fixtures + name + ".safetensors")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
+			f := openFixture(t, name+".safetensors")
 			mod := ints(t, f, "step_modality")
 			hidden := floats(t, f, "step_hidden")
 			codes := ints(t, f, "step_codes")
@@ -124,10 +143,7 @@ func TestGreedyCodes(t *testing.T) {
 				if m != 3 {
 					continue
 				}
-				ref := make([]int, C)
-				for i := range ref {
-					ref[i] = int(codes[s*C+i])
-				}
+				ref := stepCodes(codes, s, C)
 				if ref[0] == eoa { // the reference forced the whole frame
 					continue
 				}
@@ -162,12 +178,7 @@ func TestGreedyCodes(t *testing.T) {
 func TestBatchIndependence(t *testing.T) {
 	dev, d, cfg := load(t)
 	H := cfg.LFM.HiddenSize
-	f, err := safetensors.Open(fixtures + "case1_question_16k.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	hidden := floats(t, f, "step_hidden")
+	hidden := floats(t, openFixture(t, "case1_question_16k.safetensors"), "step_hidden")
 	rows := []int{7, 8, 20}
 	c := nn.NewCtx(dev, dev.NewQueue("test"), nn.BF16)
 	h := c.Tmp(len(rows), H)
@@ -236,21 +247,13 @@ func TestFlashAttentionLogitsBitExact(t *testing.T) {
 		defer func() { d.FlashAttention = true }()
 		var c count
 		for _, name := range fixtureCases {
-			f, err := safetensors.Open(fixtures + name + ".safetensors")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
+			f := openFixture(t, name+".safetensors")
 			hidden := floats(t, f, "step_hidden")
 			codes := ints(t, f, "step_codes")
 			idx := ints(t, f, "audio_logits_step_idx")
 			stored := floats(t, f, "audio_logits")
 			for k, s := range idx {
-				ref := make([]int, C)
-				for i := range ref {
-					ref[i] = int(codes[int(s)*C+i])
-				}
-				tc := frame(t, dev, d, nn.BF16, hidden[int(s)*H:(int(s)+1)*H], ref)
+				tc := frame(t, dev, d, nn.BF16, hidden[int(s)*H:(int(s)+1)*H], stepCodes(codes, int(s), C))
 				for i := range C {
 					want := stored[(k*C+i)*d.Vocab : (k*C+i+1)*d.Vocab]
 					differ := 0
@@ -284,15 +287,7 @@ func TestFlashAttentionLogitsBitExact(t *testing.T) {
 // size (one more entry: end-of-audio), so the fixture's 2048-code tables
 // bind with 2048 and refuse any other size, naming the table.
 func TestLoadCodebookSize(t *testing.T) {
-	cfg, err := config.ReadAudio(fixtures + "config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := safetensors.Open(fixtures + "model.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	cfg, f := fixtureModel(t)
 	dev := cpu.New(1)
 	defer dev.Close()
 	if got := VocabSize(2048); got != 2049 {
