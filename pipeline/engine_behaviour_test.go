@@ -376,15 +376,7 @@ func TestStartErrors(t *testing.T) {
 // the engine started (the flow's included) returns.
 func TestCloseWithTurnsInTheFrontEnd(t *testing.T) {
 	m, dev := loadTiny(t)
-	ref, err := refcase.Open(fixtureDir + "case2_tone_noise_24k.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
-	clip, err := ref.Clip("input_wav")
-	if err != nil {
-		t.Fatal(err)
-	}
+	clip := toneClip(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	e := New(m, dev, Options{MaxTurns: 6})
 	var streams []*Stream

@@ -15,14 +15,15 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/internal/refcase"
 )
 
 var errInjected = errors.New("injected device fault")
 
-// testClip is the fixtures' 24 kHz tone-and-noise clip (a turn with audio
+// toneClip is the fixtures' 24 kHz tone-and-noise clip (a turn with audio
 // runs the log-mel and encoder stages).
-func testClip(t *testing.T) Request {
+func toneClip(t *testing.T) *audio.Clip {
 	t.Helper()
 	ref, err := refcase.Open(fixtureDir + "case2_tone_noise_24k.safetensors")
 	if err != nil {
@@ -33,7 +34,12 @@ func testClip(t *testing.T) Request {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Request{Audio: clip, MaxNewTokens: 30}
+	return clip
+}
+
+// testClip is a 30-token turn on toneClip.
+func testClip(t *testing.T) Request {
+	return Request{Audio: toneClip(t), MaxNewTokens: 30}
 }
 
 // TestReadErrorFailsTheTurn: a queue Read that fails (as a GPU backend's
