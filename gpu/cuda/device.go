@@ -54,7 +54,7 @@ type Device struct {
 	exited    chan struct{}
 	allocS    uintptr // stream for allocation, zeroing and loads
 	used      atomic.Int64
-	mu        sync.Mutex
+	mu        sync.RWMutex // guards closed (held shared while a closure is sent) and queues
 	closed    bool
 	queues    []*Queue
 	closeOnce sync.Once
@@ -197,13 +197,15 @@ func (d *Device) init(o Options) error {
 func (d *Device) do(f func() error) error {
 	var err error
 	done := make(chan struct{})
-	d.mu.Lock()
+	d.mu.RLock()
 	if d.closed {
-		d.mu.Unlock()
+		d.mu.RUnlock()
 		return gpu.ErrClosed
 	}
-	d.mu.Unlock()
+	// The read lock is held across the send so that Close cannot close
+	// the channel under it.
 	d.work <- func() { err = f(); close(done) }
+	d.mu.RUnlock()
 	<-done
 	return err
 }
@@ -352,8 +354,8 @@ func (d *Device) Close() error {
 		})
 		d.mu.Lock()
 		d.closed = true
-		d.mu.Unlock()
 		close(d.work)
+		d.mu.Unlock()
 		<-d.exited
 	})
 	return err
