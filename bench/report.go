@@ -28,7 +28,10 @@ type Report struct {
 
 // ModelInfo describes the model that ran.
 type ModelInfo struct {
-	Name      string      `json:"name"`
+	Name string `json:"name"`
+	// Commit is the Hugging Face commit of a model that came by its repo
+	// id (Name is then owner/name); empty for a folder.
+	Commit    string      `json:"commit,omitempty"`
 	Params    int64       `json:"params"`
 	Device    string      `json:"device"`
 	Threads   int         `json:"threads"`
@@ -303,7 +306,11 @@ func (r *Report) Stage(key string) (StageStat, bool) {
 func (r *Report) Print(w io.Writer) error {
 	bw := &errWriter{w: w}
 	m, mc, in, st := r.Model, r.Machine, r.Input, r.Settings
-	fmt.Fprintf(bw, "model      %s: %s parameters, precision %s, %s", m.Name, count(m.Params), m.Precision, m.Device)
+	name := m.Name
+	if m.Commit != "" {
+		name += "@" + m.Commit
+	}
+	fmt.Fprintf(bw, "model      %s: %s parameters, precision %s, %s", name, count(m.Params), m.Precision, m.Device)
 	if m.Holding != "" {
 		fmt.Fprintf(bw, ", weights %s", m.Holding)
 	}

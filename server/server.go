@@ -134,6 +134,9 @@ func (c *Config) defaults() {
 type Backend struct {
 	Engine *pipeline.Engine
 	Model  string // the model's name, as /v1/models lists it
+	// Commit is the Hugging Face commit of a model that came by its repo
+	// id (Model is then owner/name); empty for a folder.
+	Commit string
 	Device string // the backend in words, e.g. "cpu (2 workers, bf16)"
 	// GPU is the device the engine runs on (any gpu.Device, the CPU
 	// backend's too). /health and /metrics describe it with
@@ -511,6 +514,7 @@ func (s *Server) health(c echo.Context) error {
 	h := struct {
 		Status   string    `json:"status"`
 		Model    string    `json:"model,omitempty"`
+		Commit   string    `json:"model_commit,omitempty"`
 		Backend  string    `json:"backend,omitempty"`
 		Device   *gpu.Info `json:"device,omitempty"`
 		Version  string    `json:"version"`
@@ -523,7 +527,7 @@ func (s *Server) health(c echo.Context) error {
 	}
 	code := http.StatusOK
 	if b := s.backend.Load(); b != nil {
-		h.Model, h.Backend = b.Model, b.Device
+		h.Model, h.Commit, h.Backend = b.Model, b.Commit, b.Device
 		if info, ok := s.device(); ok {
 			h.Device = &info
 		}
@@ -547,11 +551,12 @@ func (s *Server) models(c echo.Context) error {
 		Object  string `json:"object"`
 		Created int64  `json:"created"`
 		OwnedBy string `json:"owned_by"`
+		Commit  string `json:"commit,omitempty"` // the Hugging Face commit of a model that came by name
 	}
 	return c.JSON(http.StatusOK, struct {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
-	}{"list", []model{{ID: b.Model, Object: "model", Created: s.started.Unix(), OwnedBy: "omni-pipe"}}})
+	}{"list", []model{{ID: b.Model, Object: "model", Created: s.started.Unix(), OwnedBy: "omni-pipe", Commit: b.Commit}}})
 }
 
 // maxSeed is the largest seed: 2^53 − 1, the largest integer JavaScript

@@ -1,0 +1,28 @@
+package bench
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestReportCommit: a model that came by its Hugging Face name is named
+// with its commit in the text report and the JSON one.
+func TestReportCommit(t *testing.T) {
+	const commit = "0123456789abcdef0123456789abcdef01234567"
+	r := &Report{Model: ModelInfo{Name: "LiquidAI/LFM2-Audio-1.5B", Commit: commit, Params: 1}}
+	var b strings.Builder
+	if err := r.Print(&b); err != nil {
+		t.Fatal(err)
+	}
+	if first, _, _ := strings.Cut(b.String(), "\n"); !strings.HasPrefix(first, "model      LiquidAI/LFM2-Audio-1.5B@"+commit+":") {
+		t.Errorf("report's first line %q, want the repo id and commit", first)
+	}
+	j, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(j), `"commit":"`+commit+`"`) {
+		t.Errorf("JSON report lacks the commit: %.200s", j)
+	}
+}
