@@ -129,6 +129,9 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 		if err != nil {
 			return err
 		}
+		if mf.source != nil {
+			rep.Model.Commit = mf.source.Commit
+		}
 		if *asJSON {
 			enc := json.NewEncoder(e.stdout)
 			enc.SetIndent("", "  ")

@@ -7,6 +7,7 @@
 //	omni-pipe parity     compare every stage with a reference file
 //	omni-pipe bench      where the time goes, stage by stage
 //	omni-pipe tokenize   text → token ids (like llama-tokenize)
+//	omni-pipe pull       download a model from the Hugging Face hub
 //	omni-pipe version    print the version
 //
 // Run `omni-pipe help COMMAND` for a command's flags.

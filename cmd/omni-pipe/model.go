@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/gpu/devices"
 	"github.com/omni-pipe/omni-pipe/internal/demomodel"
+	"github.com/omni-pipe/omni-pipe/internal/hub"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 )
@@ -25,14 +27,21 @@ type modelFlags struct {
 	threads   int
 	precision string
 	noMmap    bool
+	offline   bool
 
-	stderr io.Writer    // where the demo model's warning goes
+	stderr io.Writer    // where the demo model's warning and download progress go
 	log    *slog.Logger // where the device choice is logged; nil: text on stderr
+	getenv func(string) string
+	// source is the hub snapshot --model came from when it named a repo;
+	// nil for a folder.
+	source *hub.Snapshot
 }
 
 func (f *modelFlags) register(fs *flag.FlagSet, e *env) {
-	f.stderr = e.stderr
-	fs.StringVar(&f.dir, "model", e.getenv("OMNIPIPE_MODEL"), "checkpoint folder (config.json, model.safetensors, tokenizer.json, codec weights); env OMNIPIPE_MODEL")
+	f.stderr, f.getenv = e.stderr, e.getenv
+	fs.StringVar(&f.dir, "model", e.getenv("OMNIPIPE_MODEL"), "checkpoint folder (config.json, model.safetensors, tokenizer.json, codec weights), "+
+		"or a Hugging Face repo id owner/name[@revision], taken from the Hugging Face cache or downloaded into it; env OMNIPIPE_MODEL")
+	fs.BoolVar(&f.offline, "offline", false, "never touch the network: a --model repo id must be in the Hugging Face cache (as HF_HUB_OFFLINE=1)")
 	fs.StringVar(&f.device, "device", envOr(e, "OMNIPIPE_DEVICE", "cpu"), "compute device: "+
 		"cpu, cuda (an NVIDIA GPU; fails without one) or auto (cuda when a GPU is usable, else cpu); env OMNIPIPE_DEVICE")
 	fs.IntVar(&f.threads, "threads", 0, fmt.Sprintf("CPU worker threads, at most the machine's %d cores (0: one per core)", runtime.NumCPU()))
@@ -108,7 +117,55 @@ func (f *modelFlags) open() (*lfm2audio.Model, gpu.Device, nn.Precision, error) 
 	if f.dir == "" {
 		return nil, nil, 0, usageError{"--model DIR is required"}
 	}
-	return f.openDir(f.dir)
+	dir, err := f.resolve()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return f.openDir(dir)
+}
+
+// resolve returns the folder --model names: the folder itself, or for a
+// repo id owner/name[@revision] that is not a folder here, its snapshot in
+// the Hugging Face cache, downloaded first when the cache lacks it.
+func (f *modelFlags) resolve() (string, error) {
+	dir, snap, err := resolveModel(f.dir, f.getenv, f.offline, f.stderr)
+	f.source = snap
+	return dir, err
+}
+
+// resolveModel resolves a --model value (see modelFlags.resolve) with the
+// HF_* environment, progress going to stderr.
+func resolveModel(model string, getenv func(string) string, offline bool, stderr io.Writer) (string, *hub.Snapshot, error) {
+	if _, err := os.Stat(model); err == nil {
+		return model, nil, nil
+	}
+	ref, err := hub.ParseRef(model)
+	if err != nil {
+		return model, nil, nil // not a repo id: the loader says the folder is missing
+	}
+	snap, err := newHubClient(getenv, offline, stderr).Resolve(context.Background(), ref)
+	if err != nil {
+		return "", nil, fmt.Errorf("--model %s: %w", model, err)
+	}
+	return snap.Dir, snap, nil
+}
+
+// newHubClient is the hub client of the HF_* environment and --offline.
+func newHubClient(getenv func(string) string, offline bool, stderr io.Writer) *hub.Client {
+	c := hub.FromEnv(getenv)
+	c.Offline = c.Offline || offline
+	c.Progress, c.Terminal = stderr, isTerminal(stderr)
+	return c
+}
+
+// isTerminal says whether w is a terminal (progress redraws one line).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // openOrDemo loads --model, or without it the embedded demo model, after a
@@ -116,7 +173,11 @@ func (f *modelFlags) open() (*lfm2audio.Model, gpu.Device, nn.Precision, error) 
 // use: "talking to", "serving").
 func (f *modelFlags) openOrDemo(what string) (*lfm2audio.Model, gpu.Device, nn.Precision, error) {
 	if f.dir != "" {
-		return f.openDir(f.dir)
+		dir, err := f.resolve()
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		return f.openDir(dir)
 	}
 	p, err := f.check()
 	if err != nil {
@@ -168,6 +229,9 @@ func (f *modelFlags) loadOn(dev gpu.Device, dir string) (*lfm2audio.Model, error
 	}
 	if err != nil {
 		return nil, err
+	}
+	if f.source != nil && filepath.Clean(dir) == filepath.Clean(f.source.Dir) {
+		m.Name = f.source.Ref.Repo // not the snapshot folder's commit
 	}
 	f.logger().Debug("model loaded", "model", m.Name, "params", m.Params, "device", dev.Name(), "mapped", !f.noMmap)
 	return m, nil

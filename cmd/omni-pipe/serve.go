@@ -186,7 +186,11 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		if err != nil {
 			return fmt.Errorf("listen: %w", err)
 		}
-		srv.SetBackend(&server.Backend{Engine: eng, Model: m.Name, Device: fmt.Sprintf("%s, %s", dev.Name(), prec), GPU: dev})
+		var commit string
+		if mf.source != nil {
+			commit = mf.source.Commit
+		}
+		srv.SetBackend(&server.Backend{Engine: eng, Model: m.Name, Commit: commit, Device: fmt.Sprintf("%s, %s", dev.Name(), prec), GPU: dev})
 		log.Info("listening", "addr", ln.Addr().String(), "version", cfg.Version)
 		if err := srv.Serve(ctx, ln); err != nil {
 			return err

@@ -15,9 +15,10 @@ func init() {
 	register(&command{
 		name:    "tokenize",
 		summary: "Read text from stdin and print its token ids (like llama-tokenize): encode(text, add_special_tokens=False).",
-		usage:   "(--model DIR | --tokenizer FILE) [--json]",
+		usage:   "(--model DIR|owner/name | --tokenizer FILE) [--json]",
 		setup: func(fs *flag.FlagSet, e *env) func([]string) error {
-			model := fs.String("model", "", "checkpoint folder (its tokenizer.json)")
+			model := fs.String("model", "", "checkpoint folder (its tokenizer.json), or a Hugging Face repo id owner/name[@revision]")
+			offline := fs.Bool("offline", false, "never touch the network: a --model repo id must be in the Hugging Face cache")
 			file := fs.String("tokenizer", "", "a tokenizer.json file")
 			asJSON := fs.Bool("json", false, "print a JSON array")
 			pieces := fs.Bool("pieces", false, "print each id with its token")
@@ -32,7 +33,11 @@ func init() {
 				case path != "" && *model != "":
 					return usageError{"--model and --tokenizer are exclusive"}
 				case path == "":
-					path = filepath.Join(*model, "tokenizer.json")
+					dir, _, err := resolveModel(*model, e.getenv, *offline, e.stderr)
+					if err != nil {
+						return err
+					}
+					path = filepath.Join(dir, "tokenizer.json")
 				}
 				tok, err := tokenizer.Load(path)
 				if err != nil {
