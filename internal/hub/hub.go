@@ -171,7 +171,8 @@ func (c *Client) Cached(ref Ref) (*Snapshot, error) {
 }
 
 // missingFiles lists the files a model folder lacks: config.json,
-// tokenizer.json and the weights (model.safetensors, or the index and
+// tokenizer.json, the codec's weights (tokenizer-*.safetensors or
+// mimi.safetensors) and the weights (model.safetensors, or the index and
 // every shard it names).
 func missingFiles(dir string) []string {
 	var missing []string
@@ -183,6 +184,9 @@ func missingFiles(dir string) []string {
 		if !has(n) {
 			missing = append(missing, n)
 		}
+	}
+	if codecs, _ := filepath.Glob(filepath.Join(dir, "tokenizer-*.safetensors")); len(codecs) == 0 && !has("mimi.safetensors") {
+		missing = append(missing, "the codec's weights (tokenizer-*.safetensors)")
 	}
 	if has("model.safetensors") {
 		return missing

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 const tiny = "../../testdata/lfm2-audio-tiny"
@@ -44,6 +45,7 @@ type fakeHub struct {
 	files  map[string][]byte // commit/file → content
 	served map[string][]byte // what GET serves instead (a corrupted copy)
 	cut    map[string]int    // cdn GETs of a file to cut off half-way
+	old    string            // a former name of the repo, redirected (relative Location) to repo
 	mu     sync.Mutex
 	reqs   []string       // "METHOD path [range]"
 	gets   map[string]int // file → content GETs
@@ -92,6 +94,14 @@ func (h *fakeHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	h.reqs = append(h.reqs, strings.TrimSpace(r.Method+" "+r.URL.Path+" "+r.Header.Get("Range")))
 	h.mu.Unlock()
+	if h.old != "" {
+		for _, p := range []string{"/api/models/", "/"} {
+			if rest, ok := strings.CutPrefix(r.URL.Path, p+h.old+"/"); ok {
+				http.Redirect(w, r, p+h.repo+"/"+rest, http.StatusTemporaryRedirect)
+				return
+			}
+		}
+	}
 	if h.token != "" && r.Header.Get("Authorization") != "Bearer "+h.token && !strings.HasPrefix(r.URL.Path, "/cdn/") {
 		w.Header().Set("X-Error-Code", "GatedRepo")
 		w.Header().Set("X-Error-Message", "Access to model "+h.repo+" is restricted.")
@@ -507,11 +517,52 @@ func TestHandMadeCache(t *testing.T) {
 	if snap.Dir != snapDir || snap.Commit != commit {
 		t.Errorf("resolved %+v, want %s", snap, snapDir)
 	}
-	// Half a snapshot (no weights) is not used as a model.
-	os.Remove(filepath.Join(snapDir, "model.safetensors"))
+	// Half a snapshot (no codec, no weights) is not used as a model.
 	c.Offline = true
-	if _, err := c.Resolve(context.Background(), Ref{"LiquidAI/LFM2-Audio-1.5B", "main"}); err == nil || !strings.Contains(err.Error(), "model.safetensors") {
-		t.Errorf("a snapshot without weights: %v", err)
+	for _, f := range []string{"mimi.safetensors", "model.safetensors"} {
+		os.Remove(filepath.Join(snapDir, f))
+		if _, err := c.Resolve(context.Background(), Ref{"LiquidAI/LFM2-Audio-1.5B", "main"}); err == nil || !strings.Contains(err.Error(), "safetensors") {
+			t.Errorf("a snapshot without %s: %v", f, err)
+		}
+	}
+}
+
+// TestRenamedRepo: a repo asked for by a former name follows the hub's
+// relative redirects (the API's and the resolve URLs') and is cached under
+// the name asked for, as huggingface_hub does.
+func TestRenamedRepo(t *testing.T) {
+	h := newFakeHub(t, "LiquidAI/tiny")
+	h.old = "Liquid/old-tiny"
+	cache := t.TempDir()
+	snap, err := h.client(t, cache).Pull(context.Background(), Ref{"Liquid/old-tiny", "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, h, snap, commitMain)
+	if want := filepath.Join(cache, "models--Liquid--old-tiny", "snapshots", commitMain); snap.Dir != want {
+		t.Errorf("snapshot in %s, want %s", snap.Dir, want)
+	}
+}
+
+// TestProgress: on a terminal one line is redrawn with the bytes, percent,
+// rate and ETA; elsewhere plain lines, and the last says done.
+func TestProgress(t *testing.T) {
+	for _, terminal := range []bool{true, false} {
+		var b strings.Builder
+		p := newProgress(&b, terminal, "a/b: model.safetensors", 0, 4e6)
+		p.last = p.last.Add(-time.Hour) // due for a line
+		p.Write(make([]byte, 1e6))
+		p.done(nil)
+		out := b.String()
+		if !strings.Contains(out, "1.0 MB / 4.0 MB") || !strings.Contains(out, " 25%") || !strings.Contains(out, "ETA") || !strings.Contains(out, "done") {
+			t.Errorf("terminal %v: progress %q, want bytes, percent, ETA and done", terminal, out)
+		}
+		if got := strings.Contains(out, "\r"); got != terminal {
+			t.Errorf("terminal %v: progress %q redraws: %v", terminal, out, got)
+		}
+		if !terminal && strings.Count(out, "\n") != 2 {
+			t.Errorf("plain progress %q, want two lines", out)
+		}
 	}
 }
 
