@@ -8,9 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -68,7 +70,8 @@ func newFakeHub(t *testing.T, repo string) *fakeHub {
 		}
 		h.files[commitV1+"/"+f] = b
 	}
-	h.srv = httptest.NewServer(h)
+	h.srv = httptest.NewUnstartedServer(h)
+	h.srv.Start()
 	t.Cleanup(h.srv.Close)
 	return h
 }
@@ -77,6 +80,12 @@ func (h *fakeHub) requests() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]string(nil), h.reqs...)
+}
+
+func (h *fakeHub) getCounts() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.gets)
 }
 
 func isLFS(name string) bool { return strings.HasSuffix(name, ".safetensors") }
@@ -589,9 +598,52 @@ func TestConcurrentPulls(t *testing.T) {
 		}
 		checkSnapshot(t, h, snaps[i], commitMain)
 	}
-	for f, n := range h.gets {
+	for f, n := range h.getCounts() {
 		if n != 1 {
 			t.Errorf("%s downloaded %d times", f, n)
 		}
+	}
+}
+
+// TestConcurrentProcesses: two processes (this test binary run again)
+// pulling one model into one cache both succeed, each file downloaded
+// once: the blob locks are file locks, held across processes.
+func TestConcurrentProcesses(t *testing.T) {
+	h := newFakeHub(t, "LiquidAI/tiny")
+	cache := t.TempDir()
+	cmds := make([]*exec.Cmd, 2)
+	for i := range cmds {
+		cmds[i] = exec.Command(os.Args[0], "-test.run=^TestHelperPull$")
+		cmds[i].Env = append(os.Environ(), "HUB_TEST_PULL="+cache+"|"+h.srv.URL)
+		if err := cmds[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("process %d: %v", i, err)
+		}
+	}
+	snap, err := (&Client{CacheDir: cache}).Cached(Ref{"LiquidAI/tiny", "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, h, snap, commitMain)
+	for f, n := range h.getCounts() {
+		if n != 1 {
+			t.Errorf("%s downloaded %d times", f, n)
+		}
+	}
+}
+
+// TestHelperPull is TestConcurrentProcesses's other process.
+func TestHelperPull(t *testing.T) {
+	arg := os.Getenv("HUB_TEST_PULL")
+	if arg == "" {
+		t.Skip("run by TestConcurrentProcesses")
+	}
+	cache, endpoint, _ := strings.Cut(arg, "|")
+	if _, err := (&Client{CacheDir: cache, Endpoint: endpoint}).Pull(context.Background(), Ref{"LiquidAI/tiny", "main"}); err != nil {
+		t.Fatal(err)
 	}
 }
