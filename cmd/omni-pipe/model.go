@@ -145,7 +145,7 @@ func resolveModel(model string, getenv func(string) string, offline bool, stderr
 	}
 	snap, err := newHubClient(getenv, offline, stderr).Resolve(context.Background(), ref)
 	if err != nil {
-		return "", nil, fmt.Errorf("--model %s: %w", model, err)
+		return "", nil, fmt.Errorf("--model: %w", err)
 	}
 	return snap.Dir, snap, nil
 }

@@ -11,8 +11,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 const hubCommit = "0123456789abcdef0123456789abcdef01234567"
@@ -205,5 +208,66 @@ func TestPullCommand(t *testing.T) {
 		if code, _, _ := pull(args...); code != exitUsage {
 			t.Errorf("pull %q: exit %d, want %d", args, code, exitUsage)
 		}
+	}
+}
+
+// TestServeModelByName: serve --model owner/name (from the Hugging Face
+// cache, offline) reports the repo id and its commit in /health and
+// /v1/models.
+func TestServeModelByName(t *testing.T) {
+	cache := handMadeCache(t, "LiquidAI/tiny")
+	stderr := &lockedBuffer{}
+	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: stderr, getenv: envOf(map[string]string{"HF_HUB_CACHE": cache, "HF_HUB_OFFLINE": "1"})}
+	exit := make(chan int, 1)
+	go func() {
+		exit <- run([]string{"serve", "--addr", "127.0.0.1:0", "--threads", "2", "--model", "LiquidAI/tiny"}, e)
+	}()
+	var addr string
+	re := regexp.MustCompile(`msg=listening addr=(\S+)`)
+	for deadline := time.Now().Add(30 * time.Second); addr == ""; time.Sleep(5 * time.Millisecond) {
+		select {
+		case code := <-exit:
+			t.Fatalf("serve exited with %d:\n%s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start:\n%s", stderr.String())
+		}
+		if m := re.FindStringSubmatch(stderr.String()); m != nil {
+			addr = m[1]
+		}
+	}
+	defer func() {
+		syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		if code := <-exit; code != exitOK {
+			t.Errorf("serve exited with %d", code)
+		}
+	}()
+	get := func(path string, v any) {
+		t.Helper()
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	}
+	var h struct {
+		Model  string `json:"model"`
+		Commit string `json:"model_commit"`
+	}
+	get("/health", &h)
+	if h.Model != "LiquidAI/tiny" || h.Commit != hubCommit {
+		t.Errorf("/health model %q commit %q, want LiquidAI/tiny %s", h.Model, h.Commit, hubCommit)
+	}
+	var l struct{ Data []struct{ ID, Commit string } }
+	get("/v1/models", &l)
+	if len(l.Data) != 1 || l.Data[0].ID != "LiquidAI/tiny" || l.Data[0].Commit != hubCommit {
+		t.Errorf("/v1/models %+v, want LiquidAI/tiny at %s", l.Data, hubCommit)
+	}
+	if !strings.Contains(stderr.String(), "commit="+hubCommit) {
+		t.Errorf("serve's log does not name the commit:\n%s", stderr.String())
 	}
 }

@@ -178,7 +178,11 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		}
 		eng := newEngine(m, dev, pipeline.Options{Precision: prec, MaxTurns: *maxConcurrent, Logger: log})
 		defer eng.Close()
-		log.Info("model loaded", "model", m.Name, "params", m.Params, "took", time.Since(start).Round(time.Millisecond))
+		loaded := []any{"model", m.Name, "params", m.Params, "took", time.Since(start).Round(time.Millisecond)}
+		if mf.source != nil {
+			loaded = append(loaded, "commit", mf.source.Commit, "folder", mf.source.Dir)
+		}
+		log.Info("model loaded", loaded...)
 		log.Debug(m.Summary())
 
 		srv := newServer(cfg)
