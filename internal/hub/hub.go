@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path"
@@ -155,8 +156,11 @@ func (c *Client) Cached(ref Ref) (*Snapshot, error) {
 	commit := ref.Revision
 	if !commitID.MatchString(commit) {
 		b, err := os.ReadFile(filepath.Join(dir, "refs", filepath.FromSlash(ref.Revision)))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s is not in the cache %s (no ref %s)", ref, c.CacheDir, ref.Revision)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("%s is not in the cache %s: %w", ref, c.CacheDir, err)
+			return nil, fmt.Errorf("%s: the cache's ref: %w", ref, err)
 		}
 		commit = strings.TrimSpace(string(b))
 		if !commitID.MatchString(commit) {
