@@ -316,3 +316,24 @@ func TestRecorderFolds(t *testing.T) {
 		t.Errorf("epilogue arguments %v, want %v", epi, want)
 	}
 }
+
+func TestAttentionChunksLongPrefills(t *testing.T) {
+	q := hostQueue()
+	const heads, hd = 32, 64
+	rows := maxScores/(heads*4096) + 3 // a prefill over 4096 keys one chunk too long
+	qt, dst := fakeTensor(gpu.F32, rows, heads*hd), fakeTensor(gpu.F32, rows, heads*hd)
+	k, v := fakeTensor(gpu.F32, 4096, 8*hd), fakeTensor(gpu.F32, 4096, 8*hd)
+	q.scores = &buffer{ptr: 1 << 40, dt: gpu.F32, n: maxScores} // no allocation on the host
+	q.Attention(dst, qt, k, v, gpu.AttnParams{Heads: heads, KVHeads: 8, HeadDim: hd, Scale: 0.125, QPos0: 4096 - rows, Causal: true})
+	if len(q.rec.cmds) != 2 {
+		t.Fatalf("%d launches, want 2 chunks", len(q.rec.cmds))
+	}
+	c0, c1 := q.rec.cmds[0], q.rec.cmds[1]
+	if int(c0.grid[0])+int(c1.grid[0]) != rows || int(c0.grid[0])*heads*4096 > maxScores {
+		t.Errorf("chunks of %d and %d rows for %d", c0.grid[0], c1.grid[0], rows)
+	}
+	// The second chunk starts where the first ends: its QPos0 argument.
+	if qpos := int(q.rec.slots[c1.a0+14]); qpos != 4096-rows+int(c0.grid[0]) {
+		t.Errorf("second chunk at position %d", qpos)
+	}
+}

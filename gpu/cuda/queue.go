@@ -720,6 +720,18 @@ func (q *Queue) Attention(dst, qt, k, v gpu.Tensor, ap gpu.AttnParams) {
 		return
 	}
 	maxL := max(k.Rows, 1)
+	// The scores scratch holds rows·heads·keys floats: long prefills run in
+	// chunks of rows so that it stays within maxScores (each row's result
+	// does not depend on the chunk it is in).
+	if rows := max(1, maxScores/(ap.Heads*maxL)); qt.Rows > rows {
+		for r0 := 0; r0 < qt.Rows; r0 += rows {
+			r1 := min(qt.Rows, r0+rows)
+			cp := ap
+			cp.QPos0 = ap.QPos0 + r0
+			q.Attention(dst.Slice(r0, r1), qt.Slice(r0, r1), k, v, cp)
+		}
+		return
+	}
 	need := qt.Rows * ap.Heads * maxL
 	if q.scores == nil || q.scores.n < need {
 		q.grow(&q.scores, gpu.F32, need)
@@ -730,6 +742,9 @@ func (q *Queue) Attention(dst, qt, k, v gpu.Tensor, ap gpu.AttnParams) {
 		q.t(dst), ld(dst), q.t(qt), ld(qt), q.t(k), ld(k), q.t(v), ld(v), q.t(sc), i(maxL),
 		i(ap.Heads), i(ap.KVHeads), i(hd), f(ap.Scale), i(ap.QPos0), b2i(ap.Causal), i(ap.Window), i(k.Rows), b2i(ap.ProbBF16))
 }
+
+// maxScores bounds the attention scratch in floats (256 MiB).
+const maxScores = 1 << 26
 
 // maxShortConv is the longest ShortConv kernel the CUDA kernel holds in
 // registers.
