@@ -143,22 +143,35 @@ func InvFreqBF16(theta float64, headDim int) []float32 {
 }
 
 // Cache is one sequence's recurrent state: the last L−1 conv inputs of each
-// conv layer and the keys and values of each attention layer.
+// conv layer and the keys and values of each attention layer. A layer with
+// a sliding window keeps only the keys and values of the last Window−1
+// positions between forward passes (what the next position can see), so
+// its memory stays bounded however long the sequence grows.
 type Cache struct {
 	m    *Model
 	dev  gpu.Device
 	pos  int
 	conv []gpu.Tensor // per layer: [L−1, hidden] (conv layers)
-	k, v []gpu.Tensor // per layer: [capacity, kv] (attention layers)
-	cap  int
+	// Per attention layer: rows [0, pos−base[i]) of k[i], v[i] hold the keys
+	// and values of positions [base[i], pos); spare buffers of the same
+	// capacity take the kept rows when a window trims them.
+	k, v   []gpu.Tensor
+	k2, v2 []gpu.Tensor
+	base   []int
+	cap    []int
 }
 
 // NewCache returns an empty cache for m on dev.
 func (m *Model) NewCache(dev gpu.Device) *Cache {
+	n := len(m.Blocks)
 	c := &Cache{m: m, dev: dev,
-		conv: make([]gpu.Tensor, len(m.Blocks)),
-		k:    make([]gpu.Tensor, len(m.Blocks)),
-		v:    make([]gpu.Tensor, len(m.Blocks)),
+		conv: make([]gpu.Tensor, n),
+		k:    make([]gpu.Tensor, n),
+		v:    make([]gpu.Tensor, n),
+		k2:   make([]gpu.Tensor, n),
+		v2:   make([]gpu.Tensor, n),
+		base: make([]int, n),
+		cap:  make([]int, n),
 	}
 	for i, b := range m.Blocks {
 		if b.Conv != nil {
@@ -168,43 +181,88 @@ func (m *Model) NewCache(dev gpu.Device) *Cache {
 	return c
 }
 
-// Len returns the number of positions the cache holds.
+// Len returns the number of positions the cache has seen.
 func (c *Cache) Len() int { return c.pos }
+
+// Held returns the number of positions whose keys and values layer i
+// holds (0 for a conv layer).
+func (c *Cache) Held(i int) int {
+	if c.m.Blocks[i].Attn == nil {
+		return 0
+	}
+	return c.pos - c.base[i]
+}
 
 // Free releases the cache's device memory.
 func (c *Cache) Free() {
 	for i := range c.conv {
-		for _, t := range []gpu.Tensor{c.conv[i], c.k[i], c.v[i]} {
+		for _, t := range []gpu.Tensor{c.conv[i], c.k[i], c.v[i], c.k2[i], c.v2[i]} {
 			if !t.IsNil() {
 				c.dev.Free(t)
 			}
 		}
 	}
-	c.conv, c.k, c.v = nil, nil, nil
+	c.conv, c.k, c.v, c.k2, c.v2 = nil, nil, nil, nil, nil
 }
 
-// reserve grows the KV buffers to hold n more positions.
+// reserve grows each attention layer's KV buffers to hold n more positions.
 func (c *Cache) reserve(q gpu.Queue, n int) {
-	need := c.pos + n
-	if need <= c.cap {
-		return
-	}
-	nc := max(64, 2*c.cap, need)
 	for i, b := range c.m.Blocks {
 		if b.Attn == nil {
 			continue
 		}
+		held := c.pos - c.base[i]
+		need := held + n
+		if need <= c.cap[i] {
+			continue
+		}
+		nc := max(64, 2*c.cap[i], need)
 		kv := b.Attn.KVHeads * b.Attn.HeadD
 		for _, p := range []*gpu.Tensor{&c.k[i], &c.v[i]} {
 			t := c.dev.Alloc(gpu.F32, nc, kv)
-			if c.pos > 0 {
-				q.Copy(t.Slice(0, c.pos), p.Slice(0, c.pos))
+			if held > 0 {
+				q.Copy(t.Slice(0, held), p.Slice(0, held))
+			}
+			if !p.IsNil() {
 				c.dev.Free(*p)
 			}
 			*p = t
 		}
+		if b.Attn.Window > 0 {
+			for _, p := range []*gpu.Tensor{&c.k2[i], &c.v2[i]} {
+				if !p.IsNil() {
+					c.dev.Free(*p)
+				}
+				*p = c.dev.Alloc(gpu.F32, nc, kv)
+			}
+		}
+		c.cap[i] = nc
 	}
-	c.cap = nc
+}
+
+// trim drops, in every windowed attention layer, the keys and values no
+// later position can see: all but the last Window−1.
+func (c *Cache) trim(q gpu.Queue) {
+	for i, b := range c.m.Blocks {
+		if b.Attn == nil || b.Attn.Window <= 0 {
+			continue
+		}
+		keep := b.Attn.Window - 1
+		held := c.pos - c.base[i]
+		if held <= keep {
+			continue
+		}
+		// The kept rows move to the spare buffers (a copy between distinct
+		// buffers; the ranges of one buffer would overlap), which become
+		// the live ones.
+		if keep > 0 {
+			q.Copy(c.k2[i].Slice(0, keep), c.k[i].Slice(held-keep, held))
+			q.Copy(c.v2[i].Slice(0, keep), c.v[i].Slice(held-keep, held))
+		}
+		c.k[i], c.k2[i] = c.k2[i], c.k[i]
+		c.v[i], c.v2[i] = c.v2[i], c.v[i]
+		c.base[i] = c.pos - keep
+	}
 }
 
 // Seq is one sequence's share of a batch: its cache and the number of new
@@ -241,6 +299,7 @@ func (m *Model) Forward(c *nn.Ctx, x gpu.Tensor, seqs []Seq) gpu.Tensor {
 	}
 	for _, s := range seqs {
 		s.Cache.pos += s.Rows
+		s.Cache.trim(c.Q)
 	}
 	out := c.Tmp(total, H)
 	m.rmsNorm(c, out, w, m.Norm)
@@ -352,7 +411,9 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h gpu.Tensor, seqs []Seq) {
 		if s.Rows == 0 {
 			continue
 		}
-		p := s.Cache.pos
+		// Key row j of the cache is position base+j; the window mask is
+		// relative, so positions are given relative to base.
+		p := s.Cache.pos - s.Cache.base[i]
 		kc, vc := s.Cache.k[i], s.Cache.v[i]
 		c.Q.Copy(kc.Slice(p, p+s.Rows), k.Slice(r0, r0+s.Rows))
 		c.Q.Copy(vc.Slice(p, p+s.Rows), v.Slice(r0, r0+s.Rows))

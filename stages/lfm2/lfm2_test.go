@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/stages/config"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
 	"github.com/omni-pipe/omni-pipe/stages/weights"
@@ -155,5 +156,57 @@ func TestLoadErrors(t *testing.T) {
 				t.Errorf("err = %v, want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestSlidingWindowCache: with the attention layers made sliding (window
+// 4), a prefill then single steps and chunks give one prefill's rows bit
+// for bit, while each windowed layer keeps only the last window−1 keys
+// and values between passes; the window changes the output.
+func TestSlidingWindowCache(t *testing.T) {
+	tm := loadTestModel(t)
+	cfg := tm.cfg.LFM
+	cfg.LayerTypes = slices.Clone(cfg.LayerTypes)
+	const window = 4
+	cfg.SlidingWindow = window
+	for i, k := range cfg.LayerTypes {
+		if k != config.LayerConv {
+			cfg.LayerTypes[i] = config.LayerSliding
+		}
+	}
+	f, err := safetensors.Open(fixtures + "model.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := Load(weights.New(tm.dev, f).Sub("lfm"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	H := cfg.HiddenSize
+	c := nn.NewCtx(tm.dev, tm.dev.NewQueue("test"), nn.F32)
+	const N = 23
+	x, _ := randomRows(tm.dev, c.Q, N, H, 5)
+	whole := read(t, c, m.Forward(c, x, []Seq{{Cache: m.NewCache(tm.dev), Rows: N}}))
+	full := read(t, c, tm.m.Forward(c, x, []Seq{{Cache: tm.m.NewCache(tm.dev), Rows: N}}))
+	if slices.Equal(whole, full) {
+		t.Error("a window of 4 gives the rows of full attention")
+	}
+	for _, chunk := range []int{1, 2, 5} {
+		cache := m.NewCache(tm.dev)
+		var got []float32
+		for lo := 0; lo < N; lo += chunk {
+			hi := min(lo+chunk, N)
+			got = append(got, read(t, c, m.Forward(c, x.Slice(lo, hi), []Seq{{Cache: cache, Rows: hi - lo}}))...)
+			for i, b := range m.Blocks {
+				if b.Attn != nil && cache.Held(i) != min(hi, window-1) {
+					t.Fatalf("chunk %d: after %d positions layer %d holds %d, want %d", chunk, hi, i, cache.Held(i), min(hi, window-1))
+				}
+			}
+		}
+		if !slices.Equal(got, whole) {
+			t.Errorf("chunks of %d differ from the whole pass", chunk)
+		}
+		cache.Free()
 	}
 }
