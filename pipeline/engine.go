@@ -16,7 +16,6 @@ import (
 	"github.com/omni-pipe/omni-pipe/stages/chat"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
-	"github.com/omni-pipe/omni-pipe/stages/mimi"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 	"github.com/omni-pipe/omni-pipe/stages/tokenizer"
 )
@@ -462,7 +461,8 @@ type turn struct {
 	tm        Timings
 	busyMu    sync.Mutex
 	seq       int
-	codec     *mimi.Stream // the turn's codec stream, opened at its first frame
+	codec     lfm2audio.CodecStream // the turn's codec stream, opened at its first frame
+	codecN    int                   // frames handed to codec so far
 	stopWatch func() bool
 	finished  bool // the loop stages are done with it (finish was called)
 	kept      bool // the reply stays in the conversation's history

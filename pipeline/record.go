@@ -120,6 +120,14 @@ func (r *Recorder) decoded(audioStep int, codes []int, pcm []float32) {
 	r.wav = append(r.wav, pcm...)
 }
 
+// flushed records the samples the codec held back until the turn's end.
+func (r *Recorder) flushed(pcm []float32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dirty = true
+	r.wav = append(r.wav, pcm...)
+}
+
 // assemble turns the step records into the reference's step arrays, once
 // per change.
 func (r *Recorder) assemble() {

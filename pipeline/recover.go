@@ -61,6 +61,16 @@ func (e *Engine) guard(stage string, t *turn, f func(*turn) *turn) (out *turn) {
 
 // decodeGuarded is decode, a panic in which cancels t with a *StagePanic
 // (the loop stages then end it, and its later frames are not decoded).
+// flushGuarded is flushCodec with the same guard.
+func (e *Engine) flushGuarded(t *turn) {
+	defer func() {
+		if r := recover(); r != nil {
+			t.cancel(e.stagePanic(StageCodec, r))
+		}
+	}()
+	e.flushCodec(t)
+}
+
 func (e *Engine) decodeGuarded(t *turn, msgs []codecMsg) {
 	defer func() {
 		if r := recover(); r != nil {

@@ -568,6 +568,9 @@ func (e *Engine) codecLoop() {
 		for i := 0; i < len(pending); {
 			t := pending[i].t
 			if pending[i].final {
+				if pending[i].err == nil {
+					e.flushGuarded(t)
+				}
 				e.complete(t, pending[i].err)
 				i++
 				continue
@@ -607,18 +610,54 @@ func (e *Engine) decode(t *turn, msgs []codecMsg) {
 		return
 	}
 	n := e.m.Codec.FrameSamples()
-	rate := e.m.Codec.SampleRate()
-	for k := 0; k*n < len(pcm); k++ {
-		if rec := t.req.Record; rec != nil {
-			rec.decoded(msgs[k].audioStep, msgs[k].frame, pcm[k*n:(k+1)*n])
-		}
-		if t.tm.FirstAudio == 0 {
-			t.tm.FirstAudio = time.Since(t.start)
-		}
-		t.tm.AudioSeconds += float64(n) / float64(rate)
-		t.emit(&AudioEvent{Seq: t.seq, Samples: pcm[k*n : (k+1)*n : (k+1)*n], Rate: rate})
-		t.seq++
+	// A codec that lags (the detokenizer's overlap-add) returns Lag()
+	// fewer samples for the turn's first call; frame k's samples then end
+	// at (k+1)·n − Lag() and the rest come with the stream's Flush.
+	lag := 0
+	if t.codecN == 0 {
+		lag = e.m.Codec.Lag()
 	}
+	t.codecN += len(msgs)
+	for k := range msgs {
+		lo, hi := max(0, k*n-lag), min(len(pcm), (k+1)*n-lag)
+		if hi < lo {
+			hi = lo
+		}
+		if lo > len(pcm) {
+			break
+		}
+		if rec := t.req.Record; rec != nil {
+			rec.decoded(msgs[k].audioStep, msgs[k].frame, pcm[lo:hi])
+		}
+		e.emitAudio(t, pcm[lo:hi:hi])
+	}
+}
+
+// emitAudio sends a piece of t's speech (none when empty).
+func (e *Engine) emitAudio(t *turn, pcm []float32) {
+	if len(pcm) == 0 {
+		return
+	}
+	rate := e.m.Codec.SampleRate()
+	if t.tm.FirstAudio == 0 {
+		t.tm.FirstAudio = time.Since(t.start)
+	}
+	t.tm.AudioSeconds += float64(len(pcm)) / float64(rate)
+	t.emit(&AudioEvent{Seq: t.seq, Samples: pcm, Rate: rate})
+	t.seq++
+}
+
+// flushCodec emits the samples t's codec stream holds back at the end of
+// a turn that was not cancelled (none for Mimi).
+func (e *Engine) flushCodec(t *turn) {
+	if t.codec == nil || t.failed() != nil {
+		return
+	}
+	pcm := t.codec.Flush()
+	if rec := t.req.Record; rec != nil {
+		rec.flushed(pcm)
+	}
+	e.emitAudio(t, pcm[:len(pcm):len(pcm)])
 }
 
 // complete ends t: history, timings, the terminal event, and the release

@@ -17,6 +17,7 @@ import (
 	"github.com/omni-pipe/omni-pipe/stages/config"
 	"github.com/omni-pipe/omni-pipe/stages/conformer"
 	"github.com/omni-pipe/omni-pipe/stages/depth"
+	"github.com/omni-pipe/omni-pipe/stages/detok"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2"
 	"github.com/omni-pipe/omni-pipe/stages/mimi"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
@@ -43,7 +44,9 @@ type Model struct {
 	Backbone *lfm2.Model
 	AudioEmb gpu.Tensor // audio_embedding.embedding [codebooks·Depth.Vocab, hidden]
 	Depth    *depth.Depth
-	Codec    *mimi.Decoder
+	// Codec decodes the audio codes: Mimi (LFM2-Audio) or the
+	// detokenizer (LFM2.5-Audio), chosen at load (see Options).
+	Codec Codec
 	// Special is what the turn logic acts on, read from the checkpoint.
 	Special Special
 
@@ -106,11 +109,11 @@ func (m *Model) Summary() string {
 	return fmt.Sprintf("%s: %.3gM parameters bound in %d tensors\n"+
 		"  backbone: LFM2 %d layers (%d attention) × %d, FFN %d, vocab %d\n"+
 		"  encoder: FastConformer %d × %d, %d heads; adapter → %d\n"+
-		"  depthformer: %d × %d, %d codebooks × %d; codec: Mimi, %d samples per frame at %d Hz",
+		"  depthformer: %d × %d, %d codebooks × %d; codec: %s, %d samples per frame at %d Hz",
 		m.Name, float64(m.Params)/1e6, len(m.Bound),
 		c.LFM.NumHiddenLayers, attn, c.LFM.HiddenSize, c.LFM.FFNDim(), c.LFM.VocabSize,
 		c.Encoder.NLayers, c.Encoder.DModel, c.Encoder.NHeads, c.LFM.HiddenSize,
-		c.Depthformer.Layers, c.Depthformer.Dim, c.Codebooks, m.Depth.Vocab, m.Codec.FrameSamples(), m.Codec.SampleRate())
+		c.Depthformer.Layers, c.Depthformer.Dim, c.Codebooks, m.Depth.Vocab, m.Codec.Kind(), m.Codec.FrameSamples(), m.Codec.SampleRate())
 }
 
 // Close releases the checkpoint mappings and device memory.
@@ -126,10 +129,21 @@ func (m *Model) Close() error {
 	return errors.Join(errs...)
 }
 
-// Load loads the checkpoint folder dir onto dev. The safetensors files are
-// memory-mapped.
-func Load(dev gpu.Device, dir string) (*Model, error) {
-	m, err := load(dev, dirSource{dir})
+// Options choose among what a checkpoint folder holds.
+type Options struct {
+	// Codec is CodecMimi, CodecDetokenizer, or "" for the folder's
+	// default: the detokenizer when it holds an audio_detokenizer folder
+	// (LFM2.5-Audio), else Mimi (LFM2-Audio).
+	Codec string
+}
+
+// Load loads the checkpoint folder dir onto dev with the default options.
+// The safetensors files are memory-mapped.
+func Load(dev gpu.Device, dir string) (*Model, error) { return LoadWith(dev, dir, Options{}) }
+
+// LoadWith loads the checkpoint folder dir onto dev.
+func LoadWith(dev gpu.Device, dir string, opts Options) (*Model, error) {
+	m, err := load(dev, dirSource{dir}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("load model %s: %w", dir, err)
 	}
@@ -140,7 +154,12 @@ func Load(dev gpu.Device, dir string) (*Model, error) {
 // LoadFS loads a checkpoint folder from fsys (read into memory; for the
 // embedded demo model).
 func LoadFS(dev gpu.Device, fsys fs.FS, name string) (*Model, error) {
-	m, err := load(dev, fsSource{fsys})
+	return LoadFSWith(dev, fsys, name, Options{})
+}
+
+// LoadFSWith is LoadFS with options.
+func LoadFSWith(dev gpu.Device, fsys fs.FS, name string, opts Options) (*Model, error) {
+	m, err := load(dev, fsSource{fsys}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("load model %s: %w", name, err)
 	}
@@ -180,7 +199,7 @@ func (s fsSource) exists(name string) bool {
 	return err == nil
 }
 
-func load(dev gpu.Device, src source) (_ *Model, err error) {
+func load(dev gpu.Device, src source, opts Options) (_ *Model, err error) {
 	m := &Model{}
 	defer func() {
 		if err != nil {
@@ -215,13 +234,27 @@ func load(dev gpu.Device, src source) (_ *Model, err error) {
 		return nil, fmt.Errorf("preprocessor: %w", err)
 	}
 
-	// The codec's configuration first: its codebook size sizes the
-	// depthformer's tables and is end-of-audio.
-	codecName, codecCfg, err := m.codecConfig(src)
+	// The codec first (Mimi's configuration, or the whole detokenizer):
+	// its codebook size sizes the depthformer's tables and is
+	// end-of-audio.
+	kind, err := chooseCodec(src, opts.Codec)
 	if err != nil {
 		return nil, err
 	}
-	m.Special.EOA = codecCfg.Quantizer.Bins
+	var codecName string
+	var codecCfg mimi.Config
+	if kind == CodecMimi {
+		if codecName, codecCfg, err = m.codecConfig(src); err != nil {
+			return nil, err
+		}
+		m.Special.EOA = codecCfg.Quantizer.Bins
+	} else {
+		codecName = detok.DirName
+		if err := m.loadDetokenizer(dev, src); err != nil {
+			return nil, err
+		}
+		m.Special.EOA = m.Codec.(detokCodec).Bins()
+	}
 
 	f, err := src.open("model.safetensors")
 	if err != nil {
@@ -258,10 +291,66 @@ func load(dev gpu.Device, src source) (_ *Model, err error) {
 	}
 	m.Params, m.Bound = b.Params(), b.Bound()
 
-	if err := m.loadCodec(dev, src, codecName, codecCfg); err != nil {
-		return nil, err
+	if kind == CodecMimi {
+		if err := m.loadCodec(dev, src, codecName, codecCfg); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
+}
+
+// chooseCodec returns the codec to load: want if the folder holds it, or
+// the folder's default for "".
+func chooseCodec(src source, want string) (string, error) {
+	hasDetok := src.exists(detok.DirName + "/" + detok.ConfigName)
+	hasMimi := false
+	for _, n := range codecFiles {
+		hasMimi = hasMimi || src.exists(n)
+	}
+	switch want {
+	case "":
+		if hasDetok {
+			return CodecDetokenizer, nil
+		}
+		return CodecMimi, nil
+	case CodecMimi:
+		if !hasMimi {
+			return "", fmt.Errorf("codec mimi: no Mimi weights (looked for %v)", codecFiles)
+		}
+		return CodecMimi, nil
+	case CodecDetokenizer:
+		if !hasDetok {
+			return "", fmt.Errorf("codec detokenizer: no %s/%s (an LFM2.5-Audio folder has one)", detok.DirName, detok.ConfigName)
+		}
+		return CodecDetokenizer, nil
+	}
+	return "", fmt.Errorf("unknown codec %q (want %s or %s)", want, CodecMimi, CodecDetokenizer)
+}
+
+// loadDetokenizer loads the audio_detokenizer folder as the codec.
+func (m *Model) loadDetokenizer(dev gpu.Device, src source) error {
+	data, err := src.read(detok.DirName + "/" + detok.ConfigName)
+	if err != nil {
+		return err
+	}
+	cfg, err := detok.ParseConfig(data)
+	if err != nil {
+		return fmt.Errorf("%s/%s: %w", detok.DirName, detok.ConfigName, err)
+	}
+	if m.Cfg.Codebooks != detok.Codebooks {
+		return fmt.Errorf("config.json has %d codebooks; the detokenizer decodes %d", m.Cfg.Codebooks, detok.Codebooks)
+	}
+	f, err := src.open(detok.DirName + "/" + detok.WeightsName)
+	if err != nil {
+		return err
+	}
+	m.files = append(m.files, f)
+	d, err := detok.New(dev, f, *cfg)
+	if err != nil {
+		return fmt.Errorf("%s: %w", detok.DirName, err)
+	}
+	m.Codec = detokCodec{d}
+	return nil
 }
 
 // codecConfig finds the codec's weight file and reads its configuration
@@ -321,11 +410,13 @@ func (m *Model) loadCodec(dev gpu.Device, src source, name string, cfg mimi.Conf
 		return err
 	}
 	m.files = append(m.files, f)
-	if m.Codec, err = mimi.New(dev, f, cfg); err != nil {
+	d, err := mimi.New(dev, f, cfg)
+	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	if m.Codec.SampleRate() != 24000 {
-		return fmt.Errorf("%s: codec sample rate %d, want 24000", name, m.Codec.SampleRate())
+	m.Codec = mimiCodec{d}
+	if d.SampleRate() != 24000 {
+		return fmt.Errorf("%s: codec sample rate %d, want 24000", name, d.SampleRate())
 	}
 	return nil
 }

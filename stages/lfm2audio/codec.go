@@ -1,0 +1,85 @@
+package lfm2audio
+
+import (
+	"context"
+
+	"github.com/omni-pipe/omni-pipe/stages/detok"
+	"github.com/omni-pipe/omni-pipe/stages/mimi"
+)
+
+// The codecs a model can decode its audio codes with.
+const (
+	// CodecMimi is Kyutai's Mimi, LFM2-Audio's codec.
+	CodecMimi = "mimi"
+	// CodecDetokenizer is LFM2.5-Audio's LFM2 detokenizer + iSTFT
+	// (the audio_detokenizer folder).
+	CodecDetokenizer = "detokenizer"
+)
+
+// Codecs lists the codec names, for flags.
+var Codecs = []string{CodecMimi, CodecDetokenizer}
+
+// Codec turns a model's audio codes (one frame of Codebooks() codes per
+// 80 ms) into 24 kHz speech.
+type Codec interface {
+	// Kind is CodecMimi or CodecDetokenizer.
+	Kind() string
+	SampleRate() int
+	// FrameSamples is the number of samples each frame decodes to.
+	FrameSamples() int
+	Codebooks() int
+	// Lag is the number of samples a stream holds back until its Flush
+	// (0 for Mimi, 480 for the detokenizer).
+	Lag() int
+	// Decode decodes a whole utterance: len(codes)·FrameSamples() samples.
+	Decode(ctx context.Context, codes [][]int) ([]float32, error)
+	// NewStream starts one utterance's streaming decode.
+	NewStream() CodecStream
+	Close() error
+}
+
+// CodecStream is one utterance's decoding state. The samples of its
+// DecodeFrames calls and of its Flush, concatenated, are the utterance's
+// whole decode.
+type CodecStream interface {
+	// DecodeFrames decodes the next frames and returns the samples they
+	// complete. A code outside the codebooks (end-of-audio included) is an
+	// error and leaves the stream untouched.
+	DecodeFrames(ctx context.Context, codes [][]int) ([]float32, error)
+	// Flush ends the utterance and returns the samples held back.
+	Flush() []float32
+	// Close releases the stream's memory.
+	Close()
+}
+
+type mimiCodec struct{ *mimi.Decoder }
+
+func (mimiCodec) Kind() string { return CodecMimi }
+func (mimiCodec) Lag() int     { return 0 }
+func (c mimiCodec) NewStream() CodecStream {
+	return mimiStream{c.Decoder.NewStream()}
+}
+
+type mimiStream struct{ *mimi.Stream }
+
+func (mimiStream) Flush() []float32 { return nil }
+
+type detokCodec struct{ *detok.Decoder }
+
+func (detokCodec) Kind() string { return CodecDetokenizer }
+func (c detokCodec) Decode(ctx context.Context, codes [][]int) ([]float32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return c.Decoder.Decode(codes)
+}
+func (c detokCodec) NewStream() CodecStream { return detokStream{c.Decoder.NewStream()} }
+
+type detokStream struct{ *detok.Stream }
+
+func (s detokStream) DecodeFrames(ctx context.Context, codes [][]int) ([]float32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.Stream.Decode(codes)
+}

@@ -1,0 +1,134 @@
+package lfm2audio
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/stages/detok"
+)
+
+// detokFixture is the tiny LFM2.5 detokenizer made with the official
+// liquid-audio code (see its README.md).
+const detokFixture = "../../testdata/lfm25-detok-tiny"
+
+// lfm25Folder builds a tiny LFM2.5-Audio folder in a temporary directory:
+// the LFM2-Audio tiny fixture's files (without Mimi's unless withMimi) and
+// the detokenizer fixture as audio_detokenizer/, all symlinks.
+func lfm25Folder(t *testing.T, withMimi bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	link := func(src, dst string) {
+		abs, err := filepath.Abs(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(abs, dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := os.ReadDir(tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		n := e.Name()
+		if !withMimi && strings.HasPrefix(n, "mimi") {
+			continue
+		}
+		link(filepath.Join(tiny, n), filepath.Join(dir, n))
+	}
+	link(filepath.Join(detokFixture, detok.DirName), filepath.Join(dir, detok.DirName))
+	return dir
+}
+
+// TestCodecChoice: an LFM2.5 folder decodes with the detokenizer by
+// default, Options.Codec picks Mimi when both are present, and asking for
+// a codec the folder lacks, or an unknown one, is an error.
+func TestCodecChoice(t *testing.T) {
+	dev := cpu.New(1)
+	defer dev.Close()
+	both, only := lfm25Folder(t, true), lfm25Folder(t, false)
+	for _, tc := range []struct {
+		name, dir, codec, want, err string
+	}{
+		{"LFM2-Audio default", tiny, "", CodecMimi, ""},
+		{"LFM2.5 default", both, "", CodecDetokenizer, ""},
+		{"LFM2.5 without Mimi", only, "", CodecDetokenizer, ""},
+		{"LFM2.5 asks for mimi", both, CodecMimi, CodecMimi, ""},
+		{"LFM2.5 asks for the detokenizer", both, CodecDetokenizer, CodecDetokenizer, ""},
+		{"no Mimi weights", only, CodecMimi, "", "no Mimi weights"},
+		{"no detokenizer", tiny, CodecDetokenizer, "", "no audio_detokenizer"},
+		{"unknown", both, "wavenet", "", `unknown codec "wavenet"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := LoadWith(dev, tc.dir, Options{Codec: tc.codec})
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if m.Codec.Kind() != tc.want {
+				t.Errorf("codec %s, want %s", m.Codec.Kind(), tc.want)
+			}
+			if m.Special.EOA != 2048 || m.Codec.FrameSamples() != 1920 || m.Codec.SampleRate() != 24000 {
+				t.Errorf("EOA %d, %d samples per frame at %d Hz", m.Special.EOA, m.Codec.FrameSamples(), m.Codec.SampleRate())
+			}
+			if !strings.Contains(m.Summary(), "codec: "+tc.want) {
+				t.Errorf("summary does not name the codec:\n%s", m.Summary())
+			}
+		})
+	}
+}
+
+// TestDetokenizerCodecStream: through the Codec interface a stream's
+// frames and flush equal the whole decode, and an end-of-audio code is
+// refused.
+func TestDetokenizerCodecStream(t *testing.T) {
+	dev := cpu.New(1)
+	defer dev.Close()
+	m, err := Load(dev, lfm25Folder(t, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+	codes := make([][]int, 9)
+	for f := range codes {
+		codes[f] = []int{f, 100 + f, 200, 300, 2047, 0, 7 * f, 1000}
+	}
+	whole, err := m.Codec.Decode(ctx, codes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(whole) != 9*1920 {
+		t.Fatalf("%d samples, want %d", len(whole), 9*1920)
+	}
+	s := m.Codec.NewStream()
+	defer s.Close()
+	var got []float32
+	for f := range codes {
+		pcm, err := s.DecodeFrames(ctx, codes[f:f+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, pcm...)
+	}
+	if _, err := s.DecodeFrames(ctx, [][]int{{2048, 0, 0, 0, 0, 0, 0, 0}}); !errors.Is(err, detok.ErrEndOfAudio) {
+		t.Errorf("end-of-audio frame: %v", err)
+	}
+	got = append(got, s.Flush()...)
+	if !slices.Equal(got, whole) {
+		t.Error("streamed samples differ from the whole decode")
+	}
+}
