@@ -26,3 +26,23 @@ func TestReportCommit(t *testing.T) {
 		t.Errorf("JSON report lacks the commit: %.200s", j)
 	}
 }
+
+// TestReportCodec: the text and JSON reports name the model's family and
+// codec.
+func TestReportCodec(t *testing.T) {
+	r := &Report{Model: ModelInfo{Name: "LFM2.5-Audio-1.5B", Params: 1, Family: "lfm2.5-audio", Codec: "detokenizer"}}
+	var b strings.Builder
+	if err := r.Print(&b); err != nil {
+		t.Fatal(err)
+	}
+	if first, _, _ := strings.Cut(b.String(), "\n"); !strings.Contains(first, "lfm2.5-audio with codec detokenizer") {
+		t.Errorf("report's first line %q lacks the family and codec", first)
+	}
+	j, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(j), `"family":"lfm2.5-audio","codec":"detokenizer"`) {
+		t.Errorf("JSON report lacks the family and codec: %.300s", j)
+	}
+}

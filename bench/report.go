@@ -31,8 +31,12 @@ type ModelInfo struct {
 	Name string `json:"name"`
 	// Commit is the Hugging Face commit of a model that came by its repo
 	// id (Name is then owner/name); empty for a folder.
-	Commit    string      `json:"commit,omitempty"`
-	Params    int64       `json:"params"`
+	Commit string `json:"commit,omitempty"`
+	Params int64  `json:"params"`
+	// Family and Codec are the model's family (lfm2-audio, lfm2.5-audio)
+	// and the codec that decoded its speech (mimi, detokenizer).
+	Family    string      `json:"family,omitempty"`
+	Codec     string      `json:"codec,omitempty"`
 	Device    string      `json:"device"`
 	Threads   int         `json:"threads"`
 	Precision string      `json:"precision"`
@@ -165,7 +169,7 @@ type Floors struct {
 
 func newReport(m *lfm2audio.Model, dev gpu.Device, threads int, o Options, bw Bandwidth) *Report {
 	r := &Report{
-		Model: ModelInfo{Name: m.Name, Params: m.Params, Device: dev.Name(), Threads: threads,
+		Model: ModelInfo{Name: m.Name, Params: m.Params, Family: m.Family, Codec: m.Codec.Kind(), Device: dev.Name(), Threads: threads,
 			Precision: o.Precision.String(), Weights: ModelWeightBytes(m), Holding: o.Weights},
 		Machine: Machine{CPU: cpuName(), Cores: runtime.NumCPU(), GOARCH: runtime.GOARCH, Go: runtime.Version(), Bandwidth: bw},
 		Input: Input{Source: o.ClipSource, SampleRate: o.Clip.SampleRate,
@@ -311,6 +315,9 @@ func (r *Report) Print(w io.Writer) error {
 		name += "@" + m.Commit
 	}
 	fmt.Fprintf(bw, "model      %s: %s parameters, precision %s, %s", name, count(m.Params), m.Precision, m.Device)
+	if m.Codec != "" {
+		fmt.Fprintf(bw, ", %s with codec %s", m.Family, m.Codec)
+	}
 	if m.Holding != "" {
 		fmt.Fprintf(bw, ", weights %s", m.Holding)
 	}

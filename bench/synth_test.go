@@ -332,6 +332,9 @@ func TestTinyCheckpointRuns(t *testing.T) {
 	if f := rep.Floors.AudioFrame; math.Abs(f-float64(wb.AudioFrame())/10e9*1000) > 1e-9 {
 		t.Errorf("audio-frame floor %g ms, want %d bytes at 10 GB/s", f, wb.AudioFrame())
 	}
+	if rep.Model.Family != "lfm2-audio" || rep.Model.Codec != "mimi" {
+		t.Errorf("report's family %q codec %q, want lfm2-audio mimi", rep.Model.Family, rep.Model.Codec)
+	}
 	var out bytes.Buffer
 	if err := rep.Print(&out); err != nil {
 		t.Fatal(err)

@@ -145,6 +145,16 @@ type Backend struct {
 	GPU gpu.Device
 }
 
+// family returns the served model's family and codec ("" without an
+// engine).
+func (b *Backend) family() (family, codec string) {
+	if b.Engine == nil {
+		return "", ""
+	}
+	m := b.Engine.Model()
+	return m.Family, m.Codec.Kind()
+}
+
 // Server is the HTTP API. Create it with New, hand it the model with
 // SetBackend once loaded (until then /health answers 503), and run it with
 // Serve or mount it as an http.Handler.
@@ -517,6 +527,8 @@ func (s *Server) health(c echo.Context) error {
 		Commit   string    `json:"model_commit,omitempty"`
 		Backend  string    `json:"backend,omitempty"`
 		Device   *gpu.Info `json:"device,omitempty"`
+		Family   string    `json:"model_family,omitempty"`
+		Codec    string    `json:"codec,omitempty"`
 		Version  string    `json:"version"`
 		Uptime   float64   `json:"uptime_seconds"`
 		Sessions sessions  `json:"sessions"`
@@ -528,6 +540,7 @@ func (s *Server) health(c echo.Context) error {
 	code := http.StatusOK
 	if b := s.backend.Load(); b != nil {
 		h.Model, h.Commit, h.Backend = b.Model, b.Commit, b.Device
+		h.Family, h.Codec = b.family()
 		if info, ok := s.device(); ok {
 			h.Device = &info
 		}
@@ -552,11 +565,14 @@ func (s *Server) models(c echo.Context) error {
 		Created int64  `json:"created"`
 		OwnedBy string `json:"owned_by"`
 		Commit  string `json:"commit,omitempty"` // the Hugging Face commit of a model that came by name
+		Family  string `json:"family,omitempty"`
+		Codec   string `json:"codec,omitempty"`
 	}
+	family, codec := b.family()
 	return c.JSON(http.StatusOK, struct {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
-	}{"list", []model{{ID: b.Model, Object: "model", Created: s.started.Unix(), OwnedBy: "omni-pipe", Commit: b.Commit}}})
+	}{"list", []model{{ID: b.Model, Object: "model", Created: s.started.Unix(), OwnedBy: "omni-pipe", Commit: b.Commit, Family: family, Codec: codec}}})
 }
 
 // maxSeed is the largest seed: 2^53 − 1, the largest integer JavaScript

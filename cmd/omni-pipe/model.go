@@ -28,6 +28,7 @@ type modelFlags struct {
 	precision string
 	noMmap    bool
 	offline   bool
+	codec     string
 
 	stderr io.Writer    // where the demo model's warning and download progress go
 	log    *slog.Logger // where the device choice is logged; nil: text on stderr
@@ -46,6 +47,8 @@ func (f *modelFlags) register(fs *flag.FlagSet, e *env) {
 		"cpu, cuda (an NVIDIA GPU; fails without one) or auto (cuda when a GPU is usable, else cpu); env OMNIPIPE_DEVICE")
 	fs.IntVar(&f.threads, "threads", 0, fmt.Sprintf("CPU worker threads, at most the machine's %d cores (0: one per core)", runtime.NumCPU()))
 	fs.StringVar(&f.precision, "precision", "bf16", "activation rounding: bf16 (reproduces the official bf16 inference) or f32")
+	fs.StringVar(&f.codec, "codec", "", "audio codec when the folder has both: mimi (LFM2-Audio's) or detokenizer (LFM2.5-Audio's audio_detokenizer/); "+
+		"default: the detokenizer when the folder has one, else mimi")
 	fs.BoolVar(&f.noMmap, "no-mmap", e.getenv("OMNIPIPE_NO_MMAP") != "", "read the weights into memory instead of mapping the files (for hosts whose memory reclaimer pages out cold mapped files; see docs/performance.md); env OMNIPIPE_NO_MMAP")
 }
 
@@ -67,6 +70,9 @@ func (f *modelFlags) check() (nn.Precision, error) {
 	}
 	if err := intIn("--threads", f.threads, 0, runtime.NumCPU()); err != nil {
 		return 0, err
+	}
+	if f.codec != "" && !slices.Contains(lfm2audio.Codecs, f.codec) {
+		return 0, usageError{fmt.Sprintf("--codec %q: want %s", f.codec, orList(lfm2audio.Codecs))}
 	}
 	return p, nil
 }
@@ -183,6 +189,9 @@ func (f *modelFlags) openOrDemo(what string) (*lfm2audio.Model, gpu.Device, nn.P
 	if err != nil {
 		return nil, nil, 0, err
 	}
+	if f.codec == lfm2audio.CodecDetokenizer {
+		return nil, nil, 0, usageError{"--codec detokenizer: the embedded demo model has no detokenizer (pass --model DIR of an LFM2.5-Audio folder)"}
+	}
 	dev, err := f.openDevice()
 	if err != nil {
 		return nil, nil, 0, err
@@ -223,9 +232,9 @@ func (f *modelFlags) loadOn(dev gpu.Device, dir string) (*lfm2audio.Model, error
 	var m *lfm2audio.Model
 	var err error
 	if f.noMmap {
-		m, err = lfm2audio.LoadFS(dev, os.DirFS(dir), filepath.Base(filepath.Clean(dir)))
+		m, err = lfm2audio.LoadFSWith(dev, os.DirFS(dir), filepath.Base(filepath.Clean(dir)), lfm2audio.Options{Codec: f.codec})
 	} else {
-		m, err = lfm2audio.Load(dev, dir)
+		m, err = lfm2audio.LoadWith(dev, dir, lfm2audio.Options{Codec: f.codec})
 	}
 	if err != nil {
 		return nil, err
@@ -233,7 +242,7 @@ func (f *modelFlags) loadOn(dev gpu.Device, dir string) (*lfm2audio.Model, error
 	if f.source != nil && filepath.Clean(dir) == filepath.Clean(f.source.Dir) {
 		m.Name = f.source.Ref.Repo // not the snapshot folder's commit
 	}
-	f.logger().Debug("model loaded", "model", m.Name, "params", m.Params, "device", dev.Name(), "mapped", !f.noMmap)
+	f.logger().Debug("model loaded", "model", m.Name, "params", m.Params, "codec", m.Codec.Kind(), "device", dev.Name(), "mapped", !f.noMmap)
 	return m, nil
 }
 

@@ -7,6 +7,12 @@ import (
 	"github.com/omni-pipe/omni-pipe/stages/mimi"
 )
 
+// Model families: the same network up to the audio codes, different codecs.
+const (
+	FamilyLFM2Audio  = "lfm2-audio"
+	FamilyLFM25Audio = "lfm2.5-audio"
+)
+
 // The codecs a model can decode its audio codes with.
 const (
 	// CodecMimi is Kyutai's Mimi, LFM2-Audio's codec.

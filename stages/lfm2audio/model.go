@@ -36,7 +36,10 @@ const melWorkers = 8
 
 // Model is a loaded LFM2-Audio model.
 type Model struct {
-	Name     string // the folder's base name, or "demo"
+	Name string // the folder's base name, or "demo"
+	// Family is FamilyLFM2Audio, or FamilyLFM25Audio for a folder with an
+	// audio_detokenizer (whichever codec was chosen).
+	Family   string
 	Cfg      *config.Audio
 	Tok      *tokenizer.Tokenizer
 	Mel      *audio.LogMel
@@ -106,11 +109,11 @@ func special(tok *tokenizer.Tokenizer, vocab int) (Special, error) {
 func (m *Model) Summary() string {
 	c := m.Cfg
 	attn := c.LFM.AttentionLayers()
-	return fmt.Sprintf("%s: %.3gM parameters bound in %d tensors\n"+
+	return fmt.Sprintf("%s (%s): %.3gM parameters bound in %d tensors\n"+
 		"  backbone: LFM2 %d layers (%d attention) × %d, FFN %d, vocab %d\n"+
 		"  encoder: FastConformer %d × %d, %d heads; adapter → %d\n"+
 		"  depthformer: %d × %d, %d codebooks × %d; codec: %s, %d samples per frame at %d Hz",
-		m.Name, float64(m.Params)/1e6, len(m.Bound),
+		m.Name, m.Family, float64(m.Params)/1e6, len(m.Bound),
 		c.LFM.NumHiddenLayers, attn, c.LFM.HiddenSize, c.LFM.FFNDim(), c.LFM.VocabSize,
 		c.Encoder.NLayers, c.Encoder.DModel, c.Encoder.NHeads, c.LFM.HiddenSize,
 		c.Depthformer.Layers, c.Depthformer.Dim, c.Codebooks, m.Depth.Vocab, m.Codec.Kind(), m.Codec.FrameSamples(), m.Codec.SampleRate())
@@ -240,6 +243,10 @@ func load(dev gpu.Device, src source, opts Options) (_ *Model, err error) {
 	kind, err := chooseCodec(src, opts.Codec)
 	if err != nil {
 		return nil, err
+	}
+	m.Family = FamilyLFM2Audio
+	if src.exists(detok.DirName + "/" + detok.ConfigName) {
+		m.Family = FamilyLFM25Audio
 	}
 	var codecName string
 	var codecCfg mimi.Config

@@ -1,0 +1,80 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/pipeline"
+	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
+)
+
+// TestModelFamilyAndCodec: /health and /v1/models name the served model's
+// family and codec: LFM2-Audio with Mimi, and a tiny LFM2.5-Audio folder
+// (the LFM2-Audio tiny fixture plus the detokenizer fixture, made with the
+// official liquid-audio code, see testdata/lfm25-detok-tiny/README.md)
+// with the detokenizer by default or Mimi when asked.
+func TestModelFamilyAndCodec(t *testing.T) {
+	lfm25 := t.TempDir()
+	link := func(src, dst string) {
+		abs, err := filepath.Abs(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(abs, dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := os.ReadDir(tinyModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		link(filepath.Join(tinyModel, e.Name()), filepath.Join(lfm25, e.Name()))
+	}
+	link("../testdata/lfm25-detok-tiny/audio_detokenizer", filepath.Join(lfm25, "audio_detokenizer"))
+	dev := cpu.New(1)
+	defer dev.Close()
+	for _, c := range []struct{ dir, codec, family, want string }{
+		{tinyModel, "", lfm2audio.FamilyLFM2Audio, lfm2audio.CodecMimi},
+		{lfm25, "", lfm2audio.FamilyLFM25Audio, lfm2audio.CodecDetokenizer},
+		{lfm25, lfm2audio.CodecMimi, lfm2audio.FamilyLFM25Audio, lfm2audio.CodecMimi},
+	} {
+		m, err := lfm2audio.LoadWith(dev, c.dir, lfm2audio.Options{Codec: c.codec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng := pipeline.New(m, dev, pipeline.Options{})
+		s := New(Config{Logger: discardLogger()})
+		s.SetBackend(&Backend{Engine: eng, Model: m.Name, Device: "cpu"})
+		get := func(path string, v any) {
+			t.Helper()
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("%s: %d %s", path, rec.Code, rec.Body)
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), v); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+		}
+		var h map[string]any
+		get("/health", &h)
+		if h["model_family"] != c.family || h["codec"] != c.want {
+			t.Errorf("%s %q: /health family %v codec %v, want %s %s", c.dir, c.codec, h["model_family"], h["codec"], c.family, c.want)
+		}
+		var l struct {
+			Data []map[string]any `json:"data"`
+		}
+		get("/v1/models", &l)
+		if len(l.Data) != 1 || l.Data[0]["family"] != c.family || l.Data[0]["codec"] != c.want {
+			t.Errorf("%s %q: /v1/models %+v, want family %s codec %s", c.dir, c.codec, l.Data, c.family, c.want)
+		}
+		eng.Close()
+		m.Close()
+	}
+}
