@@ -176,7 +176,8 @@ func (c *Client) Cached(ref Ref) (*Snapshot, error) {
 
 // missingFiles lists the files a model folder lacks: config.json,
 // tokenizer.json, the codec's weights (tokenizer-*.safetensors or
-// mimi.safetensors) and the weights (model.safetensors, or the index and
+// mimi.safetensors, or LFM2.5-Audio's audio_detokenizer config and
+// weights) and the weights (model.safetensors, or the index and
 // every shard it names).
 func missingFiles(dir string) []string {
 	var missing []string
@@ -189,7 +190,17 @@ func missingFiles(dir string) []string {
 			missing = append(missing, n)
 		}
 	}
-	if codecs, _ := filepath.Glob(filepath.Join(dir, "tokenizer-*.safetensors")); len(codecs) == 0 && !has("mimi.safetensors") {
+	// An LFM2.5-Audio folder decodes with its audio_detokenizer (its
+	// Mimi file is optional); a partial detokenizer folder is a download
+	// cut short.
+	detok := []string{"audio_detokenizer/config.json", "audio_detokenizer/model.safetensors"}
+	if has(detok[0]) || has(detok[1]) {
+		for _, n := range detok {
+			if !has(n) {
+				missing = append(missing, n)
+			}
+		}
+	} else if codecs, _ := filepath.Glob(filepath.Join(dir, "tokenizer-*.safetensors")); len(codecs) == 0 && !has("mimi.safetensors") {
 		missing = append(missing, "the codec's weights (tokenizer-*.safetensors)")
 	}
 	if has("model.safetensors") {
