@@ -6,6 +6,7 @@
 //	omni-pipe generate   one turn from a WAV or text, with stage dumps
 //	omni-pipe parity     compare every stage with a reference file
 //	omni-pipe bench      where the time goes, stage by stage
+//	omni-pipe decode     audio codes → speech with the model's codec
 //	omni-pipe tokenize   text → token ids (like llama-tokenize)
 //	omni-pipe pull       download a model from the Hugging Face hub
 //	omni-pipe version    print the version
