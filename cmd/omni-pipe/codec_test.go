@@ -104,3 +104,49 @@ func TestGenerateLFM25(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateVoice: --voice us_male runs the prompt of --system "Perform
+// TTS. Use the US male voice." --mode sequential (the same prompt tokens
+// and the same greedy WAV); another voice is another prompt; an unknown
+// voice is a usage error.
+func TestGenerateVoice(t *testing.T) {
+	model := lfm25Tiny(t)
+	dir := t.TempDir()
+	gen := func(name string, extra ...string) (wav []byte, prompt []int64) {
+		out, dump := filepath.Join(dir, name+".wav"), filepath.Join(dir, name+".safetensors")
+		args := append([]string{"generate", "--model", model, "--text", "Hello there.", "--greedy", "--max-new-tokens", "40", "--out", out, "--dump", dump, "--threads", "1"}, extra...)
+		code, _, errOut := runCmd(t, "", args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := safetensors.Open(dump)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		ids, err := f.Tensor("prompt_text_ids").Int64s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data, ids
+	}
+	v, pv := gen("voice", "--voice", "us_male")
+	s, ps := gen("system", "--system", "Perform TTS. Use the US male voice.", "--mode", "sequential")
+	if !slices.Equal(pv, ps) || !bytes.Equal(v, s) {
+		t.Error("--voice us_male differs from its system prompt in sequential mode")
+	}
+	if _, pf := gen("female", "--voice", "uk_female"); slices.Equal(pf, pv) {
+		t.Error("two voices gave the same prompt")
+	}
+	if _, pi := gen("interleaved"); slices.Equal(pi, pv) {
+		t.Error("--voice gave the default prompt")
+	}
+	code, _, errOut := runCmd(t, "", "generate", "--model", model, "--text", "hi", "--voice", "alloy", "--out", "")
+	if code != exitUsage || !strings.Contains(errOut, `--voice "alloy": want us_male, us_female, uk_male or uk_female`) {
+		t.Errorf("--voice alloy: exit %d, %s", code, errOut)
+	}
+}

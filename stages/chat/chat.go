@@ -81,6 +81,28 @@ const (
 	ASRPrompt         = "Perform ASR."
 )
 
+// LFM2.5-Audio's text-to-speech system prompts, one per voice (its model
+// card); a TTS turn runs sequentially: the text to speak is the user's.
+var TTSVoices = []struct{ Name, Prompt string }{
+	{"us_male", "Perform TTS. Use the US male voice."},
+	{"us_female", "Perform TTS. Use the US female voice."},
+	{"uk_male", "Perform TTS. Use the UK male voice."},
+	{"uk_female", "Perform TTS. Use the UK female voice."},
+}
+
+// VoicePrompt returns the TTS system prompt of a voice, named as in
+// TTSVoices ("us_male"); case, hyphens and spaces do not matter ("US
+// male", "uk-female").
+func VoicePrompt(voice string) (string, bool) {
+	v := strings.ToLower(strings.NewReplacer("-", "_", " ", "_").Replace(strings.TrimSpace(voice)))
+	for _, t := range TTSVoices {
+		if t.Name == v {
+			return t.Prompt, true
+		}
+	}
+	return "", false
+}
+
 // Chat is a conversation's rows.
 type Chat struct {
 	enc  Encoder
