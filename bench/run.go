@@ -195,11 +195,13 @@ func runTurn(ctx context.Context, eng *pipeline.Engine, tr *pipeline.Trace, o Op
 		return TurnResult{}, turnTimes{}, err
 	}
 	var done *pipeline.DoneEvent
-	decoded := 0
+	samples := 0
 	for ev := range st.Events {
 		switch ev := ev.(type) {
 		case *pipeline.AudioEvent:
-			decoded++
+			// A lagging codec (the detokenizer) sends its first frame short
+			// and the rest in a last event: count frames by samples.
+			samples += len(ev.Samples)
 		case *pipeline.DoneEvent:
 			done = ev
 		case *pipeline.ErrorEvent:
@@ -210,6 +212,7 @@ func runTurn(ctx context.Context, eng *pipeline.Engine, tr *pipeline.Trace, o Op
 		return TurnResult{}, turnTimes{}, errors.New("the turn ended without a result")
 	}
 	tm := done.Timings
+	decoded := samples / eng.Model().Codec.FrameSamples()
 	res := TurnResult{
 		Steps: tm.Steps, Tokens: tm.Tokens, Frames: tm.Frames, DecodedFrames: decoded,
 		PromptRows: tm.PromptRows, Stop: done.Stop.String(), Suppressed: obs.suppressed,

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/audio"
+	"github.com/omni-pipe/omni-pipe/bench"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
 )
 
@@ -148,5 +151,26 @@ func TestGenerateVoice(t *testing.T) {
 	code, _, errOut := runCmd(t, "", "generate", "--model", model, "--text", "hi", "--voice", "alloy", "--out", "")
 	if code != exitUsage || !strings.Contains(errOut, `--voice "alloy": want us_male, us_female, uk_male or uk_female`) {
 		t.Errorf("--voice alloy: exit %d, %s", code, errOut)
+	}
+}
+
+// TestBenchLFM25: bench runs the tiny LFM2.5 folder with the detokenizer,
+// names the family and codec, and counts decoded frames by samples (the
+// detokenizer's first frame comes short and its flush in a last event).
+func TestBenchLFM25(t *testing.T) {
+	model := lfm25Tiny(t)
+	code, out, errOut := runCmd(t, "", "bench", "--model", model, "--seconds", "1", "--turns", "1", "--warmup", "0", "--max-new-tokens", "24", "--greedy", "--json", "--threads", "1")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json output does not parse: %v\n%s", err, out)
+	}
+	if rep.Model.Family != "lfm2.5-audio" || rep.Model.Codec != "detokenizer" {
+		t.Errorf("family %q codec %q", rep.Model.Family, rep.Model.Codec)
+	}
+	if len(rep.Turns) != 1 || rep.Turns[0].DecodedFrames != 12 || math.Abs(rep.Turns[0].AudioSeconds-0.96) > 1e-9 {
+		t.Errorf("turns %+v: want 12 decoded frames, 0.96 s", rep.Turns)
 	}
 }
