@@ -1,12 +1,17 @@
 package server
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/omni-pipe/omni-pipe/audio"
 
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
 	"github.com/omni-pipe/omni-pipe/pipeline"
@@ -73,6 +78,34 @@ func TestModelFamilyAndCodec(t *testing.T) {
 		get("/v1/models", &l)
 		if len(l.Data) != 1 || l.Data[0]["family"] != c.family || l.Data[0]["codec"] != c.want {
 			t.Errorf("%s %q: /v1/models %+v, want family %s codec %s", c.dir, c.codec, l.Data, c.family, c.want)
+		}
+		// A whole turn: the reply's WAV holds 1920 samples per frame.
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/audio/chat",
+			strings.NewReader(`{"text": "Say something.", "stream": false, "max_new_tokens": 40, "seed": 3}`)))
+		var reply struct {
+			Audio   string `json:"audio"`
+			Timings struct {
+				Frames       int     `json:"audio_frames"`
+				AudioSeconds float64 `json:"audio_seconds"`
+			} `json:"timings"`
+		}
+		if rec.Code != http.StatusOK {
+			t.Fatalf("/v1/audio/chat: %d %s", rec.Code, rec.Body)
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &reply); err != nil {
+			t.Fatal(err)
+		}
+		wav, err := base64.StdEncoding.DecodeString(reply.Audio)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clip, err := audio.DecodeBytes(wav, audio.DecodeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(clip.Samples); n == 0 || n%1920 != 0 || math.Abs(float64(n)/24000-reply.Timings.AudioSeconds) > 1e-9 {
+			t.Errorf("%s %q: %d samples, %v s of audio in the timings (%d frames)", c.dir, c.codec, n, reply.Timings.AudioSeconds, reply.Timings.Frames)
 		}
 		eng.Close()
 		m.Close()
