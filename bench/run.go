@@ -185,7 +185,7 @@ func runTurn(ctx context.Context, eng *pipeline.Engine, tr *pipeline.Trace, o Op
 	sess := eng.NewSession()
 	defer sess.Close()
 	tr.Reset()
-	obs := &observer{suppress: !o.AllowStop, sp: eng.Model().Special, kinds: map[int]pipeline.Kind{}}
+	obs := &observer{suppress: !o.AllowStop, sp: eng.Model().Info().Special, kinds: map[int]pipeline.Kind{}}
 	req := pipeline.Request{
 		Audio: o.Clip, MaxNewTokens: o.MaxNewTokens, Seed: o.Seed + uint64(i),
 		TextSampling: pipeline.DefaultText, AudioSampling: o.AudioSampling, Teacher: obs,
@@ -212,7 +212,7 @@ func runTurn(ctx context.Context, eng *pipeline.Engine, tr *pipeline.Trace, o Op
 		return TurnResult{}, turnTimes{}, errors.New("the turn ended without a result")
 	}
 	tm := done.Timings
-	decoded := samples / eng.Model().Codec.FrameSamples()
+	decoded := samples / eng.Model().AudioCodec().FrameSamples()
 	res := TurnResult{
 		Steps: tm.Steps, Tokens: tm.Tokens, Frames: tm.Frames, DecodedFrames: decoded,
 		PromptRows: tm.PromptRows, Stop: done.Stop.String(), Suppressed: obs.suppressed,

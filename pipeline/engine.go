@@ -14,8 +14,7 @@ import (
 	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/stages/chat"
-	"github.com/omni-pipe/omni-pipe/stages/lfm2"
-	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
+	"github.com/omni-pipe/omni-pipe/stages/family"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 	"github.com/omni-pipe/omni-pipe/stages/tokenizer"
 )
@@ -100,7 +99,8 @@ func (o *Options) defaults() {
 // sized to MaxTurns, never block; the codec's channel is bounded and
 // applies back-pressure.
 type Engine struct {
-	m    *lfm2audio.Model
+	m    family.Model
+	info family.Info // m.Info(), read once
 	dev  gpu.Device
 	opts Options
 
@@ -120,10 +120,10 @@ type Engine struct {
 	nextID atomic.Uint64
 }
 
-// New starts an engine for m on dev.
-func New(m *lfm2audio.Model, dev gpu.Device, opts Options) *Engine {
+// New starts an engine for m, a model of any registered family, on dev.
+func New(m family.Model, dev gpu.Device, opts Options) *Engine {
 	opts.defaults()
-	e := &Engine{m: m, dev: dev, opts: opts,
+	e := &Engine{m: m, info: m.Info(), dev: dev, opts: opts,
 		bbIn:    make(chan *turn, opts.MaxTurns),
 		depthIn: make(chan *turn, opts.MaxTurns),
 		codecIn: make(chan codecMsg, opts.CodecQueue),
@@ -140,7 +140,7 @@ func New(m *lfm2audio.Model, dev gpu.Device, opts Options) *Engine {
 }
 
 // Model returns the engine's model.
-func (e *Engine) Model() *lfm2audio.Model { return e.m }
+func (e *Engine) Model() family.Model { return e.m }
 
 // Running returns the number of turns in flight.
 func (e *Engine) Running() int {
@@ -183,7 +183,7 @@ type Session struct {
 	busy  bool
 	shut  bool
 	chat  *chat.Chat
-	cache *lfm2.Cache
+	cache family.Cache
 	fed   int // chat rows the cache holds
 	turns int
 	last  time.Time
@@ -192,7 +192,7 @@ type Session struct {
 // NewSession starts an empty conversation. Its ID is random (128 bits), so
 // it can be handed to clients as a conversation handle.
 func (e *Engine) NewSession() *Session {
-	return &Session{ID: "conv-" + rand.Text(), e: e, chat: chat.New(e.m.Tok), last: time.Now()}
+	return &Session{ID: "conv-" + rand.Text(), e: e, chat: chat.New(e.m.Tokenizer()), last: time.Now()}
 }
 
 // Options returns the engine's options, defaults filled in.
@@ -398,8 +398,8 @@ func (e *Engine) clipFrames(c *audio.Clip) (int, error) {
 	if c.SampleRate < 1 || c.SampleRate > audio.MaxSampleRate {
 		return 0, fmt.Errorf("audio sample rate %d Hz outside 1..%d", c.SampleRate, audio.MaxSampleRate)
 	}
-	n := audio.ResampledLen(len(c.Samples), c.SampleRate, e.m.Mel.SampleRate())
-	frames, valid := e.m.Mel.Frames(n)
+	n := audio.ResampledLen(len(c.Samples), c.SampleRate, e.m.Frontend().SampleRate())
+	frames, valid := e.m.Frontend().Frames(n)
 	if n == 0 || valid < 2 {
 		return 0, fmt.Errorf("%w (%d samples at %d Hz)", audio.ErrTooShort, len(c.Samples), c.SampleRate)
 	}
@@ -461,8 +461,8 @@ type turn struct {
 	tm        Timings
 	busyMu    sync.Mutex
 	seq       int
-	codec     lfm2audio.CodecStream // the turn's codec stream, opened at its first frame
-	codecN    int                   // frames handed to codec so far
+	codec     family.CodecStream // the turn's codec stream, opened at its first frame
+	codecN    int                // frames handed to codec so far
 	stopWatch func() bool
 	finished  bool // the loop stages are done with it (finish was called)
 	kept      bool // the reply stays in the conversation's history
@@ -481,12 +481,12 @@ func (e *Engine) newTurn(s *Session, req Request) *turn {
 	seed := req.Seed
 	t := &turn{
 		id: e.nextID.Add(1), e: e, ctx: tctx, cancelF: cancel, sess: s, req: req,
-		sm:     NewTurn(e.m.Special, req.Mode, e.m.Cfg.InterleavedNText, e.m.Cfg.InterleavedNAudio, req.MaxNewTokens),
+		sm:     NewTurn(e.info.Special, req.Mode, e.info.InterleavedText, e.info.InterleavedAudio, req.MaxNewTokens),
 		textS:  NewSampler(req.TextSampling, seed, 1),
 		audioS: NewSampler(req.AudioSampling, seed, 2),
-		audioH: make([][]int, e.m.Cfg.Codebooks),
+		audioH: make([][]int, e.info.Codebooks),
 		events: make(chan Event, e.opts.EventBuffer),
-		dec:    e.m.Tok.NewStreamDecoder(),
+		dec:    e.m.Tokenizer().NewStreamDecoder(),
 		input:  inPrompt,
 		start:  time.Now(),
 	}

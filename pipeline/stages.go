@@ -16,7 +16,7 @@ import (
 	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/stages/chat"
-	"github.com/omni-pipe/omni-pipe/stages/lfm2"
+	"github.com/omni-pipe/omni-pipe/stages/family"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 )
 
@@ -65,7 +65,7 @@ func (f *frontend) mel(t *turn) *turn {
 		return t
 	}
 	start := time.Now()
-	m, rec := f.e.m.Mel, t.req.Record
+	m, rec := f.e.m.Frontend(), t.req.Record
 	clip := t.req.Audio
 	x := clip.Samples
 	if rec != nil {
@@ -83,7 +83,7 @@ func (f *frontend) mel(t *turn) *turn {
 			rec.SetFloats("wav_16k", x, 1, len(x))
 		}
 	}
-	feats, err := m.Compute(x)
+	feats, err := m.Features(x)
 	if err == nil && feats.Frames != t.clip.MelFrames {
 		err = fmt.Errorf("log-mel gave %d frames, expected %d", feats.Frames, t.clip.MelFrames)
 	}
@@ -127,7 +127,7 @@ func (f *frontend) encode(c *nn.Ctx, t *turn) *turn {
 	feats := t.mel
 	mel := c.Tmp(feats.Frames, feats.Bins)
 	c.Q.Write(mel, feats.Data)
-	enc := f.e.m.Encoder.Encode(c, mel)
+	enc := f.e.m.Frontend().Encode(c, mel)
 	if rec := t.req.Record; rec != nil {
 		v := make([]float32, enc.Len())
 		if err := c.Q.Read(v, enc); err != nil {
@@ -136,7 +136,7 @@ func (f *frontend) encode(c *nn.Ctx, t *turn) *turn {
 		}
 		rec.SetFloats("encoder_out", v, enc.Rows, enc.Cols)
 	}
-	rows := f.e.m.Encoder.Adapt(c, enc)
+	rows := f.e.m.Frontend().Adapt(c, enc)
 	host := make([]float32, rows.Len())
 	if err := c.Q.Read(host, rows); err != nil {
 		t.cancel(fmt.Errorf("encoder: %w", err))
@@ -208,8 +208,8 @@ func (e *Engine) actor(name string, in, out chan *turn, step func(*nn.Ctx, []*tu
 // where the step is a text step, and passes audio steps on to the
 // depthformer; the turns whose next step is a text step again stay.
 func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
-	m := e.m
-	H := m.Cfg.LFM.HiddenSize
+	lm := e.m.LM()
+	H := e.info.HiddenSize
 	live := batch[:0:0]
 	for _, t := range batch {
 		if err := t.failed(); err != nil {
@@ -217,7 +217,7 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 			continue
 		}
 		if t.sess.cache == nil {
-			t.sess.cache = m.Backbone.NewCache(e.dev)
+			t.sess.cache = lm.NewCache(e.dev)
 		}
 		live = append(live, t)
 	}
@@ -226,14 +226,14 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 	}
 	start := time.Now()
 	c.A.Reset()
-	seqs := make([]lfm2.Seq, len(live))
+	seqs := make([]family.Seq, len(live))
 	total := 0
 	for i, t := range live {
 		n := 1
 		if t.input == inPrompt {
 			n = t.sess.chat.Len() - t.sess.fed
 		}
-		seqs[i] = lfm2.Seq{Cache: t.sess.cache, Rows: n}
+		seqs[i] = family.Seq{Cache: t.sess.cache, Rows: n}
 		total += n
 	}
 	x := c.Tmp(total, H)
@@ -244,13 +244,13 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 		case inPrompt:
 			e.embedRows(c, rows, t.sess.chat.Rows(t.sess.fed, t.sess.chat.Len()))
 		case inToken:
-			m.Backbone.EmbedTokens(c, rows, []int32{int32(t.token)})
+			lm.EmbedTokens(c, rows, []int32{int32(t.token)})
 		case inFrame:
-			e.embedFrame(c, rows, t.frame)
+			e.m.Head().EmbedFrame(c, rows, t.frame)
 		}
 		r0 += seqs[i].Rows
 	}
-	h := m.Backbone.Forward(c, x, seqs)
+	h := lm.Forward(c, x, seqs)
 
 	// Gather the last row of each turn: text turns get logits, audio turns
 	// hand the row to the depthformer.
@@ -270,7 +270,7 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 	// A failed read fails its turns. The error stays in this goroutine (the
 	// codec may be looking at the same turns) until finish hands it on.
 	errs := make([]error, len(live))
-	V := m.Cfg.LFM.VocabSize
+	V := e.info.VocabSize
 	var logits []float32
 	if len(texts) > 0 {
 		hs := c.Tmp(len(texts), H)
@@ -278,7 +278,7 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 			c.Q.Copy(hs.Row(j), h.Row(lasts[i]))
 		}
 		lg := c.Tmp(len(texts), V)
-		m.Backbone.Logits(c, lg, hs)
+		lm.Logits(c, lg, hs)
 		logits = make([]float32, len(texts)*V)
 		if err := c.Q.Read(logits, lg); err != nil {
 			for _, i := range texts {
@@ -345,7 +345,7 @@ func (e *Engine) recordPrompt(t *turn, hidden []float32, n int) {
 	}
 	rec.SetInts("prompt_modality", mi, len(mi))
 	frames := ch.AudioOut()
-	cb := e.m.Cfg.Codebooks
+	cb := e.info.Codebooks
 	out := make([]int, cb*len(frames))
 	for f, codes := range frames {
 		for c, v := range codes {
@@ -371,30 +371,18 @@ func (e *Engine) embedRows(c *nn.Ctx, x gpu.Tensor, rows []chat.Row) {
 			for k := range ids {
 				ids[k] = int32(rows[i+k].Token)
 			}
-			e.m.Backbone.EmbedTokens(c, dst, ids)
+			e.m.LM().EmbedTokens(c, dst, ids)
 		case chat.AudioIn:
 			feats := rows[i].Clip.Features.([]float32)
 			a, b := rows[i].Index, rows[j-1].Index+1
 			c.Q.Write(dst, feats[a*H:b*H])
 		case chat.AudioOut:
 			for k := i; k < j; k++ {
-				e.embedFrame(c, x.Row(k), rows[k].Codes)
+				e.m.Head().EmbedFrame(c, x.Row(k), rows[k].Codes)
 			}
 		}
 		i = j
 	}
-}
-
-// embedFrame writes the audio feedback of one frame: the sum of its codes'
-// embeddings (codebook i offset by i·Depth.Vocab), rounded as the reference's bf16
-// sum.
-func (e *Engine) embedFrame(c *nn.Ctx, dst gpu.Tensor, codes []int) {
-	ids := make([]int32, len(codes))
-	for i, code := range codes {
-		ids[i] = int32(code + i*e.m.Depth.Vocab)
-	}
-	c.Q.Embed(dst, e.m.AudioEmb, ids)
-	c.Round(dst)
 }
 
 // onText samples a text step and reports whether the turn continues with
@@ -418,7 +406,7 @@ func (e *Engine) onText(t *turn, logits []float32) bool {
 		t.sess.chat.AppendToken(pick)
 		t.textH = append(t.textH, pick)
 		t.tm.Tokens++
-		if !e.m.Tok.IsSpecial(pick) {
+		if !e.m.Tokenizer().IsSpecial(pick) {
 			if d := t.dec.Add(pick); d != "" {
 				t.text.WriteString(d)
 				if t.tm.FirstText == 0 {
@@ -464,12 +452,12 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) (_, back []*turn) {
 	}
 	start := time.Now()
 	c.A.Reset()
-	H := e.m.Cfg.LFM.HiddenSize
+	H := e.info.HiddenSize
 	h := c.Tmp(len(live), H)
 	for r, t := range live {
 		c.Q.Write(h.Row(r), t.hidden)
 	}
-	CB := e.m.Cfg.Codebooks
+	CB := e.info.Codebooks
 	own := make([][]int, len(live))
 	logs := make([][][]float32, len(live))
 	for r := range live {
@@ -478,7 +466,7 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) (_, back []*turn) {
 			logs[r] = make([][]float32, CB)
 		}
 	}
-	codes, err := e.m.Depth.Frame(c, h, func(r, i int, logits []float32) int {
+	codes, err := e.m.Head().Frame(c, h, func(r, i int, logits []float32) int {
 		t := live[r]
 		pick := t.audioS.Pick(logits, t.audioH[i])
 		own[r][i] = pick
@@ -511,7 +499,7 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) (_, back []*turn) {
 		}
 		// The codec decodes its codes only: a frame holding the end-of-audio
 		// code anywhere is not decoded (as demo/chat.py skips it).
-		if !slices.Contains(frame, e.m.Special.EOA) {
+		if !slices.Contains(frame, e.info.Special.EOA) {
 			e.codecIn <- codecMsg{t: t, frame: slices.Clone(frame), audioStep: audioStep, step: t.sm.Steps() - 1}
 		}
 		t.input, t.frame = inFrame, frame
@@ -595,7 +583,7 @@ func (e *Engine) decode(t *turn, msgs []codecMsg) {
 	}
 	start := time.Now()
 	if t.codec == nil {
-		t.codec = e.m.Codec.NewStream()
+		t.codec = e.m.AudioCodec().NewStream()
 	}
 	pcm, err := t.codec.DecodeFrames(t.ctx, frames)
 	steps := make([]int, len(msgs))
@@ -609,13 +597,13 @@ func (e *Engine) decode(t *turn, msgs []codecMsg) {
 		}
 		return
 	}
-	n := e.m.Codec.FrameSamples()
+	n := e.m.AudioCodec().FrameSamples()
 	// A codec that lags (the detokenizer's overlap-add) returns Lag()
 	// fewer samples for the turn's first call; frame k's samples then end
 	// at (k+1)·n − Lag() and the rest come with the stream's Flush.
 	lag := 0
 	if t.codecN == 0 {
-		lag = e.m.Codec.Lag()
+		lag = e.m.AudioCodec().Lag()
 	}
 	t.codecN += len(msgs)
 	for k := range msgs {
@@ -638,7 +626,7 @@ func (e *Engine) emitAudio(t *turn, pcm []float32) {
 	if len(pcm) == 0 {
 		return
 	}
-	rate := e.m.Codec.SampleRate()
+	rate := e.m.AudioCodec().SampleRate()
 	if t.tm.FirstAudio == 0 {
 		t.tm.FirstAudio = time.Since(t.start)
 	}

@@ -6,7 +6,7 @@ package pipeline
 import (
 	"fmt"
 
-	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
+	"github.com/omni-pipe/omni-pipe/stages/family"
 )
 
 // Mode is how a turn alternates text and audio.
@@ -75,7 +75,7 @@ func (r StopReason) String() string {
 
 // Turn is the state machine of one assistant turn, a pure value: no
 // goroutines, no clock. The token ids and the end-of-audio code it acts on
-// are the model's (lfm2audio.Special, read from the checkpoint). The engine calls Step before each backbone step to
+// are the model's (family.Special, read from the checkpoint). The engine calls Step before each backbone step to
 // learn what to sample, then OnText or OnAudio with what it sampled; the
 // result says whether to emit it, and whether the turn is over. It follows
 // liquid-audio's generate_interleaved and generate_sequential exactly,
@@ -83,7 +83,7 @@ func (r StopReason) String() string {
 // back to audio; the modality counter keeps counting across an
 // end-of-audio frame).
 type Turn struct {
-	sp            lfm2audio.Special
+	sp            family.Special
 	mode          Mode
 	nText, nAudio int
 	maxNew        int
@@ -98,7 +98,7 @@ type Turn struct {
 
 // NewTurn returns the state of a turn that starts with a text step, for a
 // model whose special tokens and end-of-audio code are sp.
-func NewTurn(sp lfm2audio.Special, mode Mode, nText, nAudio, maxNewTokens int) *Turn {
+func NewTurn(sp family.Special, mode Mode, nText, nAudio, maxNewTokens int) *Turn {
 	return &Turn{sp: sp, mode: mode, nText: nText, nAudio: nAudio, maxNew: maxNewTokens, kind: TextStep, left: nText}
 }
 

@@ -60,7 +60,7 @@ func (s *Server) audioChat(c echo.Context) error {
 // audioChatJSON collects the turn into one JSON reply with a WAV.
 func (s *Server) audioChatJSON(c echo.Context, be *Backend, t *turn, job *turnJob) error {
 	var pcm []float32
-	rate := be.Engine.Model().Codec.SampleRate()
+	rate := be.Engine.Model().AudioCodec().SampleRate()
 	done, fail := t.events(
 		func(string) error { return nil },
 		func(ev *pipeline.AudioEvent) error {

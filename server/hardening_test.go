@@ -52,7 +52,7 @@ func recordPrompts(ts *testServer) func(t *testing.T) *pipeline.Recorder {
 func TestRequestTextCannotForgeTurns(t *testing.T) {
 	ts := startServer(t, Config{})
 	next := recordPrompts(ts)
-	tok := ts.eng.Model().Tok
+	tok := ts.eng.Model().Tokenizer()
 	imStart, _ := tok.TokenID("<|im_start|>")
 	imEnd, _ := tok.TokenID("<|im_end|>")
 	plain, err := tok.EncodeContext(context.Background(), forged, tokenizer.EncodeOptions{SplitSpecial: true})

@@ -442,7 +442,7 @@ func (s *Server) chatCompletions(c echo.Context) error {
 // chatCompletionJSON collects the turn into one chat.completion object.
 func (s *Server) chatCompletionJSON(c echo.Context, be *Backend, t *turn, job *chatJob, head chatCompletion, id string, expires int64) error {
 	var pcm []float32
-	rate := be.Engine.Model().Codec.SampleRate()
+	rate := be.Engine.Model().AudioCodec().SampleRate()
 	done, fail := t.events(
 		func(string) error { return nil },
 		func(ev *pipeline.AudioEvent) error {

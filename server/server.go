@@ -152,7 +152,7 @@ func (b *Backend) family() (family, codec string) {
 		return "", ""
 	}
 	m := b.Engine.Model()
-	return m.Family, m.Codec.Kind()
+	return m.Info().Family, m.AudioCodec().Kind()
 }
 
 // Server is the HTTP API. Create it with New, hand it the model with

@@ -64,7 +64,7 @@ func (s *Server) encodeText(ctx context.Context, be *Backend, req *pipeline.Requ
 	if s.hookEncode != nil {
 		s.hookEncode(ctx)
 	}
-	tok := be.Engine.Model().Tok
+	tok := be.Engine.Model().Tokenizer()
 	encode := func(text string) ([]int, *apiError) {
 		if text == "" {
 			return nil, nil // nothing to encode; the engine adds nothing either

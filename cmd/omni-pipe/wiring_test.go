@@ -12,7 +12,7 @@ import (
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/pipeline"
 	"github.com/omni-pipe/omni-pipe/server"
-	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
+	"github.com/omni-pipe/omni-pipe/stages/family"
 )
 
 // captureEngines records the options of every engine a command builds.
@@ -21,7 +21,7 @@ func captureEngines(t *testing.T) *[]pipeline.Options {
 	var got []pipeline.Options
 	orig := newEngine
 	t.Cleanup(func() { newEngine = orig })
-	newEngine = func(m *lfm2audio.Model, dev gpu.Device, o pipeline.Options) *pipeline.Engine {
+	newEngine = func(m family.Model, dev gpu.Device, o pipeline.Options) *pipeline.Engine {
 		got = append(got, o)
 		return orig(m, dev, o)
 	}

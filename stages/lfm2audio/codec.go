@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/omni-pipe/omni-pipe/stages/detok"
+	"github.com/omni-pipe/omni-pipe/stages/family"
 	"github.com/omni-pipe/omni-pipe/stages/mimi"
 )
 
@@ -26,37 +27,11 @@ const (
 var Codecs = []string{CodecMimi, CodecDetokenizer}
 
 // Codec turns a model's audio codes (one frame of Codebooks() codes per
-// 80 ms) into 24 kHz speech.
-type Codec interface {
-	// Kind is CodecMimi or CodecDetokenizer.
-	Kind() string
-	SampleRate() int
-	// FrameSamples is the number of samples each frame decodes to.
-	FrameSamples() int
-	Codebooks() int
-	// Lag is the number of samples a stream holds back until its Flush
-	// (0 for Mimi, 480 for the detokenizer).
-	Lag() int
-	// Decode decodes a whole utterance: len(codes)·FrameSamples() samples.
-	Decode(ctx context.Context, codes [][]int) ([]float32, error)
-	// NewStream starts one utterance's streaming decode.
-	NewStream() CodecStream
-	Close() error
-}
+// 80 ms) into 24 kHz speech; Kind is CodecMimi or CodecDetokenizer.
+type Codec = family.Codec
 
-// CodecStream is one utterance's decoding state. The samples of its
-// DecodeFrames calls and of its Flush, concatenated, are the utterance's
-// whole decode.
-type CodecStream interface {
-	// DecodeFrames decodes the next frames and returns the samples they
-	// complete. A code outside the codebooks (end-of-audio included) is an
-	// error and leaves the stream untouched.
-	DecodeFrames(ctx context.Context, codes [][]int) ([]float32, error)
-	// Flush ends the utterance and returns the samples held back.
-	Flush() []float32
-	// Close releases the stream's memory.
-	Close()
-}
+// CodecStream is one utterance's decoding state.
+type CodecStream = family.CodecStream
 
 type mimiCodec struct{ *mimi.Decoder }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/omni-pipe/omni-pipe/stages/conformer"
 	"github.com/omni-pipe/omni-pipe/stages/depth"
 	"github.com/omni-pipe/omni-pipe/stages/detok"
+	"github.com/omni-pipe/omni-pipe/stages/family"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2"
 	"github.com/omni-pipe/omni-pipe/stages/mimi"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
@@ -75,16 +76,7 @@ const (
 // Special holds the token ids and the code the turn logic acts on: read at
 // load from tokenizer.json (by token text) and from the codec's
 // configuration, never assumed.
-type Special struct {
-	IMEnd      int // <|im_end|>: the turn is over
-	AudioStart int // <|audio_start|>: a sequential turn switches to audio
-	TextEnd    int // <|text_end|>: an interleaved turn's text is done
-	// EOA is the end-of-audio code: the codec's codebook size (its
-	// quantizer's bins), the one code past the codec's codes in each of
-	// the depthformer's codebook vocabularies. A frame whose first code is
-	// EOA ends the speech; a frame holding it anywhere is not decoded.
-	EOA int
-}
+type Special = family.Special
 
 // special looks up the special tokens in tok, for a backbone of vocab ids.
 func special(tok *tokenizer.Tokenizer, vocab int) (Special, error) {

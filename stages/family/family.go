@@ -1,0 +1,162 @@
+// Package family is the engine's view of a model family: the few
+// operations its stages run (the audio front end, the backbone's
+// prefill/step, the audio head's frame, the codec's streaming decode) and
+// what the turn logic reads (sizes, special tokens, the tokenizer). A
+// family's package implements Model and registers a constructor under the
+// architecture its checkpoints' config.json names; Load reads config.json
+// and dispatches to it, so that the pipeline never depends on a family's
+// concrete types.
+package family
+
+import (
+	"context"
+
+	"github.com/omni-pipe/omni-pipe/audio"
+	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/stages/nn"
+	"github.com/omni-pipe/omni-pipe/stages/tokenizer"
+)
+
+// Model is one loaded checkpoint of a family, as the engine's stages use
+// it. Its parts are safe to use from the stage goroutines the engine runs
+// (one per stage), each with its own nn.Ctx.
+type Model interface {
+	// Info returns the sizes and special tokens the engine allocates and
+	// acts on. It does not change after load.
+	Info() Info
+	// Tokenizer is the text tokenizer; stages/chat frames the family's
+	// prompts with it.
+	Tokenizer() *tokenizer.Tokenizer
+	Frontend() Frontend
+	// LM is the backbone.
+	LM() Backbone
+	// Head is the audio head that samples one frame of codes per audio
+	// step, and embeds a frame to feed it back to the backbone.
+	Head() AudioHead
+	// AudioCodec decodes the audio codes to speech.
+	AudioCodec() Codec
+	// Close releases the checkpoint's mappings and device memory.
+	Close() error
+}
+
+// Info is what the engine sizes its work by.
+type Info struct {
+	Name   string // the checkpoint's name (its folder's base name)
+	Family string // e.g. "lfm2-audio", "lfm2.5-audio"
+
+	HiddenSize int // the backbone's row width
+	VocabSize  int // the backbone's text logits per row
+	Codebooks  int // codes per audio frame
+
+	// InterleavedText and InterleavedAudio are the text and audio steps
+	// of one round of an interleaved turn.
+	InterleavedText, InterleavedAudio int
+
+	Special Special
+}
+
+// Special holds the token ids and the code the turn logic acts on: read at
+// load from the checkpoint (tokenizer.json, the codec's configuration),
+// never assumed.
+type Special struct {
+	IMEnd      int // <|im_end|>: the turn is over
+	AudioStart int // <|audio_start|>: a sequential turn switches to audio
+	TextEnd    int // <|text_end|>: an interleaved turn's text is done
+	// EOA is the end-of-audio code: the codec's codebook size (its
+	// quantizer's bins), the one code past the codec's codes in each of
+	// the audio head's codebook vocabularies. A frame whose first code is
+	// EOA ends the speech; a frame holding it anywhere is not decoded.
+	EOA int
+}
+
+// Frontend turns an input clip into the rows the backbone reads: features
+// on the host, then the encoder and its adapter on the device.
+type Frontend interface {
+	// SampleRate is the rate the features are computed at (the engine
+	// resamples clips to it).
+	SampleRate() int
+	// Frames returns the feature frames of n samples at SampleRate, and
+	// how many of them hold signal.
+	Frames(n int) (frames, valid int)
+	// Features computes the features of samples at SampleRate.
+	Features(samples []float32) (*audio.Features, error)
+	// Encode runs the encoder over the features [frames, bins].
+	Encode(c *nn.Ctx, feats gpu.Tensor) gpu.Tensor
+	// Adapt maps the encoder's output to backbone rows [n, HiddenSize].
+	Adapt(c *nn.Ctx, enc gpu.Tensor) gpu.Tensor
+}
+
+// Cache is one conversation's backbone state.
+type Cache interface {
+	// Free releases its device memory.
+	Free()
+}
+
+// Seq is one conversation's rows of a batched backbone pass.
+type Seq struct {
+	Cache Cache // from the same Backbone's NewCache
+	Rows  int
+}
+
+// Backbone is the language model: prefill is a Forward of many rows, a
+// step a Forward of one.
+type Backbone interface {
+	NewCache(dev gpu.Device) Cache
+	// EmbedTokens writes the embeddings of the text tokens ids into dst
+	// (one row each).
+	EmbedTokens(c *nn.Ctx, dst gpu.Tensor, ids []int32)
+	// Forward runs the rows x [Σ seqs' Rows, HiddenSize], seqs' rows in
+	// order, each against its cache (which takes them), and returns the
+	// output rows.
+	Forward(c *nn.Ctx, x gpu.Tensor, seqs []Seq) gpu.Tensor
+	// Logits writes the text logits [rows, VocabSize] of the rows h.
+	Logits(c *nn.Ctx, dst, h gpu.Tensor)
+}
+
+// Picker chooses codebook i's code for batch row r from its logits. What
+// it returns is fed to the next codebook.
+type Picker func(r, codebook int, logits []float32) int
+
+// AudioHead samples audio frames from backbone rows (LFM2-Audio's
+// depthformer).
+type AudioHead interface {
+	// Frame computes one frame of Codebooks codes for every row of h
+	// [B, HiddenSize], choosing each code with pick.
+	Frame(c *nn.Ctx, h gpu.Tensor, pick Picker) ([][]int, error)
+	// EmbedFrame writes the backbone input row of a sampled frame into
+	// dst (one row).
+	EmbedFrame(c *nn.Ctx, dst gpu.Tensor, codes []int)
+}
+
+// Codec turns a model's audio codes (one frame of Codebooks() codes per
+// step) into speech.
+type Codec interface {
+	// Kind names the codec, e.g. "mimi" or "detokenizer".
+	Kind() string
+	SampleRate() int
+	// FrameSamples is the number of samples each frame decodes to.
+	FrameSamples() int
+	Codebooks() int
+	// Lag is the number of samples a stream holds back until its Flush
+	// (0 for Mimi, 480 for the detokenizer).
+	Lag() int
+	// Decode decodes a whole utterance: len(codes)·FrameSamples() samples.
+	Decode(ctx context.Context, codes [][]int) ([]float32, error)
+	// NewStream starts one utterance's streaming decode.
+	NewStream() CodecStream
+	Close() error
+}
+
+// CodecStream is one utterance's decoding state. The samples of its
+// DecodeFrames calls and of its Flush, concatenated, are the utterance's
+// whole decode.
+type CodecStream interface {
+	// DecodeFrames decodes the next frames and returns the samples they
+	// complete. A code outside the codebooks (end-of-audio included) is an
+	// error and leaves the stream untouched.
+	DecodeFrames(ctx context.Context, codes [][]int) ([]float32, error)
+	// Flush ends the utterance and returns the samples held back.
+	Flush() []float32
+	// Close releases the stream's memory.
+	Close()
+}

@@ -1,0 +1,102 @@
+package lfm2audio
+
+import (
+	"github.com/omni-pipe/omni-pipe/audio"
+	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/stages/config"
+	"github.com/omni-pipe/omni-pipe/stages/conformer"
+	"github.com/omni-pipe/omni-pipe/stages/depth"
+	"github.com/omni-pipe/omni-pipe/stages/family"
+	"github.com/omni-pipe/omni-pipe/stages/lfm2"
+	"github.com/omni-pipe/omni-pipe/stages/nn"
+	"github.com/omni-pipe/omni-pipe/stages/tokenizer"
+)
+
+// LFM2-Audio and LFM2.5-Audio checkpoints name the same architecture; the
+// folder's codecs tell them apart (see Options).
+func init() {
+	for _, a := range config.Architectures {
+		family.Register(a, func(dev gpu.Device, dir string, opts family.Options) (family.Model, error) {
+			return LoadWith(dev, dir, Options{Codec: opts.Codec})
+		})
+	}
+}
+
+var _ family.Model = (*Model)(nil)
+
+// Info implements family.Model.
+func (m *Model) Info() family.Info {
+	return family.Info{
+		Name: m.Name, Family: m.Family,
+		HiddenSize: m.Cfg.LFM.HiddenSize, VocabSize: m.Cfg.LFM.VocabSize, Codebooks: m.Cfg.Codebooks,
+		InterleavedText: m.Cfg.InterleavedNText, InterleavedAudio: m.Cfg.InterleavedNAudio,
+		Special: m.Special,
+	}
+}
+
+// Tokenizer implements family.Model.
+func (m *Model) Tokenizer() *tokenizer.Tokenizer { return m.Tok }
+
+// Frontend implements family.Model: the log-mel and the FastConformer
+// with its adapter.
+func (m *Model) Frontend() family.Frontend { return frontend{m.Mel, m.Encoder} }
+
+// LM implements family.Model: the LFM2 backbone.
+func (m *Model) LM() family.Backbone { return backbone{m.Backbone} }
+
+// Head implements family.Model: the depthformer and the audio embedding.
+func (m *Model) Head() family.AudioHead { return head{m.Depth, m.AudioEmb} }
+
+// AudioCodec implements family.Model: Mimi or the detokenizer.
+func (m *Model) AudioCodec() family.Codec { return m.Codec }
+
+type frontend struct {
+	mel *audio.LogMel
+	enc *conformer.Encoder
+}
+
+func (f frontend) SampleRate() int                  { return f.mel.SampleRate() }
+func (f frontend) Frames(n int) (frames, valid int) { return f.mel.Frames(n) }
+func (f frontend) Features(x []float32) (*audio.Features, error) {
+	return f.mel.Compute(x)
+}
+func (f frontend) Encode(c *nn.Ctx, feats gpu.Tensor) gpu.Tensor { return f.enc.Encode(c, feats) }
+func (f frontend) Adapt(c *nn.Ctx, enc gpu.Tensor) gpu.Tensor    { return f.enc.Adapt(c, enc) }
+
+type backbone struct{ m *lfm2.Model }
+
+func (b backbone) NewCache(dev gpu.Device) family.Cache { return b.m.NewCache(dev) }
+func (b backbone) EmbedTokens(c *nn.Ctx, dst gpu.Tensor, ids []int32) {
+	b.m.EmbedTokens(c, dst, ids)
+}
+func (b backbone) Logits(c *nn.Ctx, dst, h gpu.Tensor) { b.m.Logits(c, dst, h) }
+
+// Forward runs the LFM2 stack; every cache must come from NewCache.
+func (b backbone) Forward(c *nn.Ctx, x gpu.Tensor, seqs []family.Seq) gpu.Tensor {
+	ls := make([]lfm2.Seq, len(seqs))
+	for i, s := range seqs {
+		ls[i] = lfm2.Seq{Cache: s.Cache.(*lfm2.Cache), Rows: s.Rows}
+	}
+	return b.m.Forward(c, x, ls)
+}
+
+type head struct {
+	d   *depth.Depth
+	emb gpu.Tensor // audio_embedding.embedding [codebooks·d.Vocab, hidden]
+}
+
+func (h head) Frame(c *nn.Ctx, x gpu.Tensor, pick family.Picker) ([][]int, error) {
+	return h.d.Frame(c, x, depth.Picker(pick))
+}
+
+// EmbedFrame writes the audio feedback of one frame: the sum of its codes'
+// embeddings (codebook i offset by i·Vocab), rounded as the reference's
+// bf16 sum.
+func (h head) EmbedFrame(c *nn.Ctx, dst gpu.Tensor, codes []int) {
+	ids := make([]int32, len(codes))
+	for i, code := range codes {
+		ids[i] = int32(code + i*h.d.Vocab)
+	}
+	c.Q.Embed(dst, h.emb, ids)
+	c.Round(dst)
+}
