@@ -3,50 +3,22 @@ package pipeline
 import (
 	"context"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/internal/testmodel"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 )
-
-// lfm25Tiny builds a tiny LFM2.5-Audio folder: the LFM2-Audio tiny
-// fixture's files plus the detokenizer fixture (made with the official
-// liquid-audio code, see testdata/lfm25-detok-tiny/README.md) as
-// audio_detokenizer/, all symlinks.
-func lfm25Tiny(t testing.TB) string {
-	t.Helper()
-	dir := t.TempDir()
-	link := func(src, dst string) {
-		abs, err := filepath.Abs(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(abs, dst); err != nil {
-			t.Fatal(err)
-		}
-	}
-	entries, err := os.ReadDir(tinyModel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		link(filepath.Join(tinyModel, e.Name()), filepath.Join(dir, e.Name()))
-	}
-	link("../testdata/lfm25-detok-tiny/audio_detokenizer", filepath.Join(dir, "audio_detokenizer"))
-	return dir
-}
 
 // TestDetokenizerTurn: a turn of an LFM2.5 folder decodes with the
 // detokenizer; its audio events (the first frame 480 samples short, the
 // flush's 480 at the end) concatenate to the whole decode of the turn's
 // recorded frames, which are the frames the same turn gives with Mimi.
 func TestDetokenizerTurn(t *testing.T) {
-	dir := lfm25Tiny(t)
+	dir := testmodel.LFM25Tiny(t, true)
 	run := func(codec string) (collected, *Recorder, *lfm2audio.Model) {
 		dev := cpu.New(0)
 		m, err := lfm2audio.LoadWith(dev, dir, lfm2audio.Options{Codec: codec})

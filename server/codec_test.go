@@ -6,14 +6,13 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/audio"
 
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/internal/testmodel"
 	"github.com/omni-pipe/omni-pipe/pipeline"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 )
@@ -24,24 +23,7 @@ import (
 // official liquid-audio code, see testdata/lfm25-detok-tiny/README.md)
 // with the detokenizer by default or Mimi when asked.
 func TestModelFamilyAndCodec(t *testing.T) {
-	lfm25 := t.TempDir()
-	link := func(src, dst string) {
-		abs, err := filepath.Abs(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(abs, dst); err != nil {
-			t.Fatal(err)
-		}
-	}
-	entries, err := os.ReadDir(tinyModel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		link(filepath.Join(tinyModel, e.Name()), filepath.Join(lfm25, e.Name()))
-	}
-	link("../testdata/lfm25-detok-tiny/audio_detokenizer", filepath.Join(lfm25, "audio_detokenizer"))
+	lfm25 := testmodel.LFM25Tiny(t, true)
 	dev := cpu.New(1)
 	defer dev.Close()
 	for _, c := range []struct{ dir, codec, family, want string }{

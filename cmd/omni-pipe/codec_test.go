@@ -12,42 +12,16 @@ import (
 
 	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/bench"
+	"github.com/omni-pipe/omni-pipe/internal/testmodel"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
 )
-
-// lfm25Tiny builds a tiny LFM2.5-Audio folder: the LFM2-Audio tiny
-// fixture's files plus the detokenizer fixture (made with the official
-// liquid-audio code, see testdata/lfm25-detok-tiny/README.md) as
-// audio_detokenizer/, all symlinks.
-func lfm25Tiny(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	link := func(src, dst string) {
-		abs, err := filepath.Abs(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(abs, dst); err != nil {
-			t.Fatal(err)
-		}
-	}
-	entries, err := os.ReadDir(tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		link(filepath.Join(tiny, e.Name()), filepath.Join(dir, e.Name()))
-	}
-	link("../../testdata/lfm25-detok-tiny/audio_detokenizer", filepath.Join(dir, "audio_detokenizer"))
-	return dir
-}
 
 // TestGenerateLFM25: generate runs a tiny LFM2.5-Audio folder end to end
 // with the detokenizer by default (mapped or read into memory, the same
 // WAV), and with --codec mimi the same codes decode to Mimi's different
 // speech; the reply holds 1920 samples per decoded frame either way.
 func TestGenerateLFM25(t *testing.T) {
-	model := lfm25Tiny(t)
+	model := testmodel.LFM25Tiny(t, true)
 	dir := t.TempDir()
 	gen := func(name string, extra ...string) ([]byte, []int64) {
 		out := filepath.Join(dir, name+".wav")
@@ -113,7 +87,7 @@ func TestGenerateLFM25(t *testing.T) {
 // and the same greedy WAV); another voice is another prompt; an unknown
 // voice is a usage error.
 func TestGenerateVoice(t *testing.T) {
-	model := lfm25Tiny(t)
+	model := testmodel.LFM25Tiny(t, true)
 	dir := t.TempDir()
 	gen := func(name string, extra ...string) (wav []byte, prompt []int64) {
 		out, dump := filepath.Join(dir, name+".wav"), filepath.Join(dir, name+".safetensors")
@@ -158,7 +132,7 @@ func TestGenerateVoice(t *testing.T) {
 // names the family and codec, and counts decoded frames by samples (the
 // detokenizer's first frame comes short and its flush in a last event).
 func TestBenchLFM25(t *testing.T) {
-	model := lfm25Tiny(t)
+	model := testmodel.LFM25Tiny(t, true)
 	code, out, errOut := runCmd(t, "", "bench", "--model", model, "--seconds", "1", "--turns", "1", "--warmup", "0", "--max-new-tokens", "24", "--greedy", "--json", "--threads", "1")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)

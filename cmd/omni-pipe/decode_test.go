@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/audio"
+	"github.com/omni-pipe/omni-pipe/internal/testmodel"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
 )
 
@@ -38,7 +39,7 @@ func readF32(t *testing.T, path, name string) ([]float32, []int) {
 // the tiny LFM2.5 folder's detokenizer, whole or streamed in chunks (the
 // same samples), dumping the intermediates under the fixture's names.
 func TestDecode(t *testing.T) {
-	model := lfm25Tiny(t)
+	model := testmodel.LFM25Tiny(t, true)
 	dir := t.TempDir()
 	dec := func(name string, extra ...string) (wav []float32, dump string) {
 		out, dump := filepath.Join(dir, name+".wav"), filepath.Join(dir, name+".safetensors")
@@ -101,7 +102,7 @@ func TestDecode(t *testing.T) {
 }
 
 func TestDecodeErrors(t *testing.T) {
-	model := lfm25Tiny(t)
+	model := testmodel.LFM25Tiny(t, true)
 	eoa := filepath.Join(t.TempDir(), "eoa.safetensors")
 	f, err := os.Create(eoa)
 	if err != nil {

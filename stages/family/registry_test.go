@@ -9,6 +9,7 @@ import (
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/internal/testmodel"
 	"github.com/omni-pipe/omni-pipe/stages/family"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 )
@@ -63,24 +64,7 @@ func TestLoadErrors(t *testing.T) {
 // lfm2audio's model with the folder's codec.
 func TestLoadLFM2Audio(t *testing.T) {
 	const tiny = "../../testdata/lfm2-audio-tiny"
-	lfm25 := t.TempDir()
-	link := func(src, dst string) {
-		abs, err := filepath.Abs(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(abs, dst); err != nil {
-			t.Fatal(err)
-		}
-	}
-	entries, err := os.ReadDir(tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		link(filepath.Join(tiny, e.Name()), filepath.Join(lfm25, e.Name()))
-	}
-	link("../../testdata/lfm25-detok-tiny/audio_detokenizer", filepath.Join(lfm25, "audio_detokenizer"))
+	lfm25 := testmodel.LFM25Tiny(t, true)
 	for _, tc := range []struct{ dir, opt, family, codec string }{
 		{tiny, "", lfm2audio.FamilyLFM2Audio, lfm2audio.CodecMimi},
 		{lfm25, "", lfm2audio.FamilyLFM25Audio, lfm2audio.CodecDetokenizer},

@@ -3,13 +3,12 @@ package lfm2audio
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/internal/testmodel"
 	"github.com/omni-pipe/omni-pipe/stages/detok"
 )
 
@@ -17,43 +16,13 @@ import (
 // liquid-audio code (see its README.md).
 const detokFixture = "../../testdata/lfm25-detok-tiny"
 
-// lfm25Folder builds a tiny LFM2.5-Audio folder in a temporary directory:
-// the LFM2-Audio tiny fixture's files (without Mimi's unless withMimi) and
-// the detokenizer fixture as audio_detokenizer/, all symlinks.
-func lfm25Folder(t *testing.T, withMimi bool) string {
-	t.Helper()
-	dir := t.TempDir()
-	link := func(src, dst string) {
-		abs, err := filepath.Abs(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(abs, dst); err != nil {
-			t.Fatal(err)
-		}
-	}
-	entries, err := os.ReadDir(tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		n := e.Name()
-		if !withMimi && strings.HasPrefix(n, "mimi") {
-			continue
-		}
-		link(filepath.Join(tiny, n), filepath.Join(dir, n))
-	}
-	link(filepath.Join(detokFixture, detok.DirName), filepath.Join(dir, detok.DirName))
-	return dir
-}
-
 // TestCodecChoice: an LFM2.5 folder decodes with the detokenizer by
 // default, Options.Codec picks Mimi when both are present, and asking for
 // a codec the folder lacks, or an unknown one, is an error.
 func TestCodecChoice(t *testing.T) {
 	dev := cpu.New(1)
 	defer dev.Close()
-	both, only := lfm25Folder(t, true), lfm25Folder(t, false)
+	both, only := testmodel.LFM25Tiny(t, true), testmodel.LFM25Tiny(t, false)
 	for _, tc := range []struct {
 		name, dir, codec, want, err string
 	}{
@@ -97,7 +66,7 @@ func TestCodecChoice(t *testing.T) {
 func TestDetokenizerCodecStream(t *testing.T) {
 	dev := cpu.New(1)
 	defer dev.Close()
-	m, err := Load(dev, lfm25Folder(t, false))
+	m, err := Load(dev, testmodel.LFM25Tiny(t, false))
 	if err != nil {
 		t.Fatal(err)
 	}
