@@ -79,3 +79,11 @@ func TestKernelContract(t *testing.T) {
 	t.Log(line)
 	fmt.Fprintln(os.Stderr, line)
 }
+
+// precompile compiles the kernels with a planted fault into the disk cache
+// (the contract's controls compile in parallel before their devices open).
+func (d *Device) precompile(cacheDir, fault string) error {
+	opts := compileOptions(d.arch, fault)
+	_, _, err := d.nv.Compile(kernelSource, opts, cachePath(cacheDir, cacheKey(kernelSource, opts, d.drvVer, d.nvVer)))
+	return err
+}

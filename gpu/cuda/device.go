@@ -17,12 +17,11 @@ const (
 	attrCCMajor  = 75
 	attrCCMinor  = 76
 	attrSMs      = 16
-	attrMaxSmem  = 97 // max shared memory per block, opt-in
-	poolRelease  = 4  // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
-	streamNoSync = 1  // CU_STREAM_NON_BLOCKING
-	hostMapped   = 2  // CU_MEMHOSTALLOC_DEVICEMAP
-	hostPortable = 1  // CU_MEMHOSTALLOC_PORTABLE
-	eventNoTime  = 2  // CU_EVENT_DISABLE_TIMING
+	poolRelease  = 4 // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+	streamNoSync = 1 // CU_STREAM_NON_BLOCKING
+	hostMapped   = 2 // CU_MEMHOSTALLOC_DEVICEMAP
+	hostPortable = 1 // CU_MEMHOSTALLOC_PORTABLE
+	eventNoTime  = 2 // CU_EVENT_DISABLE_TIMING
 )
 
 // errNoGPU wraps a driver that is present but finds no usable GPU.
@@ -358,14 +357,6 @@ func (d *Device) Close() error {
 		d.mu.Unlock()
 		<-d.exited
 	})
-	return err
-}
-
-// precompile compiles the kernels with a planted fault into the disk cache
-// (the contract's controls compile in parallel before their devices open).
-func (d *Device) precompile(cacheDir, fault string) error {
-	opts := compileOptions(d.arch, fault)
-	_, _, err := d.nv.Compile(kernelSource, opts, cachePath(cacheDir, cacheKey(kernelSource, opts, d.drvVer, d.nvVer)))
 	return err
 }
 

@@ -14,7 +14,6 @@ type result uintptr
 
 const (
 	cudaSuccess  result = 0
-	errNotReady  result = 600 // CUDA_ERROR_NOT_READY (cuEventQuery, cuStreamQuery)
 	rtldNowGlobl        = purego.RTLD_NOW | purego.RTLD_GLOBAL
 )
 
@@ -41,17 +40,14 @@ var ErrNoDriver = errors.New("no CUDA driver: libcuda.so.1 not found")
 type driver struct {
 	h uintptr
 
-	cuInit, cuDriverGetVersion, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute, cuDeviceTotalMem           uintptr
-	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxSetCurrent, cuCtxSynchronize, cuGetErrorString   uintptr
-	cuMemAlloc, cuMemFree, cuMemAllocAsync, cuMemFreeAsync, cuMemGetInfo                                       uintptr
-	cuMemHostAlloc, cuMemFreeHost, cuMemHostGetDevicePointer                                                   uintptr
-	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync, cuMemsetD32Async, cuMemsetD16Async                uintptr
-	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamWaitEvent                                    uintptr
-	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventSynchronize, cuEventElapsedTime, cuEventQuery         uintptr
-	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuFuncSetAttribute, cuLaunchKernel                  uintptr
-	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate, cuGraphLaunch, cuGraphDestroy                uintptr
-	cuGraphExecDestroy, cuGraphExecUpdate, cuGraphCreate, cuGraphAddKernelNode, cuGraphExecKernelNodeSetParams uintptr
-	cuDeviceGetDefaultMemPool, cuMemPoolSetAttribute                                                           uintptr
+	// The entry points loadDriver resolves.
+	cuInit, cuDriverGetVersion, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute, cuDeviceTotalMem                          uintptr
+	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxSetCurrent, cuCtxSynchronize, cuGetErrorString, cuMemAllocAsync uintptr
+	cuMemFreeAsync, cuMemHostAlloc, cuMemFreeHost, cuMemHostGetDevicePointer, cuMemcpyHtoDAsync, cuMemcpyDtoHAsync            uintptr
+	cuMemcpyDtoDAsync, cuMemsetD32Async, cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuEventCreate                  uintptr
+	cuEventDestroy, cuEventRecord, cuEventSynchronize, cuModuleLoadData, cuModuleUnload, cuModuleGetFunction                  uintptr
+	cuLaunchKernel, cuGraphInstantiate, cuGraphLaunch, cuGraphDestroy, cuGraphExecDestroy, cuGraphCreate                      uintptr
+	cuGraphAddKernelNode, cuGraphExecKernelNodeSetParams, cuDeviceGetDefaultMemPool, cuMemPoolSetAttribute                    uintptr
 }
 
 var (
@@ -79,26 +75,19 @@ func loadDriver() (*driver, error) {
 			{&d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"}, {&d.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"},
 			{&d.cuCtxSetCurrent, "cuCtxSetCurrent"}, {&d.cuCtxSynchronize, "cuCtxSynchronize"},
 			{&d.cuGetErrorString, "cuGetErrorString"},
-			{&d.cuMemAlloc, "cuMemAlloc_v2"}, {&d.cuMemFree, "cuMemFree_v2"},
 			{&d.cuMemAllocAsync, "cuMemAllocAsync"}, {&d.cuMemFreeAsync, "cuMemFreeAsync"},
-			{&d.cuMemGetInfo, "cuMemGetInfo_v2"},
 			{&d.cuMemHostAlloc, "cuMemHostAlloc"}, {&d.cuMemFreeHost, "cuMemFreeHost"},
 			{&d.cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"},
 			{&d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"}, {&d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
 			{&d.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"}, {&d.cuMemsetD32Async, "cuMemsetD32Async"},
-			{&d.cuMemsetD16Async, "cuMemsetD16Async"},
 			{&d.cuStreamCreate, "cuStreamCreate"}, {&d.cuStreamDestroy, "cuStreamDestroy_v2"},
-			{&d.cuStreamSynchronize, "cuStreamSynchronize"}, {&d.cuStreamWaitEvent, "cuStreamWaitEvent"},
-			{&d.cuEventCreate, "cuEventCreate"}, {&d.cuEventDestroy, "cuEventDestroy_v2"},
+			{&d.cuStreamSynchronize, "cuStreamSynchronize"}, {&d.cuEventCreate, "cuEventCreate"}, {&d.cuEventDestroy, "cuEventDestroy_v2"},
 			{&d.cuEventRecord, "cuEventRecord"}, {&d.cuEventSynchronize, "cuEventSynchronize"},
-			{&d.cuEventElapsedTime, "cuEventElapsedTime_v2"}, {&d.cuEventQuery, "cuEventQuery"},
 			{&d.cuModuleLoadData, "cuModuleLoadData"}, {&d.cuModuleUnload, "cuModuleUnload"},
-			{&d.cuModuleGetFunction, "cuModuleGetFunction"}, {&d.cuFuncSetAttribute, "cuFuncSetAttribute"},
-			{&d.cuLaunchKernel, "cuLaunchKernel"},
-			{&d.cuStreamBeginCapture, "cuStreamBeginCapture_v2"}, {&d.cuStreamEndCapture, "cuStreamEndCapture"},
+			{&d.cuModuleGetFunction, "cuModuleGetFunction"}, {&d.cuLaunchKernel, "cuLaunchKernel"},
 			{&d.cuGraphInstantiate, "cuGraphInstantiateWithFlags"}, {&d.cuGraphLaunch, "cuGraphLaunch"},
 			{&d.cuGraphDestroy, "cuGraphDestroy"}, {&d.cuGraphExecDestroy, "cuGraphExecDestroy"},
-			{&d.cuGraphExecUpdate, "cuGraphExecUpdate_v2"}, {&d.cuGraphCreate, "cuGraphCreate"},
+			{&d.cuGraphCreate, "cuGraphCreate"},
 			{&d.cuGraphAddKernelNode, "cuGraphAddKernelNode_v2"},
 			{&d.cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams_v2"},
 			{&d.cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool"}, {&d.cuMemPoolSetAttribute, "cuMemPoolSetAttribute"},

@@ -47,8 +47,6 @@ type graphCache struct {
 	seen    map[uint64]int
 	entries map[uint64]*graphEntry
 	clock   uint64
-	// Replays and node updates, for the bench and tests.
-	replays, built, updates uint64
 }
 
 // shapeKey hashes what a graph's topology depends on.
@@ -111,8 +109,7 @@ func (q *Queue) runGraph(r *batch) (bool, error) {
 	key := g.shapeKey(r.cmds)
 	e := g.entries[key]
 	if e != nil && !sameCmdShape(e.cmds, r.cmds) {
-		e = nil // a hash collision: run directly
-		return false, nil
+		return false, nil // a hash collision: run directly
 	}
 	c := q.d.drv
 	if e == nil {
@@ -126,7 +123,6 @@ func (q *Queue) runGraph(r *batch) (bool, error) {
 		}
 		q.evict()
 		g.entries[key] = e
-		g.built++
 	} else {
 		for j, cm := range r.cmds {
 			lo, hi := cm.a0, cm.a0+cm.na
@@ -138,7 +134,6 @@ func (q *Queue) runGraph(r *batch) (bool, error) {
 				return false, err
 			}
 			copy(e.slots[e.cmds[j].a0:], r.slots[lo:hi])
-			g.updates++
 		}
 	}
 	g.clock++
@@ -146,7 +141,6 @@ func (q *Queue) runGraph(r *batch) (bool, error) {
 	if err := c.call("cuGraphLaunch", c.cuGraphLaunch, e.exec, q.stream); err != nil {
 		return false, err
 	}
-	g.replays++
 	return true, nil
 }
 
@@ -198,10 +192,4 @@ func (q *Queue) destroyGraph(e *graphEntry) {
 	c := q.d.drv
 	c.call("cuGraphExecDestroy", c.cuGraphExecDestroy, e.exec)
 	c.call("cuGraphDestroy", c.cuGraphDestroy, e.graph)
-}
-
-// GraphStats reports how many batches replayed a graph, how many graphs
-// were built and how many kernel nodes were updated.
-func (q *Queue) GraphStats() (replays, built, updates uint64) {
-	return q.graphs.replays, q.graphs.built, q.graphs.updates
 }
