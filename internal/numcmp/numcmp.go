@@ -11,6 +11,7 @@ import (
 type Diff struct {
 	N      int
 	MaxAbs float64 // max |got − want|
+	Peak   float64 // max |want|
 	ArgMax int     // index of MaxAbs
 	RelL2  float64 // ‖got − want‖ / ‖want‖
 	Cosine float64 // got·want / (‖got‖‖want‖)
@@ -38,6 +39,7 @@ func Compare[T, U float32 | float64](got []T, want []U) Diff {
 		if math.IsNaN(g) {
 			continue
 		}
+		d.Peak = max(d.Peak, math.Abs(w))
 		e := g - w
 		if a := math.Abs(e); a > d.MaxAbs {
 			d.MaxAbs, d.ArgMax = a, i

@@ -1,10 +1,10 @@
 package detok
 
 import (
-	"math"
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/internal/numcmp"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
 )
 
@@ -76,22 +76,6 @@ func readCase(t *testing.T, name string) fixtureCase {
 	return c
 }
 
-type diff struct{ maxAbs, peak, snr float64 }
-
-func compare(got, want []float32) diff {
-	var d diff
-	var num, den float64
-	for i := range want {
-		e := float64(got[i]) - float64(want[i])
-		d.maxAbs = max(d.maxAbs, math.Abs(e))
-		d.peak = max(d.peak, math.Abs(float64(want[i])))
-		num += e * e
-		den += float64(want[i]) * float64(want[i])
-	}
-	d.snr = 10 * math.Log10(den/num)
-	return d
-}
-
 // TestFixture decodes every reference case in one pass and compares each
 // intermediate tensor and the waveform with the official module's.
 func TestFixture(t *testing.T) {
@@ -138,14 +122,14 @@ func TestFixture(t *testing.T) {
 					t.Errorf("%s: %d values, want %d", c.name, len(c.got), len(c.want))
 					continue
 				}
-				e := compare(c.got, c.want)
-				t.Logf("%-10s peak %.3g  max abs %.3g  SNR %.1f dB", c.name, e.peak, e.maxAbs, e.snr)
+				e := numcmp.Compare(c.got, c.want)
+				t.Logf("%-10s peak %.3g  max abs %.3g  SNR %.1f dB", c.name, e.Peak, e.MaxAbs, e.SNRdB)
 				tol := c.tolAbs
 				if tol == 0 {
-					tol = c.tolRel * e.peak
+					tol = c.tolRel * e.Peak
 				}
-				if e.maxAbs > tol || e.snr < c.minSNR {
-					t.Errorf("%s: max abs %.3g (want ≤ %.3g), SNR %.1f dB (want ≥ %.0f)", c.name, e.maxAbs, tol, e.snr, c.minSNR)
+				if e.MaxAbs > tol || e.SNRdB < c.minSNR || e.NaNs > 0 {
+					t.Errorf("%s: max abs %.3g (want ≤ %.3g), SNR %.1f dB (want ≥ %.0f)", c.name, e.MaxAbs, tol, e.SNRdB, c.minSNR)
 				}
 			}
 		})

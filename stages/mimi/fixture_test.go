@@ -2,32 +2,16 @@ package mimi
 
 import (
 	"context"
-	"math"
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/internal/numcmp"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
 )
 
 const fixtureDir = "../../testdata/lfm2-audio-tiny"
 
 var fixtureCases = []string{"case1_question_16k", "case2_tone_noise_24k", "case3_text_only", "case4_two_turn"}
-
-type wavDiff struct{ maxAbs, snr, peak float64 }
-
-func compareWav(got, want []float32) wavDiff {
-	var d wavDiff
-	var num, den float64
-	for i := range want {
-		e := float64(got[i]) - float64(want[i])
-		d.maxAbs = max(d.maxAbs, math.Abs(e))
-		d.peak = max(d.peak, math.Abs(float64(want[i])))
-		num += e * e
-		den += float64(want[i]) * float64(want[i])
-	}
-	d.snr = 10 * math.Log10(den/num)
-	return d
-}
 
 // TestFixture decodes every reference case's codes with the fixture Mimi
 // (mimi.safetensors + mimi_config.json, run by moshi in fp32 on CUDA with
@@ -66,12 +50,12 @@ func TestFixture(t *testing.T) {
 				t.Errorf("streamed sample %d differs from the whole decode", i)
 			}
 
-			ref := compareWav(stream, batch) // the reference's own fp32 noise
-			gb := compareWav(whole, batch)
-			gs := compareWav(streamed, stream)
-			t.Logf("peak %.3g; reference batch vs stream: max abs %.3g, SNR %.1f dB", gb.peak, ref.maxAbs, ref.snr)
-			t.Logf("ours whole vs reference batch:    max abs %.3g, SNR %.1f dB", gb.maxAbs, gb.snr)
-			t.Logf("ours streamed vs reference stream: max abs %.3g, SNR %.1f dB", gs.maxAbs, gs.snr)
+			ref := numcmp.Compare(stream, batch) // the reference's own fp32 noise
+			gb := numcmp.Compare(whole, batch)
+			gs := numcmp.Compare(streamed, stream)
+			t.Logf("peak %.3g; reference batch vs stream: max abs %.3g, SNR %.1f dB", gb.Peak, ref.MaxAbs, ref.SNRdB)
+			t.Logf("ours whole vs reference batch:    max abs %.3g, SNR %.1f dB", gb.MaxAbs, gb.SNRdB)
+			t.Logf("ours streamed vs reference stream: max abs %.3g, SNR %.1f dB", gs.MaxAbs, gs.SNRdB)
 			// Both references and our decode evaluate the same fp32 network
 			// with different summation orders (cuDNN's convolution algorithms
 			// and moshi's streamed overlap-add, against our im2col MatMul). The
@@ -82,12 +66,15 @@ func TestFixture(t *testing.T) {
 			// the reference's distance, and at least 2e-5 (21 ulps of the
 			// peak) should a case's own distance happen to be tiny. A wrong
 			// tap, row or mask moves samples by the order of the peak.
-			tol := max(4*ref.maxAbs, 2e-5)
-			if gb.maxAbs > tol {
-				t.Errorf("whole decode: max abs %.3g > %.3g", gb.maxAbs, tol)
+			tol := max(4*ref.MaxAbs, 2e-5)
+			if gb.NaNs > 0 || gs.NaNs > 0 {
+				t.Errorf("NaN samples: %d whole, %d streamed", gb.NaNs, gs.NaNs)
 			}
-			if gs.maxAbs > tol {
-				t.Errorf("streamed decode: max abs %.3g > %.3g", gs.maxAbs, tol)
+			if gb.MaxAbs > tol {
+				t.Errorf("whole decode: max abs %.3g > %.3g", gb.MaxAbs, tol)
+			}
+			if gs.MaxAbs > tol {
+				t.Errorf("streamed decode: max abs %.3g > %.3g", gs.MaxAbs, tol)
 			}
 		})
 	}
