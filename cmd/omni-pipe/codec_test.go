@@ -4,16 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/bench"
 	"github.com/omni-pipe/omni-pipe/internal/testmodel"
-	"github.com/omni-pipe/omni-pipe/stages/safetensors"
 )
 
 // TestGenerateLFM25: generate runs a tiny LFM2.5-Audio folder end to end
@@ -22,35 +18,13 @@ import (
 // speech; the reply holds 1920 samples per decoded frame either way.
 func TestGenerateLFM25(t *testing.T) {
 	model := testmodel.LFM25Tiny(t, true)
-	dir := t.TempDir()
 	gen := func(name string, extra ...string) ([]byte, []int64) {
-		out := filepath.Join(dir, name+".wav")
-		dump := filepath.Join(dir, name+".safetensors")
-		args := append([]string{"generate", "--model", model, "--text", "Say hello.", "--greedy", "--max-new-tokens", "40", "--out", out, "--dump", dump, "--threads", "1"}, extra...)
-		code, _, errOut := runCmd(t, "", args...)
-		if code != 0 {
-			t.Fatalf("%v: exit %d: %s", args, code, errOut)
-		}
-		data, err := os.ReadFile(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := safetensors.Open(dump)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
+		data, f := runGenerate(t, append([]string{"--model", model, "--text", "Say hello.", "--greedy", "--max-new-tokens", "40", "--threads", "1"}, extra...)...)
 		codes, err := f.Tensor("mimi_codes").Int64s()
 		if err != nil {
 			t.Fatal(err)
 		}
-		clip, err := audio.DecodeBytes(data, audio.DecodeOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if frames := len(codes) / 8; clip.SampleRate != 24000 || len(clip.Samples) != 1920*frames || frames == 0 {
-			t.Errorf("%s: %d samples at %d Hz for %d decoded frames", name, len(clip.Samples), clip.SampleRate, frames)
-		}
+		checkReply(t, name, data, len(codes)/8)
 		return data, codes
 	}
 	det, codesD := gen("detokenizer")
@@ -88,23 +62,8 @@ func TestGenerateLFM25(t *testing.T) {
 // voice is a usage error.
 func TestGenerateVoice(t *testing.T) {
 	model := testmodel.LFM25Tiny(t, true)
-	dir := t.TempDir()
 	gen := func(name string, extra ...string) (wav []byte, prompt []int64) {
-		out, dump := filepath.Join(dir, name+".wav"), filepath.Join(dir, name+".safetensors")
-		args := append([]string{"generate", "--model", model, "--text", "Hello there.", "--greedy", "--max-new-tokens", "40", "--out", out, "--dump", dump, "--threads", "1"}, extra...)
-		code, _, errOut := runCmd(t, "", args...)
-		if code != 0 {
-			t.Fatalf("%v: exit %d: %s", args, code, errOut)
-		}
-		data, err := os.ReadFile(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := safetensors.Open(dump)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
+		data, f := runGenerate(t, append([]string{"--model", model, "--text", "Hello there.", "--greedy", "--max-new-tokens", "40", "--threads", "1"}, extra...)...)
 		ids, err := f.Tensor("prompt_text_ids").Int64s()
 		if err != nil {
 			t.Fatal(err)

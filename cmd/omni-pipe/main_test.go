@@ -106,30 +106,50 @@ func writeQuestionWAV(t *testing.T) string {
 	return p
 }
 
+// runGenerate runs `generate args… --out W --dump D` into a temporary
+// folder and returns the reply WAV's bytes and the dump, open (closed when
+// the test ends); a failing run fails the test.
+func runGenerate(t *testing.T, args ...string) ([]byte, *safetensors.File) {
+	t.Helper()
+	dir := t.TempDir()
+	out, dump := filepath.Join(dir, "reply.wav"), filepath.Join(dir, "dump.safetensors")
+	args = append(append([]string{"generate"}, args...), "--out", out, "--dump", dump)
+	if code, _, errOut := runCmd(t, "", args...); code != 0 {
+		t.Fatalf("%v: exit %d: %s", args, code, errOut)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := safetensors.Open(dump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return data, f
+}
+
+// checkReply requires a 24 kHz reply of 1920 samples for each of frames
+// (> 0) decoded frames.
+func checkReply(t *testing.T, name string, wav []byte, frames int) {
+	t.Helper()
+	clip, err := audio.DecodeBytes(wav, audio.DecodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if clip.SampleRate != 24000 || len(clip.Samples) != 1920*frames || frames == 0 {
+		t.Errorf("%s: %d samples at %d Hz for %d decoded frames", name, len(clip.Samples), clip.SampleRate, frames)
+	}
+}
+
 // TestGenerate: a reply WAV of the right length; greedy runs and seeded
 // sampled runs reproduce their files exactly.
 func TestGenerate(t *testing.T) {
 	wav := writeQuestionWAV(t)
-	dir := t.TempDir()
 	gen := func(name string, extra ...string) []byte {
-		out := filepath.Join(dir, name+".wav")
-		dump := filepath.Join(dir, name+".safetensors")
-		args := append([]string{"generate", "--model", tiny, "--wav", wav, "--max-new-tokens", "40", "--out", out, "--dump", dump}, extra...)
-		code, _, errOut := runCmd(t, "", args...)
-		if code != 0 {
-			t.Fatalf("%v: exit %d: %s", args, code, errOut)
-		}
-		data, err := os.ReadFile(out)
-		if err != nil {
-			t.Fatal(err)
-		}
+		data, f := runGenerate(t, append([]string{"--model", tiny, "--wav", wav, "--max-new-tokens", "40"}, extra...)...)
 		// The reply holds 1920 samples per decoded frame: every audio step
 		// whose frame holds no end-of-audio code.
-		f, err := safetensors.Open(dump)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
 		codes, _ := f.Tensor("step_codes").Int64s()
 		mods, _ := f.Tensor("step_modality").Int64s()
 		frames := 0
@@ -145,13 +165,7 @@ func TestGenerate(t *testing.T) {
 				frames++
 			}
 		}
-		clip, err := audio.DecodeBytes(data, audio.DecodeOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if clip.SampleRate != 24000 || len(clip.Samples) != 1920*frames || frames == 0 {
-			t.Errorf("%s: %d samples at %d Hz for %d decoded frames", name, len(clip.Samples), clip.SampleRate, frames)
-		}
+		checkReply(t, name, data, frames)
 		return data
 	}
 	a, b := gen("greedy1", "--greedy"), gen("greedy2", "--greedy")
