@@ -38,26 +38,15 @@ func TestModelFamilyAndCodec(t *testing.T) {
 		eng := pipeline.New(m, dev, pipeline.Options{})
 		s := New(Config{Logger: discardLogger()})
 		s.SetBackend(&Backend{Engine: eng, Model: m.Name, Device: "cpu"})
-		get := func(path string, v any) {
-			t.Helper()
-			rec := httptest.NewRecorder()
-			s.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
-			if rec.Code != http.StatusOK {
-				t.Fatalf("%s: %d %s", path, rec.Code, rec.Body)
-			}
-			if err := json.Unmarshal(rec.Body.Bytes(), v); err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-		}
 		var h map[string]any
-		get("/health", &h)
+		getJSON(t, s, "/health", &h)
 		if h["model_family"] != c.family || h["codec"] != c.want {
 			t.Errorf("%s %q: /health family %v codec %v, want %s %s", c.dir, c.codec, h["model_family"], h["codec"], c.family, c.want)
 		}
 		var l struct {
 			Data []map[string]any `json:"data"`
 		}
-		get("/v1/models", &l)
+		getJSON(t, s, "/v1/models", &l)
 		if len(l.Data) != 1 || l.Data[0]["family"] != c.family || l.Data[0]["codec"] != c.want {
 			t.Errorf("%s %q: /v1/models %+v, want family %s codec %s", c.dir, c.codec, l.Data, c.family, c.want)
 		}

@@ -1,9 +1,6 @@
 package server
 
 import (
-	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 )
 
@@ -14,26 +11,15 @@ func TestModelCommit(t *testing.T) {
 	for _, c := range []struct{ model, commit string }{{"LiquidAI/LFM2-Audio-1.5B", commit}, {"lfm2-audio", ""}} {
 		s := New(Config{Logger: discardLogger()})
 		s.SetBackend(&Backend{Model: c.model, Commit: c.commit, Device: "cpu"})
-		get := func(path string, v any) {
-			t.Helper()
-			rec := httptest.NewRecorder()
-			s.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
-			if rec.Code != http.StatusOK {
-				t.Fatalf("%s: %d %s", path, rec.Code, rec.Body)
-			}
-			if err := json.Unmarshal(rec.Body.Bytes(), v); err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-		}
 		var h map[string]any
-		get("/health", &h)
+		getJSON(t, s, "/health", &h)
 		if got, _ := h["model_commit"].(string); h["model"] != c.model || got != c.commit {
 			t.Errorf("/health model %v commit %v, want %s %q", h["model"], h["model_commit"], c.model, c.commit)
 		}
 		var l struct {
 			Data []map[string]any `json:"data"`
 		}
-		get("/v1/models", &l)
+		getJSON(t, s, "/v1/models", &l)
 		if len(l.Data) != 1 {
 			t.Fatalf("/v1/models %+v", l)
 		}
