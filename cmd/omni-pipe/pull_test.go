@@ -11,11 +11,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 const hubCommit = "0123456789abcdef0123456789abcdef01234567"
@@ -222,21 +220,7 @@ func TestServeModelByName(t *testing.T) {
 	go func() {
 		exit <- run([]string{"serve", "--addr", "127.0.0.1:0", "--threads", "2", "--model", "LiquidAI/tiny"}, e)
 	}()
-	var addr string
-	re := regexp.MustCompile(`msg=listening addr=(\S+)`)
-	for deadline := time.Now().Add(30 * time.Second); addr == ""; time.Sleep(5 * time.Millisecond) {
-		select {
-		case code := <-exit:
-			t.Fatalf("serve exited with %d:\n%s", code, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not start:\n%s", stderr.String())
-		}
-		if m := re.FindStringSubmatch(stderr.String()); m != nil {
-			addr = m[1]
-		}
-	}
+	addr := waitListening(t, exit, stderr)
 	defer func() {
 		syscall.Kill(os.Getpid(), syscall.SIGTERM)
 		if code := <-exit; code != exitOK {

@@ -37,6 +37,26 @@ func (l *lockedBuffer) String() string {
 // --model: the embedded demo model) on a free port, sends the first curl
 // example of docs/api.md, checks that the reply streams, then stops the
 // server with SIGTERM and expects exit status 0.
+// waitListening waits (up to 30 s) for a `serve` started in a goroutine to
+// log its address, failing the test if it exits first or never listens.
+func waitListening(t *testing.T, exit <-chan int, stderr *lockedBuffer) string {
+	t.Helper()
+	re := regexp.MustCompile(`msg=listening addr=(\S+)`)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		select {
+		case code := <-exit:
+			t.Fatalf("serve exited with %d:\n%s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start:\n%s", stderr.String())
+		}
+		if m := re.FindStringSubmatch(stderr.String()); m != nil {
+			return m[1]
+		}
+	}
+}
+
 func TestServeQuickStart(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/api.md")
 	if err != nil {
@@ -53,21 +73,7 @@ func TestServeQuickStart(t *testing.T) {
 	exit := make(chan int, 1)
 	go func() { exit <- run([]string{"serve", "--addr", "127.0.0.1:0", "--threads", "2"}, e) }()
 
-	var addr string
-	re := regexp.MustCompile(`msg=listening addr=(\S+)`)
-	for deadline := time.Now().Add(30 * time.Second); addr == ""; time.Sleep(5 * time.Millisecond) {
-		select {
-		case code := <-exit:
-			t.Fatalf("serve exited with %d:\n%s", code, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not start:\n%s", stderr.String())
-		}
-		if m := re.FindStringSubmatch(stderr.String()); m != nil {
-			addr = m[1]
-		}
-	}
+	addr := waitListening(t, exit, stderr)
 	stopped := false
 	defer func() {
 		if !stopped {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
 )
@@ -76,7 +77,7 @@ func synthCheckpoint(tb testing.TB, cfg *Config) *safetensors.File {
 	win := make([]byte, 2*n)
 	for i := range n {
 		v := float32(0.5 - 0.5*math.Cos(2*math.Pi*float64(i)/float64(n)))
-		binary.LittleEndian.PutUint16(win[2*i:], uint16((math.Float32bits(v)+0x7fff+(math.Float32bits(v)>>16&1))>>16))
+		binary.LittleEndian.PutUint16(win[2*i:], gpu.F32ToBF16(v))
 	}
 	ts = append(ts, &safetensors.Tensor{Name: "istft.window", DType: safetensors.BF16, Shape: []int{n}, Data: win})
 	var buf bytes.Buffer
