@@ -20,20 +20,21 @@ func matmulRows(m int) int {
 	return 8
 }
 
+// matmulKernels names the FMA kernel of each (row tile, weight type): a
+// table, not a formatted string, since MatMul runs hundreds of times a step.
+var matmulKernels = map[gpu.DType][9]string{
+	gpu.F32:  {1: "matmul_r1_f32", 2: "matmul_r2_f32", 4: "matmul_r4_f32", 8: "matmul_r8_f32"},
+	gpu.BF16: {1: "matmul_r1_bf16", 2: "matmul_r2_bf16", 4: "matmul_r4_bf16", 8: "matmul_r8_bf16"},
+	gpu.F16:  {1: "matmul_r1_f16", 2: "matmul_r2_f16", 4: "matmul_r4_f16", 8: "matmul_r8_f16"},
+}
+
 // matmulKernel names the kernel for a row tile and weight type.
 func matmulKernel(r int, dt gpu.DType) string {
-	var s string
-	switch dt {
-	case gpu.F32:
-		s = "f32"
-	case gpu.BF16:
-		s = "bf16"
-	case gpu.F16:
-		s = "f16"
-	default:
+	k, ok := matmulKernels[dt]
+	if !ok {
 		panic(fmt.Sprintf("cuda: matmul weight %v", dt))
 	}
-	return fmt.Sprintf("matmul_r%d_%s", r, s)
+	return k[r]
 }
 
 // matmulGrid returns the launch grid for M×N outputs with R rows a tile (4
