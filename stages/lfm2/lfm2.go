@@ -203,7 +203,15 @@ func (c *Cache) Free() {
 		}
 	}
 	c.conv, c.k, c.v, c.k2, c.v2 = nil, nil, nil, nil, nil
+	clear(c.cap)
 }
+
+// KVBlock is the granularity, in positions, of a cache's key and value
+// buffers: they grow to a multiple of it (never by doubling), so that what
+// a conversation holds is its positions rounded up to a block.
+const KVBlock = 256
+
+func roundBlock(n int) int { return (n + KVBlock - 1) / KVBlock * KVBlock }
 
 // reserve grows each attention layer's KV buffers to hold n more positions.
 func (c *Cache) reserve(q gpu.Queue, n int) {
@@ -211,33 +219,101 @@ func (c *Cache) reserve(q gpu.Queue, n int) {
 		if b.Attn == nil {
 			continue
 		}
-		held := c.pos - c.base[i]
-		need := held + n
-		if need <= c.cap[i] {
+		if need := c.pos - c.base[i] + n; need > c.cap[i] {
+			c.growLayer(q, i, roundBlock(need))
+		}
+	}
+}
+
+// Grow gives every full-attention layer room for positions positions in
+// all (a windowed layer for its window and one block of new rows), so
+// that the passes up to there allocate nothing: a turn's cache is sized
+// once, when it is admitted. It never shrinks a buffer.
+func (c *Cache) Grow(q gpu.Queue, positions int) {
+	for i, b := range c.m.Blocks {
+		if b.Attn == nil {
 			continue
 		}
-		nc := max(64, 2*c.cap[i], need)
-		kv := b.Attn.KVHeads * b.Attn.HeadD
-		for _, p := range []*gpu.Tensor{&c.k[i], &c.v[i]} {
-			t := c.dev.Alloc(gpu.F32, nc, kv)
-			if held > 0 {
-				q.Copy(t.Slice(0, held), p.Slice(0, held))
-			}
+		if nc := c.layerCap(b.Attn, positions); nc > c.cap[i] {
+			c.growLayer(q, i, nc)
+		}
+	}
+}
+
+// layerCap is the capacity Grow gives an attention layer for positions.
+func (c *Cache) layerCap(a *Attention, positions int) int {
+	if a.Window > 0 {
+		positions = min(positions, a.Window-1+KVBlock)
+	}
+	return roundBlock(positions)
+}
+
+// growLayer reallocates attention layer i's buffers with room for nc
+// positions, keeping the rows it holds.
+func (c *Cache) growLayer(q gpu.Queue, i, nc int) {
+	b := c.m.Blocks[i]
+	held := c.pos - c.base[i]
+	kv := b.Attn.KVHeads * b.Attn.HeadD
+	for _, p := range []*gpu.Tensor{&c.k[i], &c.v[i]} {
+		t := c.dev.Alloc(gpu.F32, nc, kv)
+		if held > 0 {
+			q.Copy(t.Slice(0, held), p.Slice(0, held))
+		}
+		if !p.IsNil() {
+			c.dev.Free(*p)
+		}
+		*p = t
+	}
+	if b.Attn.Window > 0 {
+		for _, p := range []*gpu.Tensor{&c.k2[i], &c.v2[i]} {
 			if !p.IsNil() {
 				c.dev.Free(*p)
 			}
-			*p = t
+			*p = c.dev.Alloc(gpu.F32, nc, kv)
 		}
-		if b.Attn.Window > 0 {
-			for _, p := range []*gpu.Tensor{&c.k2[i], &c.v2[i]} {
-				if !p.IsNil() {
-					c.dev.Free(*p)
-				}
-				*p = c.dev.Alloc(gpu.F32, nc, kv)
-			}
-		}
-		c.cap[i] = nc
 	}
+	c.cap[i] = nc
+}
+
+// Bytes returns the device memory the cache holds: conv states and the
+// key and value buffers at their capacity.
+func (c *Cache) Bytes() int64 {
+	var n int64
+	for i, b := range c.m.Blocks {
+		switch {
+		case b.Conv != nil && c.conv != nil:
+			n += int64(c.conv[i].Len()) * 4
+		case b.Attn != nil:
+			n += int64(c.cap[i]) * c.m.kvRowBytes(b.Attn)
+		}
+	}
+	return n
+}
+
+// BytesFor returns what a cache of m holds once grown (Grow) to
+// positions: what a conversation of that length costs.
+func (m *Model) BytesFor(positions int) int64 {
+	var n int64
+	c := &Cache{m: m}
+	for _, b := range m.Blocks {
+		switch {
+		case b.Conv != nil:
+			n += int64(b.Conv.L-1) * int64(m.Cfg.HiddenSize) * 4
+		case b.Attn != nil:
+			n += int64(c.layerCap(b.Attn, positions)) * m.kvRowBytes(b.Attn)
+		}
+	}
+	return n
+}
+
+// kvRowBytes is one position's keys and values in an attention layer's
+// buffers (fp32; a windowed layer's spares double it).
+func (m *Model) kvRowBytes(a *Attention) int64 {
+	n := int64(2*a.KVHeads*a.HeadD) * 4
+	if a.Window > 0 {
+		n *= 2
+	}
+	return n
 }
 
 // trim drops, in every windowed attention layer, the keys and values no
