@@ -192,7 +192,7 @@ type Session struct {
 // NewSession starts an empty conversation. Its ID is random (128 bits), so
 // it can be handed to clients as a conversation handle.
 func (e *Engine) NewSession() *Session {
-	return &Session{ID: "conv-" + rand.Text(), e: e, chat: chat.New(e.m.Tokenizer()), last: time.Now()}
+	return &Session{ID: "conv-" + rand.Text(), e: e, chat: chat.New(e.m.Tokenizer(), e.m.Template()), last: time.Now()}
 }
 
 // Options returns the engine's options, defaults filled in.
@@ -339,13 +339,14 @@ func (e *Engine) Start(ctx context.Context, s *Session, req Request) (*Stream, e
 	t.kind, _ = t.sm.Step() // MaxNewTokens ≥ 1: the prompt's step samples text
 	// The conversation's new rows.
 	t.chatStart = s.chat.Len()
-	if s.chat.Len() == 1 && s.turns == 0 { // only <|startoftext|> so far
+	if s.chat.Empty() && s.turns == 0 {
 		sys := req.System
 		if sys == "" {
-			sys = chat.InterleavedPrompt
+			mode := family.Interleaved
 			if req.Mode == Sequential {
-				sys = chat.ASRPrompt
+				mode = family.Sequential
 			}
+			sys = e.m.Template().SystemPrompt(mode)
 		}
 		s.chat.NewTurn(chat.System)
 		if req.SystemTokens != nil {

@@ -100,6 +100,7 @@ func loadScripted(t *testing.T, text []string, frames [][]int) (*scripted, gpu.D
 
 func (m *scripted) Info() family.Info               { return m.info }
 func (m *scripted) Tokenizer() *tokenizer.Tokenizer { return m.tok }
+func (m *scripted) Template() family.Template       { return scriptedTemplate }
 func (m *scripted) Frontend() family.Frontend       { return scriptedFront{} }
 func (m *scripted) LM() family.Backbone             { return scriptedLM{m} }
 func (m *scripted) Head() family.AudioHead          { return scriptedHead{m} }
@@ -123,6 +124,12 @@ func oneHot(n, hot int) []float32 {
 	v[hot] = 1
 	return v
 }
+
+// scriptedTemplate frames the toy family's conversations as ChatML after
+// <|endoftext|>, with its own default prompts.
+var scriptedTemplate = family.ChatML{BOS: "<|endoftext|>", Prompts: map[family.Mode]string{
+	family.Interleaved: "Follow the script.", family.Sequential: "Read the script.",
+}}
 
 // scriptedFront is never used: the test's turn is text only.
 type scriptedFront struct{}
@@ -245,6 +252,14 @@ func TestScriptedFamily(t *testing.T) {
 	}
 	if c.done.Timings.Frames != 3 {
 		t.Errorf("%d frames, want 3", c.done.Timings.Frames)
+	}
+	// The conversation is framed by the family's template, with its
+	// default prompt of the mode.
+	tmpl := scriptedTemplate
+	prompt := m.tok.Encode(tmpl.Begin() + tmpl.TurnStart(family.System) + "Read the script." + tmpl.TurnEnd() +
+		tmpl.TurnStart(family.User) + "hello" + tmpl.TurnEnd() + tmpl.TurnStart(family.Assistant))
+	if got := s.chat.TextIDs(); len(got) < len(prompt) || !slices.Equal(got[:len(prompt)], prompt) {
+		t.Errorf("prompt ids %v, want %v first", got, prompt)
 	}
 	rows := m.forwardRows()
 	// Text steps: len(Encode("Hi")) + <|audio_start|> + <|im_end|>; audio

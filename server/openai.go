@@ -13,7 +13,6 @@ import (
 
 	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/pipeline"
-	"github.com/omni-pipe/omni-pipe/stages/chat"
 )
 
 // chatCompletionRequest is the body of POST /v1/chat/completions: OpenAI's
@@ -160,17 +159,9 @@ func decodeChatCompletion(body []byte, lim limits, seed func() int64) (*chatJob,
 	if err := lim.checkText(job.req.System, "messages", "the system and developer messages' text"); err != nil {
 		return nil, err
 	}
-	// LFM2.5-Audio's TTS voices: audio.voice us_male, us_female, uk_male
-	// or uk_female makes the turn text-to-speech (the voice's system
-	// prompt, unless the messages give one, and sequential generation).
-	// Other voices (OpenAI's "alloy"…) are ignored.
+	// The family's TTS voices (see turnJob.applyVoice).
 	if r.Audio != nil {
-		if p, ok := chat.VoicePrompt(r.Audio.Voice); ok {
-			if job.req.System == "" {
-				job.req.System = p
-			}
-			job.req.Mode = pipeline.Sequential
-		}
+		job.voice = r.Audio.Voice
 	}
 	if last >= 0 {
 		m := r.Messages[last]

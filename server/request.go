@@ -10,6 +10,7 @@ import (
 
 	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/pipeline"
+	"github.com/omni-pipe/omni-pipe/stages/family"
 )
 
 // limits bound what a request may ask for.
@@ -36,6 +37,25 @@ type turnJob struct {
 	// expectTurns, when not -1, is the number of replies the conversation
 	// must have had: the request continues from that reply.
 	expectTurns int
+	// voice is the request's TTS voice name, mapped by applyVoice with the
+	// served family's template.
+	voice string
+}
+
+// applyVoice makes the turn text-to-speech in j.voice when it names one of
+// tmpl's voices (LFM2.5-Audio's us_male, us_female, uk_male, uk_female):
+// the voice's system prompt, unless the request gives one, and sequential
+// generation. Other voices (OpenAI's "alloy"…) are ignored.
+func (j *turnJob) applyVoice(tmpl family.Template) {
+	if j.voice == "" {
+		return
+	}
+	if p, ok := family.VoicePrompt(tmpl, j.voice); ok {
+		if j.req.System == "" {
+			j.req.System = p
+		}
+		j.req.Mode = pipeline.Sequential
+	}
 }
 
 // samplingFields are the sampling parameters both routes take. The plain

@@ -43,6 +43,7 @@ func begin[J any](s *Server, c echo.Context, decode func([]byte, limits, func() 
 	if aerr != nil {
 		return nil, zero, nil, aerr
 	}
+	turnOf(job).applyVoice(be.Engine.Model().Template())
 	if aerr := s.encodeText(c.Request().Context(), be, &turnOf(job).req); aerr != nil {
 		return nil, zero, nil, aerr
 	}

@@ -85,6 +85,11 @@ func TestGenerateVoice(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, `--voice "alloy": want us_male, us_female, uk_male or uk_female`) {
 		t.Errorf("--voice alloy: exit %d, %s", code, errOut)
 	}
+	// The voices are LFM2.5-Audio's: LFM2-Audio has none.
+	code, _, errOut = runCmd(t, "", "generate", "--model", tiny, "--text", "hi", "--voice", "us_male", "--out", "")
+	if code != exitUsage || !strings.Contains(errOut, `--voice "us_male": lfm2-audio has no preset voices`) {
+		t.Errorf("LFM2-Audio --voice us_male: exit %d, %s", code, errOut)
+	}
 }
 
 // TestBenchLFM25: bench runs the tiny LFM2.5 folder with the detokenizer,

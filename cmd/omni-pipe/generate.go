@@ -15,7 +15,7 @@ import (
 	"github.com/omni-pipe/omni-pipe/internal/parity"
 	"github.com/omni-pipe/omni-pipe/internal/refcase"
 	"github.com/omni-pipe/omni-pipe/pipeline"
-	"github.com/omni-pipe/omni-pipe/stages/chat"
+	"github.com/omni-pipe/omni-pipe/stages/family"
 )
 
 func init() {
@@ -37,7 +37,7 @@ func setupGenerate(fs *flag.FlagSet, e *env) func([]string) error {
 	text := fs.String("text", "", "the user's text (after the speech when both are given)")
 	system := fs.String("system", "", "system prompt (default: the mode's official prompt)")
 	mode := fs.String("mode", "interleaved", "interleaved (speech to speech) or sequential (ASR/TTS)")
-	voice := fs.String("voice", "", "text to speech in an LFM2.5-Audio voice: us_male, us_female, uk_male or uk_female "+
+	voice := fs.String("voice", "", "text to speech in one of the model family's voices; LFM2.5-Audio's: us_male, us_female, uk_male or uk_female "+
 		"(its system prompt, e.g. \"Perform TTS. Use the US male voice.\", unless --system is given; implies --mode sequential)")
 	out := fs.String("out", "reply.wav", "where to write the reply speech (24 kHz 16-bit WAV); empty: don't")
 	greedy := fs.Bool("greedy", false, "greedy text and audio (deterministic; the official default samples audio with temperature 1, top-k 4)")
@@ -80,21 +80,6 @@ func setupGenerate(fs *flag.FlagSet, e *env) func([]string) error {
 		default:
 			return usageError{fmt.Sprintf("--mode %q: want interleaved or sequential", *mode)}
 		}
-		sys := *system
-		if *voice != "" {
-			p, ok := chat.VoicePrompt(*voice)
-			if !ok {
-				names := make([]string, len(chat.TTSVoices))
-				for i, v := range chat.TTSVoices {
-					names[i] = v.Name
-				}
-				return usageError{fmt.Sprintf("--voice %q: want %s", *voice, orList(names))}
-			}
-			if sys == "" {
-				sys = p
-			}
-			reqMode = pipeline.Sequential
-		}
 		// A reply is only written after the whole turn: find out now
 		// whether it can be.
 		if err := firstError(checkWritable("--out", *out), checkWritable("--dump", *dump)); err != nil {
@@ -106,6 +91,21 @@ func setupGenerate(fs *flag.FlagSet, e *env) func([]string) error {
 		}
 		defer dev.Close()
 		defer m.Close()
+		sys := *system
+		if *voice != "" {
+			tmpl := m.Template()
+			p, ok := family.VoicePrompt(tmpl, *voice)
+			if !ok {
+				if len(tmpl.Voices()) == 0 {
+					return usageError{fmt.Sprintf("--voice %q: %s has no preset voices (give the TTS prompt with --system and --mode sequential)", *voice, m.Info().Family)}
+				}
+				return usageError{fmt.Sprintf("--voice %q: want %s", *voice, orList(family.VoiceNames(tmpl)))}
+			}
+			if sys == "" {
+				sys = p
+			}
+			reqMode = pipeline.Sequential
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
 

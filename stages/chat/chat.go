@@ -1,5 +1,6 @@
 // Package chat assembles a conversation into the backbone's input rows,
-// exactly as liquid-audio's ChatState does: one row per position, each with
+// framed by the model family's template (family.Template; for LFM2-Audio
+// exactly as liquid-audio's ChatState does): one row per position, each with
 // a modality flag — a text token (embedded with embed_tokens), an audio-in
 // row (one per 80 ms encoder frame of a user clip) or an audio-out frame
 // (the sum of its codebook embeddings). Text is tokenized per call, without
@@ -14,6 +15,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/omni-pipe/omni-pipe/stages/family"
 )
 
 // Modality is a row's kind, numbered as liquid-audio's LFMModality.
@@ -65,56 +68,36 @@ type Row struct {
 	Codes []int // AudioOut: one code per codebook
 }
 
-// Role of a turn.
-type Role string
+// Role of a turn (family.Role).
+type Role = family.Role
 
 // Roles.
 const (
-	System    Role = "system"
-	User      Role = "user"
-	Assistant Role = "assistant"
+	System    = family.System
+	User      = family.User
+	Assistant = family.Assistant
 )
-
-// System prompts of the official recipes.
-const (
-	InterleavedPrompt = "Respond with interleaved text and audio."
-	ASRPrompt         = "Perform ASR."
-)
-
-// LFM2.5-Audio's text-to-speech system prompts, one per voice (its model
-// card); a TTS turn runs sequentially: the text to speak is the user's.
-var TTSVoices = []struct{ Name, Prompt string }{
-	{"us_male", "Perform TTS. Use the US male voice."},
-	{"us_female", "Perform TTS. Use the US female voice."},
-	{"uk_male", "Perform TTS. Use the UK male voice."},
-	{"uk_female", "Perform TTS. Use the UK female voice."},
-}
-
-// VoicePrompt returns the TTS system prompt of a voice, named as in
-// TTSVoices ("us_male"); case, hyphens and spaces do not matter ("US
-// male", "uk-female").
-func VoicePrompt(voice string) (string, bool) {
-	v := strings.ToLower(strings.NewReplacer("-", "_", " ", "_").Replace(strings.TrimSpace(voice)))
-	for _, t := range TTSVoices {
-		if t.Name == v {
-			return t.Prompt, true
-		}
-	}
-	return "", false
-}
 
 // Chat is a conversation's rows.
 type Chat struct {
-	enc  Encoder
-	rows []Row
+	enc   Encoder
+	tmpl  family.Template
+	rows  []Row
+	begin int // the rows of the template's Begin
 }
 
-// New starts a conversation with <|startoftext|>.
-func New(enc Encoder) *Chat {
-	c := &Chat{enc: enc}
-	c.AddText("<|startoftext|>")
+// New starts a conversation framed by the family's template: with its
+// Begin text (LFM2: <|startoftext|>).
+func New(enc Encoder, tmpl family.Template) *Chat {
+	c := &Chat{enc: enc, tmpl: tmpl}
+	c.AddText(tmpl.Begin())
+	c.begin = len(c.rows)
 	return c
 }
+
+// Empty reports whether the conversation holds only its opening (the
+// template's Begin).
+func (c *Chat) Empty() bool { return len(c.rows) == c.begin }
 
 // AddText appends the tokens of text.
 func (c *Chat) AddText(text string) {
@@ -123,11 +106,12 @@ func (c *Chat) AddText(text string) {
 	}
 }
 
-// NewTurn appends "<|im_start|>{role}\n".
-func (c *Chat) NewTurn(role Role) { c.AddText("<|im_start|>" + string(role) + "\n") }
+// NewTurn appends the template's opening of a role's turn (ChatML:
+// "<|im_start|>{role}\n").
+func (c *Chat) NewTurn(role Role) { c.AddText(c.tmpl.TurnStart(role)) }
 
-// EndTurn appends "<|im_end|>\n".
-func (c *Chat) EndTurn() { c.AddText("<|im_end|>\n") }
+// EndTurn appends the template's end of a turn (ChatML: "<|im_end|>\n").
+func (c *Chat) EndTurn() { c.AddText(c.tmpl.TurnEnd()) }
 
 // AddAudio appends a user clip's encoder rows.
 func (c *Chat) AddAudio(clip *Clip) {
@@ -146,7 +130,9 @@ func (c *Chat) AppendFrame(codes []int) {
 
 // Clone returns a copy of the conversation that grows independently (its
 // rows' clips and codes are shared: neither copy modifies them).
-func (c *Chat) Clone() *Chat { return &Chat{enc: c.enc, rows: slices.Clone(c.rows)} }
+func (c *Chat) Clone() *Chat {
+	return &Chat{enc: c.enc, tmpl: c.tmpl, rows: slices.Clone(c.rows), begin: c.begin}
+}
 
 // Len returns the number of rows.
 func (c *Chat) Len() int { return len(c.rows) }

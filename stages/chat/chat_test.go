@@ -9,6 +9,7 @@ import (
 	"github.com/omni-pipe/omni-pipe/internal/refcase"
 	"github.com/omni-pipe/omni-pipe/stages/chat"
 	"github.com/omni-pipe/omni-pipe/stages/config"
+	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 	"github.com/omni-pipe/omni-pipe/stages/tokenizer"
 )
 
@@ -45,7 +46,7 @@ func TestPromptMatchesReference(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer rc.Close()
-			c := chat.New(tok)
+			c := chat.New(tok, lfm2audio.TemplateLFM2Audio)
 			c.NewTurn(chat.System)
 			c.AddText(rc.System)
 			c.EndTurn()
@@ -132,7 +133,7 @@ func (wordIDs) Encode(text string) []int {
 }
 
 func TestCloneGrowsIndependently(t *testing.T) {
-	c := chat.New(wordIDs{})
+	c := chat.New(wordIDs{}, lfm2audio.TemplateLFM2Audio)
 	c.AddText("a bb")
 	d := c.Clone()
 	c.AppendToken(7)

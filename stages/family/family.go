@@ -1,7 +1,8 @@
 // Package family is the engine's view of a model family: the few
 // operations its stages run (the audio front end, the backbone's
 // prefill/step, the audio head's frame, the codec's streaming decode) and
-// what the turn logic reads (sizes, special tokens, the tokenizer). A
+// what the turn logic reads (sizes, special tokens, the tokenizer, the
+// conversation template with its default prompts and voices). A
 // family's package implements Model and registers a constructor under the
 // architecture its checkpoints' config.json names; Load reads config.json
 // and dispatches to it, so that the pipeline never depends on a family's
@@ -27,6 +28,9 @@ type Model interface {
 	// Tokenizer is the text tokenizer; stages/chat frames the family's
 	// prompts with it.
 	Tokenizer() *tokenizer.Tokenizer
+	// Template is how the family frames a conversation, its default
+	// system prompts and its voices.
+	Template() Template
 	Frontend() Frontend
 	// LM is the backbone.
 	LM() Backbone

@@ -37,6 +37,35 @@ func (m *Model) Info() family.Info {
 // Tokenizer implements family.Model.
 func (m *Model) Tokenizer() *tokenizer.Tokenizer { return m.Tok }
 
+// The official system prompts of both families (liquid-audio's README).
+var officialPrompts = map[family.Mode]string{
+	family.Interleaved: "Respond with interleaved text and audio.",
+	family.Sequential:  "Perform ASR.",
+}
+
+// Templates of the two families: liquid-audio's ChatState layout
+// (<|startoftext|>, then "<|im_start|>{role}\n…<|im_end|>\n" turns) with the
+// official prompts. LFM2.5-Audio adds its model card's four TTS voices;
+// LFM2-Audio's TTS prompt describes a voice in free text ("Perform
+// TTS.\nUse the following voice: …"), so it has no preset ones.
+var (
+	TemplateLFM2Audio  family.Template = family.ChatML{BOS: TokStartOfText, Prompts: officialPrompts}
+	TemplateLFM25Audio family.Template = family.ChatML{BOS: TokStartOfText, Prompts: officialPrompts, TTS: []family.Voice{
+		{Name: "us_male", Prompt: "Perform TTS. Use the US male voice."},
+		{Name: "us_female", Prompt: "Perform TTS. Use the US female voice."},
+		{Name: "uk_male", Prompt: "Perform TTS. Use the UK male voice."},
+		{Name: "uk_female", Prompt: "Perform TTS. Use the UK female voice."},
+	}}
+)
+
+// Template implements family.Model: the template of the folder's family.
+func (m *Model) Template() family.Template {
+	if m.Family == FamilyLFM25Audio {
+		return TemplateLFM25Audio
+	}
+	return TemplateLFM2Audio
+}
+
 // Frontend implements family.Model: the log-mel and the FastConformer
 // with its adapter.
 func (m *Model) Frontend() family.Frontend { return frontend{m.Mel, m.Encoder} }
