@@ -44,9 +44,25 @@ type Options struct {
 	Precision nn.Precision
 	// MaxTurns is the number of turns that may run at once (default 8).
 	MaxTurns int
-	// MaxBatch caps the sessions one backbone or depthformer step serves
-	// (default 16).
+	// MaxBatch caps the sessions one backbone or depthformer step serves,
+	// separately from MaxTurns (how many are admitted): the turns beyond it
+	// wait for the next step, oldest first. Default: DefaultMaxBatch of the
+	// device.
 	MaxBatch int
+	// PrefillChunk is the most prompt rows one backbone step computes: a
+	// longer prompt (or several new ones) is prefilled over several steps,
+	// interleaved with the other sessions' frames, so that no running
+	// session waits more than one chunk for its next frame. Default:
+	// DefaultPrefillChunk of the device.
+	PrefillChunk int
+	// MemoryBudget is the bytes the engine may hold for conversations: KV
+	// caches, history and codec state. A turn that cannot be given its
+	// memory is refused with a *MemoryError (ErrNoMemory). Default:
+	// DefaultMemoryBudget of the device; negative: no limit.
+	MemoryBudget int64
+	// CodecStateBytes is what one turn's codec stream is charged (default:
+	// measured once at New by opening a stream and decoding a few frames).
+	CodecStateBytes int64
 	// EventBuffer is the number of events a turn buffers for a client that
 	// reads slowly before it is cancelled with ErrSlowConsumer (default 4096,
 	// about five minutes of speech).
@@ -70,9 +86,6 @@ func (o *Options) defaults() {
 	}
 	if o.MaxTurns <= 0 {
 		o.MaxTurns = 8
-	}
-	if o.MaxBatch <= 0 {
-		o.MaxBatch = 16
 	}
 	if o.EventBuffer <= 0 {
 		o.EventBuffer = 4096
@@ -123,6 +136,12 @@ type Engine struct {
 // New starts an engine for m, a model of any registered family, on dev.
 func New(m family.Model, dev gpu.Device, opts Options) *Engine {
 	opts.defaults()
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = DefaultMaxBatch(dev)
+	}
+	if opts.PrefillChunk <= 0 {
+		opts.PrefillChunk = DefaultPrefillChunk(dev)
+	}
 	e := &Engine{m: m, info: m.Info(), dev: dev, opts: opts,
 		bbIn:    make(chan *turn, opts.MaxTurns),
 		depthIn: make(chan *turn, opts.MaxTurns),
@@ -133,8 +152,8 @@ func New(m family.Model, dev gpu.Device, opts Options) *Engine {
 	e.idle = sync.NewCond(&e.mu)
 	e.front = newFrontend(e)
 	e.wg.Add(3)
-	go e.actor(StageBackbone, e.bbIn, e.depthIn, e.backboneStep)
-	go e.actor(StageDepth, e.depthIn, e.bbIn, e.depthStep)
+	go e.actor(StageBackbone, 0, e.bbIn, e.depthIn, e.backboneStep)
+	go e.actor(StageDepth, 1, e.depthIn, e.bbIn, e.depthStep)
 	go e.codecLoop()
 	return e
 }
@@ -446,6 +465,9 @@ type turn struct {
 	mel        *audio.Features
 	chatStart  int // the chat's length before this turn
 	promptRows int
+	prefilled  int       // prompt rows computed so far (chunked prefill)
+	served     [2]uint64 // the backbone's and depthformer's last round that served it
+	promptH    []float32 // with Record: the prompt's output rows so far
 
 	// The next backbone input.
 	kind   Kind // what the pending step samples

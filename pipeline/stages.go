@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -177,93 +178,127 @@ func (e *Engine) gather(in chan *turn, batch []*turn, limit int) []*turn {
 	return batch
 }
 
-// actor runs a batching stage: it gathers every pending turn of in (up to
-// MaxBatch; the rest waits for the next round) and computes them as one
-// batch with step, whose results are the turns that stay in this stage for
-// another round and those that go on to out. A turn the step does not
-// return it has finished. It returns when the engine stops.
-func (e *Engine) actor(name string, in, out chan *turn, step func(*nn.Ctx, []*turn) (stay, pass []*turn)) {
+// actor runs a batching stage: at each step it takes every turn pending
+// on in into its queue, serves up to MaxBatch of them, those it served
+// least recently first (new turns before all others), and computes them as
+// one batch with step, whose results are the turns that stay in this stage
+// for another round and those that go on to out. A turn the step does not
+// return it has finished. Turns join and leave only between steps. It
+// returns when the engine stops.
+func (e *Engine) actor(name string, slot int, in, out chan *turn, step func(*nn.Ctx, []*turn) (stay, pass []*turn)) {
 	defer e.wg.Done()
 	c := nn.NewCtx(e.dev, e.dev.NewQueue(name), e.opts.Precision)
-	var carry []*turn
+	var queue []*turn
+	var round uint64
 	for {
-		batch := e.gather(in, carry, e.opts.MaxBatch)
-		if batch == nil {
+		queue = e.gather(in, queue, math.MaxInt)
+		if queue == nil {
 			return
 		}
-		carry = nil
-		if len(batch) > e.opts.MaxBatch {
-			batch, carry = batch[:e.opts.MaxBatch], slices.Clone(batch[e.opts.MaxBatch:])
-		}
+		round++
+		var batch []*turn
+		batch, queue = nextBatch(queue, slot, e.opts.MaxBatch, round)
 		stay, pass := e.runStep(name, func() ([]*turn, []*turn) { return step(c, batch) }, batch)
-		carry = append(carry, stay...)
+		queue = append(queue, stay...)
 		for _, t := range pass {
 			out <- t
 		}
 	}
 }
 
+// nextBatch takes from queue the round's batch: up to limit turns, those
+// the stage served least recently first (in queue order among equals),
+// stamped with round; the rest keep their order.
+func nextBatch(queue []*turn, slot, limit int, round uint64) (batch, rest []*turn) {
+	slices.SortStableFunc(queue, func(a, b *turn) int { return cmp.Compare(a.served[slot], b.served[slot]) })
+	n := min(len(queue), limit)
+	batch = slices.Clone(queue[:n])
+	for _, t := range batch {
+		t.served[slot] = round
+	}
+	return batch, slices.Delete(queue, 0, n)
+}
+
 // backboneStep serves every turn whose next input is ready (prompts and
 // fed-back tokens or frames) in one batched forward pass, samples text
 // where the step is a text step, and passes audio steps on to the
-// depthformer; the turns whose next step is a text step again stay.
+// depthformer; the turns whose next step is a text step again stay. The
+// prompts' rows of one step are at most PrefillChunk, handed out in batch
+// order: a prompt with rows left (or none given this step) stays, and
+// samples once its last chunk is in.
 func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 	lm := e.m.LM()
 	H := e.info.HiddenSize
 	live := batch[:0:0]
+	var rows []int
+	var waiting []*turn // prompts given no rows this step
+	budget := e.opts.PrefillChunk
 	for _, t := range batch {
 		if err := t.failed(); err != nil {
 			e.finish(t, err)
 			continue
 		}
+		n := 1
+		if t.input == inPrompt {
+			n = min(t.sess.chat.Len()-t.sess.fed, budget)
+			if n <= 0 { // this step's prefill rows are taken: wait for the next
+				waiting = append(waiting, t)
+				continue
+			}
+			budget -= n
+		}
 		if t.sess.cache == nil {
 			t.sess.cache = lm.NewCache(e.dev)
 		}
+		if t.input == inPrompt && t.prefilled == 0 {
+			e.preallocate(c, t)
+		}
 		live = append(live, t)
+		rows = append(rows, n)
 	}
 	if len(live) == 0 {
-		return nil, nil
+		return waiting, nil
 	}
 	start := time.Now()
 	c.A.Reset()
 	seqs := make([]family.Seq, len(live))
 	total := 0
 	for i, t := range live {
-		n := 1
-		if t.input == inPrompt {
-			n = t.sess.chat.Len() - t.sess.fed
-		}
-		seqs[i] = family.Seq{Cache: t.sess.cache, Rows: n}
-		total += n
+		seqs[i] = family.Seq{Cache: t.sess.cache, Rows: rows[i]}
+		total += rows[i]
 	}
 	x := c.Tmp(total, H)
 	r0 := 0
 	for i, t := range live {
-		rows := x.Slice(r0, r0+seqs[i].Rows)
+		dst := x.Slice(r0, r0+seqs[i].Rows)
 		switch t.input {
 		case inPrompt:
-			e.embedRows(c, rows, t.sess.chat.Rows(t.sess.fed, t.sess.chat.Len()))
+			e.embedRows(c, dst, t.sess.chat.Rows(t.sess.fed, t.sess.fed+rows[i]))
 		case inToken:
-			lm.EmbedTokens(c, rows, []int32{int32(t.token)})
+			lm.EmbedTokens(c, dst, []int32{int32(t.token)})
 		case inFrame:
-			e.m.Head().EmbedFrame(c, rows, t.frame)
+			e.m.Head().EmbedFrame(c, dst, t.frame)
 		}
 		r0 += seqs[i].Rows
 	}
 	h := lm.Forward(c, x, seqs)
 
 	// Gather the last row of each turn: text turns get logits, audio turns
-	// hand the row to the depthformer.
-	var texts, audios []int
+	// hand the row to the depthformer; a prompt with rows left samples
+	// nothing yet.
+	var texts, audios, partial []int
 	r0 = 0
 	lasts := make([]int, len(live))
 	for i, t := range live {
 		r0 += seqs[i].Rows
 		lasts[i] = r0 - 1
 		t.sess.fed += seqs[i].Rows
-		if t.kind == TextStep {
+		switch {
+		case t.input == inPrompt && t.sess.fed < t.sess.chat.Len():
+			partial = append(partial, i)
+		case t.kind == TextStep:
 			texts = append(texts, i)
-		} else {
+		default:
 			audios = append(audios, i)
 		}
 	}
@@ -287,29 +322,43 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 		}
 	}
 	for i, t := range live {
-		if t.kind == AudioStep || t.req.Record != nil {
+		done := t.input != inPrompt || t.sess.fed == t.sess.chat.Len()
+		if done && (t.kind == AudioStep || t.req.Record != nil) {
 			t.hidden = make([]float32, H)
 			if err := c.Q.Read(t.hidden, h.Row(lasts[i])); err != nil {
 				errs[i] = cmp.Or(errs[i], fmt.Errorf("backbone: read hidden state: %w", err))
 			}
 		}
-		if t.input == inPrompt && t.req.Record != nil {
+		if t.input == inPrompt {
 			n := seqs[i].Rows
-			v := make([]float32, n*H)
-			if err := c.Q.Read(v, h.Slice(lasts[i]+1-n, lasts[i]+1)); err != nil {
-				errs[i] = cmp.Or(errs[i], fmt.Errorf("backbone: read prompt states: %w", err))
-			} else {
-				e.recordPrompt(t, v, n)
+			t.prefilled += n
+			if t.req.Record != nil {
+				v := make([]float32, n*H)
+				if err := c.Q.Read(v, h.Slice(lasts[i]+1-n, lasts[i]+1)); err != nil {
+					errs[i] = cmp.Or(errs[i], fmt.Errorf("backbone: read prompt states: %w", err))
+				} else {
+					t.promptH = append(t.promptH, v...)
+					if done {
+						e.recordPrompt(t, t.promptH, t.prefilled)
+						t.promptH = nil
+					}
+				}
+			}
+			if done {
+				t.tm.Prefill = time.Since(t.start)
+				t.tm.PromptRows = t.prefilled
 			}
 		}
 	}
-	e.record(StageBackbone, live, stepsOf(live), start, "step")
-	for i, t := range live {
-		if t.input == inPrompt {
-			t.tm.Prefill = time.Since(t.start)
-			t.tm.PromptRows = seqs[i].Rows
+	e.recordRows(StageBackbone, live, stepsOf(live), rows, start, "step")
+	for _, i := range partial {
+		if errs[i] != nil {
+			e.finish(live[i], errs[i])
+			continue
 		}
+		next = append(next, live[i])
 	}
+	next = append(next, waiting...) // after the partial prompts: first come, first prefilled
 	for j, i := range texts {
 		t := live[i]
 		if errs[i] != nil {
@@ -767,6 +816,11 @@ func stepsOf(ts []*turn) []int {
 // record attributes a stage's batch time to its turns and to the trace
 // (steps as Interval.Steps).
 func (e *Engine) record(stage string, ts []*turn, steps []int, start time.Time, label string) {
+	e.recordRows(stage, ts, steps, nil, start, label)
+}
+
+// recordRows is record with the rows each turn fed the stage.
+func (e *Engine) recordRows(stage string, ts []*turn, steps, rows []int, start time.Time, label string) {
 	end := time.Now()
 	d := end.Sub(start)
 	share := d / time.Duration(len(ts))
@@ -778,6 +832,6 @@ func (e *Engine) record(stage string, ts []*turn, steps []int, start time.Time, 
 		for i, t := range ts {
 			ids[i] = t.id
 		}
-		e.opts.Trace.add(Interval{Stage: stage, Turns: ids, Steps: steps, Start: start, End: end, Label: label})
+		e.opts.Trace.add(Interval{Stage: stage, Turns: ids, Steps: steps, Rows: rows, Start: start, End: end, Label: label})
 	}
 }

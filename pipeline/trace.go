@@ -14,7 +14,10 @@ type Interval struct {
 	// the step Turns[i] was at (the depthformer samples the frame of an
 	// audio step). The codec, which decodes a run of one turn's frames:
 	// the step that sampled each frame. The front end: nil.
-	Steps      []int
+	Steps []int
+	// Rows, for the backbone, is the rows each turn fed the step (1 for a
+	// step, up to the prefill chunk for a prompt); nil elsewhere.
+	Rows       []int
 	Start, End time.Time
 	Label      string
 }
