@@ -131,6 +131,10 @@ type Engine struct {
 	stop    chan struct{}
 
 	nextID atomic.Uint64
+
+	mem        ledger
+	kvFor      func(positions int) int64 // a cache's bytes at a length; nil: not counted
+	codecBytes int64                     // one codec stream's state
 }
 
 // New starts an engine for m, a model of any registered family, on dev.
@@ -150,6 +154,7 @@ func New(m family.Model, dev gpu.Device, opts Options) *Engine {
 		stop:    make(chan struct{}),
 	}
 	e.idle = sync.NewCond(&e.mu)
+	e.initMemory()
 	e.front = newFrontend(e)
 	e.wg.Add(3)
 	go e.actor(StageBackbone, 0, e.bbIn, e.depthIn, e.backboneStep)
@@ -206,6 +211,7 @@ type Session struct {
 	fed   int // chat rows the cache holds
 	turns int
 	last  time.Time
+	held  bytesOf // what the conversation holds (KV cache, history), counted in the engine's memory
 }
 
 // NewSession starts an empty conversation. Its ID is random (128 bits), so
@@ -244,9 +250,12 @@ func (s *Session) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.shut = true
-	if !s.busy && s.cache != nil {
-		s.cache.Free()
-		s.cache = nil
+	if !s.busy {
+		if s.cache != nil {
+			s.cache.Free()
+			s.cache = nil
+		}
+		s.dropMemory()
 	}
 }
 
@@ -400,6 +409,19 @@ func (e *Engine) Start(ctx context.Context, s *Session, req Request) (*Stream, e
 		s.release()
 		return nil, fmt.Errorf("%w: %d positions plus up to %d new ones exceed %d", ErrContextFull, n, req.MaxNewTokens, e.opts.MaxContext)
 	}
+	s.mu.Lock()
+	t.charge = e.turnCharge(s, t)
+	merr := e.mem.charge(t.charge)
+	s.mu.Unlock()
+	if merr != nil {
+		t.charge = bytesOf{}
+		s.chat.Truncate(t.chatStart)
+		e.mu.Lock()
+		e.endRunning()
+		e.mu.Unlock()
+		s.release()
+		return nil, merr
+	}
 	e.mu.Lock()
 	e.turns[t] = struct{}{}
 	e.mu.Unlock()
@@ -439,9 +461,12 @@ func (s *Session) release() {
 	s.mu.Lock()
 	s.busy = false
 	s.last = time.Now()
-	if s.shut && s.cache != nil {
-		s.cache.Free()
-		s.cache = nil
+	if s.shut {
+		if s.cache != nil {
+			s.cache.Free()
+			s.cache = nil
+		}
+		s.dropMemory()
 	}
 	s.mu.Unlock()
 }
@@ -467,6 +492,7 @@ type turn struct {
 	promptRows int
 	prefilled  int       // prompt rows computed so far (chunked prefill)
 	served     [2]uint64 // the backbone's and depthformer's last round that served it
+	charge     bytesOf   // the memory reserved for it (given back by complete)
 	promptH    []float32 // with Record: the prompt's output rows so far
 
 	// The next backbone input.

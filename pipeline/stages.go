@@ -714,6 +714,7 @@ func (e *Engine) complete(t *turn, err error) {
 	}()
 	t.stopWatch()
 	t.cancelF(nil)
+	e.settleMemory(t)
 	// Free the slot and the session before the client learns the turn is
 	// over, so that it can start the next turn at once.
 	e.mu.Lock()

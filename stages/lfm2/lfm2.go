@@ -515,3 +515,7 @@ func (m *Model) Logits(c *nn.Ctx, dst, h gpu.Tensor) {
 func (m *Model) EmbedTokens(c *nn.Ctx, dst gpu.Tensor, ids []int32) {
 	c.Q.Embed(dst, m.Embed, ids)
 }
+
+// BytesFor returns what a cache of c's model holds once grown to
+// positions (Model.BytesFor).
+func (c *Cache) BytesFor(positions int) int64 { return c.m.BytesFor(positions) }
