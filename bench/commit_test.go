@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/omni-pipe/omni-pipe/stages/family"
 )
 
 // TestReportCommit: a model that came by its Hugging Face name is named
@@ -44,5 +46,42 @@ func TestReportCodec(t *testing.T) {
 	}
 	if !strings.Contains(string(j), `"family":"lfm2.5-audio","codec":"detokenizer"`) {
 		t.Errorf("JSON report lacks the family and codec: %.300s", j)
+	}
+}
+
+// TestReportDefaults: the reports list the family's default system
+// prompts and voices.
+func TestReportDefaults(t *testing.T) {
+	r := &Report{Model: ModelInfo{Name: "LFM2.5-Audio-1.5B", Params: 1, Family: "lfm2.5-audio", Codec: "detokenizer",
+		Defaults: family.Defaults{
+			SystemPrompts: map[string]string{"interleaved": "Respond with interleaved text and audio.", "sequential": "Perform ASR."},
+			Voices:        []family.Voice{{Name: "us_male", Prompt: "Perform TTS. Use the US male voice."}, {Name: "uk_female", Prompt: "Perform TTS. Use the UK female voice."}},
+		}}}
+	var b strings.Builder
+	if err := r.Print(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`defaults   system prompt interleaved "Respond with interleaved text and audio.", sequential "Perform ASR."; voices us_male, uk_female`,
+	} {
+		if !strings.Contains(b.String(), want+"\n") {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+	j, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(j), `"defaults":{"system_prompts":{"interleaved":"Respond with interleaved text and audio.","sequential":"Perform ASR."},"voices":[{"name":"us_male"`) {
+		t.Errorf("JSON report lacks the defaults: %.500s", j)
+	}
+	// A family without voices says so in the text.
+	r.Model.Defaults.Voices = nil
+	b.Reset()
+	if err := r.Print(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `sequential "Perform ASR."; no preset voices`+"\n") {
+		t.Errorf("report without voices:\n%s", b.String())
 	}
 }

@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/stages/family"
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 )
 
@@ -35,12 +38,14 @@ type ModelInfo struct {
 	Params int64  `json:"params"`
 	// Family and Codec are the model's family (lfm2-audio, lfm2.5-audio)
 	// and the codec that decoded its speech (mimi, detokenizer).
-	Family    string      `json:"family,omitempty"`
-	Codec     string      `json:"codec,omitempty"`
-	Device    string      `json:"device"`
-	Threads   int         `json:"threads"`
-	Precision string      `json:"precision"`
-	Weights   WeightBytes `json:"loop_weight_bytes"`
+	Family string `json:"family,omitempty"`
+	Codec  string `json:"codec,omitempty"`
+	// Defaults are the family's default system prompts and its voices.
+	Defaults  family.Defaults `json:"defaults"`
+	Device    string          `json:"device"`
+	Threads   int             `json:"threads"`
+	Precision string          `json:"precision"`
+	Weights   WeightBytes     `json:"loop_weight_bytes"`
 	// Holding says how the weights are held (Options.Weights).
 	Holding string `json:"weights_held,omitempty"`
 	// DeviceInfo is the device's report at the end of the run (driver,
@@ -167,19 +172,55 @@ type Floors struct {
 	AudioFrameRealTime float64 `json:"audio_frame_x_realtime"`
 }
 
-func newReport(m *lfm2audio.Model, dev gpu.Device, threads int, o Options, bw Bandwidth) *Report {
+func newReport(m family.Model, dev gpu.Device, threads int, o Options, bw Bandwidth) *Report {
+	info, codec := m.Info(), m.AudioCodec()
+	var weights WeightBytes
+	if lm, ok := m.(*lfm2audio.Model); ok {
+		weights = ModelWeightBytes(lm)
+	}
 	r := &Report{
-		Model: ModelInfo{Name: m.Name, Params: m.Params, Family: m.Family, Codec: m.Codec.Kind(), Device: dev.Name(), Threads: threads,
-			Precision: o.Precision.String(), Weights: ModelWeightBytes(m), Holding: o.Weights},
+		Model: ModelInfo{Name: info.Name, Params: info.Params, Family: info.Family, Codec: codec.Kind(),
+			Defaults: family.DefaultsOf(m.Template()), Device: dev.Name(), Threads: threads,
+			Precision: o.Precision.String(), Weights: weights, Holding: o.Weights},
 		Machine: Machine{CPU: cpuName(), Cores: runtime.NumCPU(), GOARCH: runtime.GOARCH, Go: runtime.Version(), Bandwidth: bw},
 		Input: Input{Source: o.ClipSource, SampleRate: o.Clip.SampleRate,
 			Seconds: float64(len(o.Clip.Samples)) / float64(o.Clip.SampleRate)},
 		Settings: Settings{Turns: o.Turns, Warmup: o.Warmup, MaxNewTokens: o.MaxNewTokens,
 			Text: "greedy", Audio: samplingString(o), Seed: o.Seed, StopsAllowed: o.AllowStop,
-			FrameMs:       1000 * float64(m.Codec.FrameSamples()) / float64(m.Codec.SampleRate()),
-			InterleaveTxt: m.Cfg.InterleavedNText, InterleaveAud: m.Cfg.InterleavedNAudio},
+			FrameMs:       1000 * float64(codec.FrameSamples()) / float64(codec.SampleRate()),
+			InterleaveTxt: info.InterleavedText, InterleaveAud: info.InterleavedAudio},
 	}
 	return r
+}
+
+// defaultsString spells a family's defaults on one line: the system
+// prompt of each mode, then the voices.
+func defaultsString(d family.Defaults) string {
+	var b strings.Builder
+	modes := slices.Sorted(maps.Keys(d.SystemPrompts))
+	for i, mode := range modes {
+		if i == 0 {
+			b.WriteString("system prompt ")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %q", mode, d.SystemPrompts[mode])
+	}
+	if b.Len() > 0 {
+		b.WriteString("; ")
+	}
+	if len(d.Voices) == 0 {
+		b.WriteString("no preset voices")
+		return b.String()
+	}
+	b.WriteString("voices ")
+	for i, v := range d.Voices {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(v.Name)
+	}
+	return b.String()
 }
 
 func samplingString(o Options) string {
@@ -322,6 +363,9 @@ func (r *Report) Print(w io.Writer) error {
 		fmt.Fprintf(bw, ", weights %s", m.Holding)
 	}
 	fmt.Fprintln(bw)
+	if d := m.Defaults; len(d.SystemPrompts) > 0 || len(d.Voices) > 0 {
+		fmt.Fprintf(bw, "defaults   %s\n", defaultsString(d))
+	}
 	if mc.Bandwidth.Device != "" {
 		fmt.Fprintf(bw, "machine    %s, %d cores, %s; device memory %.0f GB/s (copy, bytes read + written)\n",
 			mc.CPU, mc.Cores, mc.Go, mc.Bandwidth.CopyGBs)

@@ -15,7 +15,7 @@ import (
 	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/pipeline"
-	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
+	"github.com/omni-pipe/omni-pipe/stages/family"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 )
 
@@ -55,9 +55,9 @@ type Options struct {
 	Weights string
 }
 
-// Run runs turns of m on dev through the engine, one at a time, each in a
+// Run runs turns of m (a model of any family) on dev through the engine, one at a time, each in a
 // new conversation with the same clip, and reports where the time went.
-func Run(ctx context.Context, m *lfm2audio.Model, dev gpu.Device, o Options) (*Report, error) {
+func Run(ctx context.Context, m family.Model, dev gpu.Device, o Options) (*Report, error) {
 	if o.Clip == nil || len(o.Clip.Samples) == 0 {
 		return nil, errors.New("bench: no input clip")
 	}
@@ -119,7 +119,7 @@ func Run(ctx context.Context, m *lfm2audio.Model, dev gpu.Device, o Options) (*R
 // stops are allowed, replaces a stopping pick by the best other entry.
 type observer struct {
 	suppress   bool
-	sp         lfm2audio.Special // the model's stopping tokens and end-of-audio code
+	sp         family.Special // the model's stopping tokens and end-of-audio code
 	mu         sync.Mutex
 	kinds      map[int]pipeline.Kind
 	suppressed int

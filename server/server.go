@@ -35,6 +35,7 @@ import (
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/pipeline"
+	"github.com/omni-pipe/omni-pipe/stages/family"
 )
 
 // Config configures a Server. Zero values take the defaults.
@@ -145,14 +146,15 @@ type Backend struct {
 	GPU gpu.Device
 }
 
-// family returns the served model's family and codec ("" without an
-// engine).
-func (b *Backend) family() (family, codec string) {
+// modelFamily returns the served model's family, its codec and its
+// family's defaults (zero without an engine).
+func (b *Backend) modelFamily() (name, codec string, defaults *family.Defaults) {
 	if b.Engine == nil {
-		return "", ""
+		return "", "", nil
 	}
 	m := b.Engine.Model()
-	return m.Info().Family, m.AudioCodec().Kind()
+	d := family.DefaultsOf(m.Template())
+	return m.Info().Family, m.AudioCodec().Kind(), &d
 }
 
 // Server is the HTTP API. Create it with New, hand it the model with
@@ -522,16 +524,17 @@ func (s *Server) health(c echo.Context) error {
 		Conversations int `json:"conversations"`
 	}
 	h := struct {
-		Status   string    `json:"status"`
-		Model    string    `json:"model,omitempty"`
-		Commit   string    `json:"model_commit,omitempty"`
-		Backend  string    `json:"backend,omitempty"`
-		Device   *gpu.Info `json:"device,omitempty"`
-		Family   string    `json:"model_family,omitempty"`
-		Codec    string    `json:"codec,omitempty"`
-		Version  string    `json:"version"`
-		Uptime   float64   `json:"uptime_seconds"`
-		Sessions sessions  `json:"sessions"`
+		Status   string           `json:"status"`
+		Model    string           `json:"model,omitempty"`
+		Commit   string           `json:"model_commit,omitempty"`
+		Backend  string           `json:"backend,omitempty"`
+		Device   *gpu.Info        `json:"device,omitempty"`
+		Family   string           `json:"model_family,omitempty"`
+		Codec    string           `json:"codec,omitempty"`
+		Defaults *family.Defaults `json:"defaults,omitempty"` // the family's system prompts and voices
+		Version  string           `json:"version"`
+		Uptime   float64          `json:"uptime_seconds"`
+		Sessions sessions         `json:"sessions"`
 	}{
 		Status: "ok", Version: s.cfg.Version, Uptime: round3(time.Since(s.started).Seconds()),
 		Sessions: sessions{Active: s.lim.active(), Queued: s.lim.queued(), MaxActive: s.cfg.MaxConcurrent,
@@ -540,7 +543,7 @@ func (s *Server) health(c echo.Context) error {
 	code := http.StatusOK
 	if b := s.backend.Load(); b != nil {
 		h.Model, h.Commit, h.Backend = b.Model, b.Commit, b.Device
-		h.Family, h.Codec = b.family()
+		h.Family, h.Codec, h.Defaults = b.modelFamily()
 		if info, ok := s.device(); ok {
 			h.Device = &info
 		}
@@ -560,19 +563,20 @@ func (s *Server) models(c echo.Context) error {
 		return err
 	}
 	type model struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
-		Commit  string `json:"commit,omitempty"` // the Hugging Face commit of a model that came by name
-		Family  string `json:"family,omitempty"`
-		Codec   string `json:"codec,omitempty"`
+		ID       string           `json:"id"`
+		Object   string           `json:"object"`
+		Created  int64            `json:"created"`
+		OwnedBy  string           `json:"owned_by"`
+		Commit   string           `json:"commit,omitempty"` // the Hugging Face commit of a model that came by name
+		Family   string           `json:"family,omitempty"`
+		Codec    string           `json:"codec,omitempty"`
+		Defaults *family.Defaults `json:"defaults,omitempty"` // the family's system prompts and voices
 	}
-	family, codec := b.family()
+	fam, codec, defaults := b.modelFamily()
 	return c.JSON(http.StatusOK, struct {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
-	}{"list", []model{{ID: b.Model, Object: "model", Created: s.started.Unix(), OwnedBy: "omni-pipe", Commit: b.Commit, Family: family, Codec: codec}}})
+	}{"list", []model{{ID: b.Model, Object: "model", Created: s.started.Unix(), OwnedBy: "omni-pipe", Commit: b.Commit, Family: fam, Codec: codec, Defaults: defaults}}})
 }
 
 // maxSeed is the largest seed: 2^53 − 1, the largest integer JavaScript

@@ -14,7 +14,7 @@ import (
 	"github.com/omni-pipe/omni-pipe/bench"
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/pipeline"
-	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
+	"github.com/omni-pipe/omni-pipe/stages/family"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 )
 
@@ -86,7 +86,7 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 			return err
 		}
 		var (
-			m    *lfm2audio.Model
+			m    family.Model
 			dev  gpu.Device
 			prec nn.Precision
 		)
@@ -144,7 +144,7 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 // openSynthetic writes the real-size synthetic checkpoint (into dir, or a
 // temporary folder removed once loaded: the mapping keeps the data) and
 // loads it.
-func openSynthetic(mf *modelFlags, dir string, e *env) (_ *lfm2audio.Model, _ gpu.Device, _ nn.Precision, err error) {
+func openSynthetic(mf *modelFlags, dir string, e *env) (_ family.Model, _ gpu.Device, _ nn.Precision, err error) {
 	p, err := mf.check()
 	if err != nil {
 		return nil, nil, 0, err
@@ -177,11 +177,10 @@ func openSynthetic(mf *modelFlags, dir string, e *env) (_ *lfm2audio.Model, _ gp
 		return nil, nil, 0, fmt.Errorf("synthetic checkpoint: %w", err)
 	}
 	fmt.Fprintf(e.stderr, "written in %.1f s; loading\n", time.Since(start).Seconds())
-	m, err := mf.loadOn(dev, dir)
+	m, err := mf.loadOn(dev, dir, "LFM2-Audio-1.5B (synthetic)")
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	m.Name = "LFM2-Audio-1.5B (synthetic)"
 	return m, dev, p, nil
 }
 

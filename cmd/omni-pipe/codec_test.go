@@ -108,6 +108,9 @@ func TestBenchLFM25(t *testing.T) {
 	if rep.Model.Family != "lfm2.5-audio" || rep.Model.Codec != "detokenizer" {
 		t.Errorf("family %q codec %q", rep.Model.Family, rep.Model.Codec)
 	}
+	if d := rep.Model.Defaults; d.SystemPrompts["interleaved"] != "Respond with interleaved text and audio." || len(d.Voices) != 4 {
+		t.Errorf("defaults %+v: want the interleaved prompt and 4 voices", d)
+	}
 	if len(rep.Turns) != 1 || rep.Turns[0].DecodedFrames != 12 || math.Abs(rep.Turns[0].AudioSeconds-0.96) > 1e-9 {
 		t.Errorf("turns %+v: want 12 decoded frames, 0.96 s", rep.Turns)
 	}

@@ -53,17 +53,17 @@ func setupDecode(fs *flag.FlagSet, e *env) func([]string) error {
 		}
 		defer dev.Close()
 		defer m.Close()
-		if len(frames) > 0 && len(frames[0]) != m.Codec.Codebooks() {
-			return fmt.Errorf("%s: %d codebooks, the codec decodes %d", *codesPath, len(frames[0]), m.Codec.Codebooks())
+		if len(frames) > 0 && len(frames[0]) != m.AudioCodec().Codebooks() {
+			return fmt.Errorf("%s: %d codebooks, the codec decodes %d", *codesPath, len(frames[0]), m.AudioCodec().Codebooks())
 		}
 		ctx := context.Background()
 		var pcm []float32
 		if *chunk == 0 {
-			if pcm, err = m.Codec.Decode(ctx, frames); err != nil {
+			if pcm, err = m.AudioCodec().Decode(ctx, frames); err != nil {
 				return err
 			}
 		} else {
-			s := m.Codec.NewStream()
+			s := m.AudioCodec().NewStream()
 			defer s.Close()
 			for lo := 0; lo < len(frames); lo += *chunk {
 				p, err := s.DecodeFrames(ctx, frames[lo:min(lo+*chunk, len(frames))])
@@ -74,9 +74,9 @@ func setupDecode(fs *flag.FlagSet, e *env) func([]string) error {
 			}
 			pcm = append(pcm, s.Flush()...)
 		}
-		fmt.Fprintf(e.stderr, "%s: %d frames decoded with %s\n", m.Name, len(frames), m.Codec.Kind())
+		fmt.Fprintf(e.stderr, "%s: %d frames decoded with %s\n", m.Info().Name, len(frames), m.AudioCodec().Kind())
 		if *dump != "" {
-			if err := writeDecodeDump(*dump, m.Codec, frames, pcm); err != nil {
+			if err := writeDecodeDump(*dump, m.AudioCodec(), frames, pcm); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stderr, "dump: %s\n", *dump)

@@ -115,7 +115,11 @@ func setupGenerate(fs *flag.FlagSet, e *env) func([]string) error {
 				return err
 			}
 			defer ref.Close()
-			rec, err := parity.Replay(ctx, m, dev, ref, prec)
+			lm, err := lfm2audioModel(m, "--teacher")
+			if err != nil {
+				return err
+			}
+			rec, err := parity.Replay(ctx, lm, dev, ref, prec)
 			if err != nil {
 				return err
 			}
@@ -176,7 +180,7 @@ func setupGenerate(fs *flag.FlagSet, e *env) func([]string) error {
 		printTimings(e.stderr, done.Timings)
 		fmt.Fprintf(e.stderr, "stop: %v\n", done.Stop)
 		if *dump != "" {
-			md := map[string]string{"system": *system, "precision": prec.String(), "model": m.Name}
+			md := map[string]string{"system": *system, "precision": prec.String(), "model": m.Info().Name}
 			if err := req.Record.WriteFile(*dump, md); err != nil {
 				return err
 			}

@@ -157,7 +157,7 @@ func setupMic(fs *flag.FlagSet, e *env) func([]string) error {
 		defer src.Close()
 
 		// The loudspeaker.
-		rate := m.Codec.SampleRate()
+		rate := m.AudioCodec().SampleRate()
 		var sink device.Sink
 		var rec *device.Recorder
 		var player *device.Player
@@ -179,7 +179,7 @@ func setupMic(fs *flag.FlagSet, e *env) func([]string) error {
 		if virtual {
 			mode += ", virtual time"
 		}
-		fmt.Fprintf(e.stderr, "omni-pipe mic: %s on %s (%s), %s. Speak; Ctrl-C quits.\n", m.Name, dev.Name(), prec, mode)
+		fmt.Fprintf(e.stderr, "omni-pipe mic: %s on %s (%s), %s. Speak; Ctrl-C quits.\n", m.Info().Name, dev.Name(), prec, mode)
 		p := &micPrinter{out: e.stdout, log: e.stderr}
 		err = live.Run(ctx, live.Config{
 			Engine: eng, Source: src, Sink: sink, VAD: vc, Request: req,

@@ -16,6 +16,8 @@ import (
 	"github.com/omni-pipe/omni-pipe/gpu/devices"
 	"github.com/omni-pipe/omni-pipe/internal/demomodel"
 	"github.com/omni-pipe/omni-pipe/internal/hub"
+	"github.com/omni-pipe/omni-pipe/stages/family"
+	// The families omni-pipe runs register with stages/family.
 	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 )
@@ -119,7 +121,7 @@ func (f *modelFlags) openDevice() (gpu.Device, error) {
 }
 
 // open loads the --model folder onto --device; --model is required.
-func (f *modelFlags) open() (*lfm2audio.Model, gpu.Device, nn.Precision, error) {
+func (f *modelFlags) open() (family.Model, gpu.Device, nn.Precision, error) {
 	if f.dir == "" {
 		return nil, nil, 0, usageError{"--model DIR is required"}
 	}
@@ -177,7 +179,7 @@ func isTerminal(w io.Writer) bool {
 // openOrDemo loads --model, or without it the embedded demo model, after a
 // loud warning on stderr that says what the demo model is (what names the
 // use: "talking to", "serving").
-func (f *modelFlags) openOrDemo(what string) (*lfm2audio.Model, gpu.Device, nn.Precision, error) {
+func (f *modelFlags) openOrDemo(what string) (family.Model, gpu.Device, nn.Precision, error) {
 	if f.dir != "" {
 		dir, err := f.resolve()
 		if err != nil {
@@ -210,7 +212,7 @@ func (f *modelFlags) openOrDemo(what string) (*lfm2audio.Model, gpu.Device, nn.P
 
 // openDir loads a checkpoint folder onto --device: memory-mapped, or
 // (--no-mmap) read into memory.
-func (f *modelFlags) openDir(dir string) (*lfm2audio.Model, gpu.Device, nn.Precision, error) {
+func (f *modelFlags) openDir(dir string) (family.Model, gpu.Device, nn.Precision, error) {
 	p, err := f.check()
 	if err != nil {
 		return nil, nil, 0, err
@@ -219,7 +221,7 @@ func (f *modelFlags) openDir(dir string) (*lfm2audio.Model, gpu.Device, nn.Preci
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	m, err := f.loadOn(dev, dir)
+	m, err := f.loadOn(dev, dir, "")
 	if err != nil {
 		dev.Close()
 		return nil, nil, 0, err
@@ -227,23 +229,32 @@ func (f *modelFlags) openDir(dir string) (*lfm2audio.Model, gpu.Device, nn.Preci
 	return m, dev, p, nil
 }
 
-// loadOn loads a checkpoint folder onto dev.
-func (f *modelFlags) loadOn(dev gpu.Device, dir string) (*lfm2audio.Model, error) {
-	var m *lfm2audio.Model
-	var err error
-	if f.noMmap {
-		m, err = lfm2audio.LoadFSWith(dev, os.DirFS(dir), filepath.Base(filepath.Clean(dir)), lfm2audio.Options{Codec: f.codec})
-	} else {
-		m, err = lfm2audio.LoadWith(dev, dir, lfm2audio.Options{Codec: f.codec})
+// loadOn loads a checkpoint folder onto dev through the family registry:
+// config.json names the family (stages/family.Load), whose constructor
+// loads the folder; name, when set, replaces the folder's name (a repo id
+// names its snapshot's folder otherwise).
+func (f *modelFlags) loadOn(dev gpu.Device, dir, name string) (family.Model, error) {
+	if name == "" && f.source != nil && filepath.Clean(dir) == filepath.Clean(f.source.Dir) {
+		name = f.source.Ref.Repo // not the snapshot folder's commit
 	}
+	m, err := family.Load(dev, dir, family.Options{Codec: f.codec, InMemory: f.noMmap, Name: name})
 	if err != nil {
 		return nil, err
 	}
-	if f.source != nil && filepath.Clean(dir) == filepath.Clean(f.source.Dir) {
-		m.Name = f.source.Ref.Repo // not the snapshot folder's commit
-	}
-	f.logger().Debug("model loaded", "model", m.Name, "params", m.Params, "codec", m.Codec.Kind(), "device", dev.Name(), "mapped", !f.noMmap)
+	info := m.Info()
+	f.logger().Debug("model loaded", "model", info.Name, "family", info.Family, "params", info.Params, "codec", m.AudioCodec().Kind(), "device", dev.Name(), "mapped", !f.noMmap)
 	return m, nil
+}
+
+// lfm2audioModel returns m as LFM2-Audio's model, for what (parity,
+// --teacher) compares its stages with the reference's recordings, which
+// are LFM2-Audio's.
+func lfm2audioModel(m family.Model, what string) (*lfm2audio.Model, error) {
+	lm, ok := m.(*lfm2audio.Model)
+	if !ok {
+		return nil, fmt.Errorf("%s: the reference cases are LFM2-Audio's; %s is of family %s", what, m.Info().Name, m.Info().Family)
+	}
+	return lm, nil
 }
 
 // workers returns the CPU backend's worker count, or the machine's cores

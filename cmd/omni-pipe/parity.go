@@ -47,11 +47,15 @@ stage is outside its tolerance.`,
 				}
 				defer dev.Close()
 				defer m.Close()
-				m.Backbone.FlashAttention = *probs == "flash"
-				m.Depth.FlashAttention = *probs == "flash"
+				lm, err := lfm2audioModel(m, "parity")
+				if err != nil {
+					return err
+				}
+				lm.Backbone.FlashAttention = *probs == "flash"
+				lm.Depth.FlashAttention = *probs == "flash"
 				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 				defer stop()
-				rep, err := parity.Run(ctx, m, dev, ref)
+				rep, err := parity.Run(ctx, lm, dev, ref)
 				if err != nil {
 					return err
 				}

@@ -78,8 +78,8 @@ func TestModelByName(t *testing.T) {
 	}
 	defer dev.Close()
 	defer m.Close()
-	if m.Name != "LiquidAI/tiny" || mf.source == nil || mf.source.Commit != hubCommit {
-		t.Errorf("loaded %q from %+v, want LiquidAI/tiny at %s", m.Name, mf.source, hubCommit)
+	if m.Info().Name != "LiquidAI/tiny" || mf.source == nil || mf.source.Commit != hubCommit {
+		t.Errorf("loaded %q from %+v, want LiquidAI/tiny at %s", m.Info().Name, mf.source, hubCommit)
 	}
 
 	var byName, byDir strings.Builder
@@ -115,8 +115,8 @@ func TestModelByName(t *testing.T) {
 	}
 	defer dev2.Close()
 	defer m2.Close()
-	if mf.source != nil || m2.Name != "tiny" {
-		t.Errorf("the folder LiquidAI/tiny loaded as %q from %+v, want the folder", m2.Name, mf.source)
+	if mf.source != nil || m2.Info().Name != "tiny" {
+		t.Errorf("the folder LiquidAI/tiny loaded as %q from %+v, want the folder", m2.Info().Name, mf.source)
 	}
 }
 

@@ -178,12 +178,14 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		}
 		eng := newEngine(m, dev, pipeline.Options{Precision: prec, MaxTurns: *maxConcurrent, Logger: log})
 		defer eng.Close()
-		loaded := []any{"model", m.Name, "params", m.Params, "took", time.Since(start).Round(time.Millisecond)}
+		loaded := []any{"model", m.Info().Name, "family", m.Info().Family, "codec", m.AudioCodec().Kind(), "params", m.Info().Params, "took", time.Since(start).Round(time.Millisecond)}
 		if mf.source != nil {
 			loaded = append(loaded, "commit", mf.source.Commit, "folder", mf.source.Dir)
 		}
 		log.Info("model loaded", loaded...)
-		log.Debug(m.Summary())
+		if s, ok := m.(interface{ Summary() string }); ok {
+			log.Debug(s.Summary())
+		}
 
 		srv := newServer(cfg)
 		ln, err := net.Listen("tcp", *addr)
@@ -194,7 +196,7 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		if mf.source != nil {
 			commit = mf.source.Commit
 		}
-		srv.SetBackend(&server.Backend{Engine: eng, Model: m.Name, Commit: commit, Device: fmt.Sprintf("%s, %s", dev.Name(), prec), GPU: dev})
+		srv.SetBackend(&server.Backend{Engine: eng, Model: m.Info().Name, Commit: commit, Device: fmt.Sprintf("%s, %s", dev.Name(), prec), GPU: dev})
 		log.Info("listening", "addr", ln.Addr().String(), "version", cfg.Version)
 		if err := srv.Serve(ctx, ln); err != nil {
 			return err

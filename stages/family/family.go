@@ -45,8 +45,9 @@ type Model interface {
 
 // Info is what the engine sizes its work by.
 type Info struct {
-	Name   string // the checkpoint's name (its folder's base name)
+	Name   string // the checkpoint's name (its folder's base name, or Options.Name)
 	Family string // e.g. "lfm2-audio", "lfm2.5-audio"
+	Params int64  // the parameters bound from the checkpoint
 
 	HiddenSize int // the backbone's row width
 	VocabSize  int // the backbone's text logits per row

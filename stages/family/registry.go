@@ -13,11 +13,17 @@ import (
 	"github.com/omni-pipe/omni-pipe/gpu"
 )
 
-// Options choose among what a checkpoint folder holds.
+// Options choose among what a checkpoint folder holds and how it is held.
 type Options struct {
 	// Codec names the codec to decode with, or "" for the folder's
 	// default (a family may hold more than one, as LFM2.5-Audio does).
 	Codec string
+	// InMemory reads the weight files into memory instead of mapping
+	// them.
+	InMemory bool
+	// Name, when set, is the model's name in Info instead of the
+	// folder's base name (e.g. the repo id it came by).
+	Name string
 }
 
 // Constructor loads a checkpoint folder of its family onto dev.

@@ -1,6 +1,9 @@
 package lfm2audio
 
 import (
+	"os"
+	"path/filepath"
+
 	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/stages/config"
@@ -16,18 +19,36 @@ import (
 // folder's codecs tell them apart (see Options).
 func init() {
 	for _, a := range config.Architectures {
-		family.Register(a, func(dev gpu.Device, dir string, opts family.Options) (family.Model, error) {
-			return LoadWith(dev, dir, Options{Codec: opts.Codec})
-		})
+		family.Register(a, loadFamily)
 	}
 }
 
 var _ family.Model = (*Model)(nil)
 
+// loadFamily is the family's constructor: the folder memory-mapped, or
+// read into memory.
+func loadFamily(dev gpu.Device, dir string, opts family.Options) (family.Model, error) {
+	o := Options{Codec: opts.Codec}
+	var m *Model
+	var err error
+	if opts.InMemory {
+		m, err = LoadFSWith(dev, os.DirFS(dir), filepath.Base(filepath.Clean(dir)), o)
+	} else {
+		m, err = LoadWith(dev, dir, o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if opts.Name != "" {
+		m.Name = opts.Name
+	}
+	return m, nil
+}
+
 // Info implements family.Model.
 func (m *Model) Info() family.Info {
 	return family.Info{
-		Name: m.Name, Family: m.Family,
+		Name: m.Name, Family: m.Family, Params: m.Params,
 		HiddenSize: m.Cfg.LFM.HiddenSize, VocabSize: m.Cfg.LFM.VocabSize, Codebooks: m.Cfg.Codebooks,
 		InterleavedText: m.Cfg.InterleavedNText, InterleavedAudio: m.Cfg.InterleavedNAudio,
 		Special: m.Special,
