@@ -133,6 +133,14 @@ type AudioHead interface {
 	EmbedFrame(c *nn.Ctx, dst gpu.Tensor, codes []int)
 }
 
+// SampledHead is implemented by audio heads that also pick on the device:
+// rows[i][r] samples codebook i of batch row r (gpu.Queue.Sample), and the
+// frame returns to the host only its codes. The codes equal Frame's with a
+// Picker that runs gpu.SampleHost on the same rows.
+type SampledHead interface {
+	FrameSampled(c *nn.Ctx, h gpu.Tensor, rows [][]gpu.SampleRow) ([][]int, error)
+}
+
 // Codec turns a model's audio codes (one frame of Codebooks() codes per
 // step) into speech.
 type Codec interface {

@@ -139,6 +139,10 @@ func (h head) Frame(c *nn.Ctx, x gpu.Tensor, pick family.Picker) ([][]int, error
 	return h.d.Frame(c, x, depth.Picker(pick))
 }
 
+func (h head) FrameSampled(c *nn.Ctx, x gpu.Tensor, rows [][]gpu.SampleRow) ([][]int, error) {
+	return h.d.FrameSampled(c, x, rows)
+}
+
 // EmbedFrame writes the audio feedback of one frame: the sum of its codes'
 // embeddings (codebook i offset by i·Vocab), rounded as the reference's
 // bf16 sum.
