@@ -18,6 +18,8 @@ type Queue interface {
 	WriteInt(dst Tensor, src []int32)
 	// Read waits for the queued work and copies src (F32) to the host.
 	Read(dst []float32, src Tensor) error
+	// ReadInt waits for the queued work and copies src (I32) to the host.
+	ReadInt(dst []int32, src Tensor) error
 	// Copy copies src to dst (same dtype and shape).
 	Copy(dst, src Tensor)
 	// Fill sets every element of dst (F32) to v.
@@ -85,6 +87,17 @@ type Queue interface {
 	// Embed gathers rows: dst[r] = table[ids[r]]. For len(ids) = Rows·n with
 	// n > 1 it sums n rows per output row: dst[r] = Σ_i table[ids[r·n+i]].
 	Embed(dst, table Tensor, ids []int32)
+	// EmbedIDs is Embed with ids in device memory: ids is an I32 [Rows, n]
+	// tensor (a strided view is fine), e.g. the picks of Sample, so that a
+	// sampled id feeds the next step without a trip to the host. An id
+	// outside the table makes its output row NaN on devices that cannot
+	// report it (the CPU panics).
+	EmbedIDs(dst, table, ids Tensor)
+
+	// Sample picks one entry of every row of logits (F32 [B, V]) into ids
+	// (I32 [B, 1], may be a strided view), row r following rows[r] (len B):
+	// exactly SampleHost, bit for bit, on every backend.
+	Sample(ids, logits Tensor, rows []SampleRow)
 
 	// Conv1D is a 1-D convolution over time-major input x [Tin, Cin] with a
 	// PyTorch Conv1d weight w [Cout, Cin/groups·K] (that is [Cout, Cin/groups,

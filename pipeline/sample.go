@@ -4,9 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sort"
 
-	"github.com/omni-pipe/omni-pipe/internal/numcmp"
+	"github.com/omni-pipe/omni-pipe/gpu"
 )
 
 // Sampling configures how one kind of output (text or audio codes) is
@@ -57,18 +56,42 @@ var (
 )
 
 // Sampler picks entries from logits with one configuration and one random
-// stream; a seed gives reproducible picks.
+// stream; a seed gives reproducible picks. The pick itself is
+// gpu.SampleHost (the same function a device's Queue.Sample computes), so
+// a row that Row prepares picks the same entry on the host and on a device.
 type Sampler struct {
-	cfg   Sampling
-	rng   *rand.Rand
-	probs []float64
-	idx   []int
+	cfg     Sampling
+	rng     *rand.Rand
+	scratch gpu.SampleScratch
 }
 
 // NewSampler returns a sampler whose random stream is determined by seed
 // and stream (use distinct streams for text and audio).
 func NewSampler(cfg Sampling, seed, stream uint64) *Sampler {
 	return &Sampler{cfg: cfg, rng: rand.New(rand.NewPCG(seed, stream))}
+}
+
+// Row returns the next pick's parameters: the configuration, the window
+// of history the repetition penalty applies to, and — unless the pick is
+// greedy — the next uniform draw of the stream. Each call that samples
+// consumes one draw, so rows must be made in the order of the picks.
+func (s *Sampler) Row(history []int) gpu.SampleRow {
+	c := s.cfg
+	r := gpu.SampleRow{Temperature: c.Temperature, TopK: c.TopK, TopP: c.TopP, Penalty: c.RepetitionPenalty}
+	if r.Penalty > 0 && r.Penalty != 1 && len(history) > 0 {
+		w := history
+		if c.RepetitionWindow > 0 && len(w) > c.RepetitionWindow {
+			w = w[len(w)-c.RepetitionWindow:]
+		}
+		r.History = make([]int32, len(w))
+		for i, id := range w {
+			r.History[i] = int32(min(max(id, -1), math.MaxInt32))
+		}
+	}
+	if !r.Greedy() {
+		r.U = s.rng.Float64()
+	}
+	return r
 }
 
 // Pick returns the chosen index of logits. history holds earlier picks of
@@ -78,128 +101,5 @@ func (s *Sampler) Pick(logits []float32, history []int) int {
 	if len(logits) == 0 {
 		panic("pipeline: sampling from no logits")
 	}
-	c := s.cfg
-	penalize := c.RepetitionPenalty > 0 && c.RepetitionPenalty != 1 && len(history) > 0
-	if c.Greedy() && !penalize {
-		return argmax(logits)
-	}
-	// Work in float64 on a copy.
-	if cap(s.probs) < len(logits) {
-		s.probs = make([]float64, len(logits))
-		s.idx = make([]int, len(logits))
-	}
-	p := s.probs[:len(logits)]
-	for i, v := range logits {
-		p[i] = float64(v)
-	}
-	if penalize {
-		w := history
-		if c.RepetitionWindow > 0 && len(w) > c.RepetitionWindow {
-			w = w[len(w)-c.RepetitionWindow:]
-		}
-		seen := make(map[int]bool, len(w))
-		for _, id := range w {
-			if id >= 0 && id < len(p) && !seen[id] {
-				seen[id] = true
-				if p[id] > 0 {
-					p[id] /= c.RepetitionPenalty
-				} else {
-					p[id] *= c.RepetitionPenalty
-				}
-			}
-		}
-	}
-	if c.Greedy() {
-		return argmax(p)
-	}
-	for i := range p {
-		p[i] /= c.Temperature
-	}
-	if c.TopK > 0 && c.TopK < len(p) {
-		th := kthLargest(p, c.TopK, s.idx[:len(p)])
-		for i, v := range p {
-			if v < th {
-				p[i] = math.Inf(-1)
-			}
-		}
-	}
-	// Softmax.
-	m := math.Inf(-1)
-	for _, v := range p {
-		m = math.Max(m, v)
-	}
-	if math.IsInf(m, -1) || math.IsNaN(m) {
-		return argmax(logits)
-	}
-	var sum float64
-	for i, v := range p {
-		e := math.Exp(v - m)
-		p[i] = e
-		sum += e
-	}
-	for i := range p {
-		p[i] /= sum
-	}
-	if c.TopP > 0 && c.TopP < 1 {
-		topP(p, c.TopP, s.idx[:len(p)])
-	}
-	// Inverse CDF with a uniform draw in [0, 1).
-	u := s.rng.Float64()
-	var acc float64
-	last := -1
-	for i, v := range p {
-		if v <= 0 {
-			continue
-		}
-		acc += v
-		last = i
-		if u < acc {
-			return i
-		}
-	}
-	return last // rounding left acc just below u: the last possible entry
-}
-
-// argmax returns the first index of the largest value (torch.argmax on
-// bf16 logits; NaN never wins), or 0 when every value is NaN.
-func argmax[T float32 | float64](x []T) int {
-	return max(numcmp.Argmax(x), 0)
-}
-
-// kthLargest returns the k-th largest value of p (1-based).
-func kthLargest(p []float64, k int, idx []int) float64 {
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.Slice(idx, func(a, b int) bool { return p[idx[a]] > p[idx[b]] })
-	return p[idx[k-1]]
-}
-
-// topP zeroes every probability outside the smallest most-likely set whose
-// mass reaches top (at least one entry is kept), then renormalises.
-func topP(p []float64, top float64, idx []int) {
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return p[idx[a]] > p[idx[b]] })
-	var acc float64
-	cut := len(idx)
-	for n, i := range idx {
-		acc += p[i]
-		if acc >= top {
-			cut = n + 1
-			break
-		}
-	}
-	var kept float64
-	for n, i := range idx {
-		if n >= cut {
-			p[i] = 0
-		} else {
-			kept += p[i]
-		}
-	}
-	for i := range p {
-		p[i] /= kept
-	}
+	return gpu.SampleHost(logits, s.Row(history), &s.scratch)
 }

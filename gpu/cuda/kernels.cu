@@ -13,6 +13,7 @@ typedef unsigned int u32;
 typedef long long i64;
 
 #define NEG_INF __int_as_float(0xff800000)
+#define NEG_INF_D __longlong_as_double((long long)0xfff0000000000000ull)
 
 // OUT applies an op's fused output rounding (the backend folds a
 // RoundBF16 of exactly the op's output into the op: rnd = 1).
@@ -334,20 +335,335 @@ __global__ void rope_f32(float* d, i64 ldd, int rows, int cols, int hd, int inte
 // ---- embedding -------------------------------------------------------------
 
 // embed: d[r] = Σ_{i<n} table[ids[r·n+i]] (summed in i order).
-__global__ void embed_f32(float* d, i64 ldd, const void* table, int tdt, i64 ldt, const int* ids, int n, int rows,
-                          int cols, int rnd) {
+// embed_f32: ids[r*ldi + k] for k < n; an id outside the table's trows
+// rows makes the output element NaN (the host validates host ids; device
+// ids, EmbedIDs, are checked here).
+__global__ void embed_f32(float* d, i64 ldd, const void* table, int tdt, i64 ldt, const int* ids, i64 ldi, int n,
+                          int trows, int rows, int cols, int rnd) {
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
     float s = 0.0f;
     for (int k = 0; k < n; k++) {
 #ifdef FAULT_EMBED
-      int id = ids[r * n + (k == 0 && n > 1 ? 1 : k)];
+      int id = ids[r * ldi + (k == 0 && n > 1 ? 1 : k)];
 #else
-      int id = ids[r * n + k];
+      int id = ids[r * ldi + k];
 #endif
+      if (id < 0 || id >= trows) {
+        s = __int_as_float(0x7fc00000);
+        break;
+      }
       s += load(table, tdt, (i64)id * ldt + c);
     }
     d[r * ldd + c] = OUT(s);
+  }
+}
+
+// ---- sampling (gpu.SampleHost, step by step) --------------------------------
+
+}  // extern "C": the sampling helpers below include a template
+
+// sample_arg mirrors the host's packing (queue.go: sampleArgBytes).
+struct sample_arg {
+  double temp, top_p, penalty, u;
+  int top_k, h_off, h_len, pad;
+};
+
+// sample_exp is gpu.SampleExp: the same IEEE operations in the same order
+// (--fmad=false keeps every product rounded on its own).
+__device__ double sample_exp(double x) {
+  const double c[14] = {0x1.6124613a86d09p-33, 0x1.1eed8eff8d898p-29, 0x1.ae64567f544e4p-26, 0x1.27e4fb7789f5cp-22,
+                        0x1.71de3a556c734p-19, 0x1.a01a01a01a01ap-16, 0x1.a01a01a01a01ap-13, 0x1.6c16c16c16c17p-10,
+                        0x1.1111111111111p-07, 0x1.5555555555555p-05, 0x1.5555555555555p-03, 0x1p-01,
+                        0x1p+00,               0x1p+00};
+  if (x != x) return x;
+  if (x < -708.0) return 0.0;
+  double k = rint(x * 0x1.71547652b82fep+00);
+  double r = x - k * 0x1.62e42feep-01;
+#ifndef FAULT_SAMPLE_EXP
+  r = r - k * 0x1.a39ef35793c76p-33;
+#endif
+  double y = c[0];
+  for (int j = 1; j < 14; j++) y = y * r + c[j];
+  return ldexp(y, (int)k);
+}
+
+// okey maps a double (no NaN) to an unsigned key of the same order; −0
+// and +0 get one key.
+__device__ __forceinline__ unsigned long long okey(double v) {
+  if (v == 0.0) v = 0.0;
+  unsigned long long b = (unsigned long long)__double_as_longlong(v);
+  return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
+}
+
+__device__ __forceinline__ double okey_value(unsigned long long k) {
+  unsigned long long b = (k >> 63) ? (k & 0x7fffffffffffffffull) : ~k;
+  return __longlong_as_double((long long)b);
+}
+
+// better reports whether (v, i) precedes (w, j) in an argmax: a larger
+// value, or the same value at a lower index; i < 0 is no candidate.
+__device__ __forceinline__ bool better(double v, int i, double w, int j) {
+  return i >= 0 && (j < 0 || v > w || (v == w && i < j));
+}
+
+// block_argmax returns, to every thread, the first index of the largest
+// val(i) over i < n (NaN never wins; 0 when all are NaN).
+template <typename F>
+__device__ int block_argmax(int n, F val, double* shd, int* shi) {
+  double bv = 0.0;
+  int bi = -1;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    double v = val(i);
+    if (v == v && (bi < 0 || v > bv)) bv = v, bi = i;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    double w = __shfl_xor_sync(0xffffffffu, bv, o);
+    int j = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (better(w, j, bv, bi)) bv = w, bi = j;
+  }
+  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) shd[wid] = bv, shi[wid] = bi;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int k = 1; k < nw; k++)
+      if (better(shd[k], shi[k], shd[0], shi[0])) shd[0] = shd[k], shi[0] = shi[k];
+  }
+  __syncthreads();
+  int r = shi[0];
+  __syncthreads();
+  return r < 0 ? 0 : r;
+}
+
+// block_max returns max(v) over the block to every thread.
+__device__ double block_max(double v, double* shd) {
+  for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) shd[wid] = v;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int k = 1; k < nw; k++) shd[0] = fmax(shd[0], shd[k]);
+  __syncthreads();
+  double r = shd[0];
+  __syncthreads();
+  return r;
+}
+
+extern "C" {
+
+// sample_f32: one block per row r of logits [B, V]; ids[r*ldi] gets the
+// pick of gpu.SampleHost with args[r] (histories in hist). Scratch, per
+// row: ew (V doubles, by token id), cand (V ints), skey/sidx (P = the
+// power of two ≥ V). Dynamic shared memory: the penalty's bitmap of V bits.
+__global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float* logits, i64 ldl, int V,
+                                                  const sample_arg* args, const int* hist, double* ew, int* cand,
+                                                  double* skey, int* sidx, int P) {
+  extern __shared__ u32 bm[];
+  __shared__ double shd[32];
+  __shared__ int shi[32];
+  __shared__ u32 bins[256];
+  __shared__ int shc[2];
+  const int row = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
+  const sample_arg a = args[row];
+  const float* L = logits + (i64)row * ldl;
+  ew += (i64)row * V;
+  cand += (i64)row * V;
+  skey += (i64)row * P;
+  sidx += (i64)row * P;
+  int* out = ids + (i64)row * ldi;
+  const bool greedy = a.temp <= 0.0 || a.top_k == 1;
+  const bool pen = a.penalty > 0.0 && a.penalty != 1.0 && a.h_len > 0;
+  auto logit = [&](int i) { return (double)L[i]; };
+  if (greedy && !pen) {
+    int b = block_argmax(V, logit, shd, shi);
+    if (tid == 0) *out = b;
+    return;
+  }
+  const int nwords = (V + 31) >> 5;
+  for (int w = tid; w < nwords; w += nt) bm[w] = 0u;
+  __syncthreads();
+  if (pen)
+    for (int j = tid; j < a.h_len; j += nt) {
+      int id = hist[a.h_off + j];
+      if (id >= 0 && id < V) atomicOr(&bm[id >> 5], 1u << (id & 31));
+    }
+  __syncthreads();
+  auto pval = [&](int i) {
+    double p = (double)L[i];
+#ifdef FAULT_SAMPLE_PENALTY
+    if (pen && ((bm[i >> 5] >> (i & 31)) & 1u)) p = p / a.penalty;
+#else
+    if (pen && ((bm[i >> 5] >> (i & 31)) & 1u)) p = p > 0.0 ? p / a.penalty : p * a.penalty;
+#endif
+    return p;
+  };
+  if (greedy) {
+    int b = block_argmax(V, pval, shd, shi);
+    if (tid == 0) *out = b;
+    return;
+  }
+  auto qval = [&](int i) { return pval(i) / a.temp; };
+  bool nan = false;
+  for (int i = tid; i < V; i += nt) {
+    double q = qval(i);
+    nan |= q != q;
+  }
+  if (__syncthreads_or(nan)) {
+    int b = block_argmax(V, logit, shd, shi);
+    if (tid == 0) *out = b;
+    return;
+  }
+  // Step 5: the top_k-th largest q by radix selection on 8-bit digits.
+  double th = NEG_INF_D;
+  if (a.top_k > 0 && a.top_k < V) {
+    unsigned long long prefix = 0ull, mask = 0ull;
+#ifdef FAULT_SAMPLE_TOPK
+    int k = a.top_k + 1;
+#else
+    int k = a.top_k;
+#endif
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      for (int b = tid; b < 256; b += nt) bins[b] = 0u;
+      __syncthreads();
+      for (int i = tid; i < V; i += nt) {
+        unsigned long long key = okey(qval(i));
+        if ((key & mask) == prefix) atomicAdd(&bins[(key >> shift) & 255ull], 1u);
+      }
+      __syncthreads();
+      if (tid == 0) {
+        int cum = 0, b = 255;
+        for (; b > 0; b--) {
+          if (cum + (int)bins[b] >= k) break;
+          cum += (int)bins[b];
+        }
+        shc[0] = b;
+        shc[1] = k - cum;
+      }
+      __syncthreads();
+      prefix |= (unsigned long long)shc[0] << shift;
+      mask |= 255ull << shift;
+      k = shc[1];
+      __syncthreads();
+    }
+    th = okey_value(prefix);
+  }
+  // Step 6: m over the kept entries.
+  double m = th;
+  for (int i = tid; i < V; i += nt) {
+    double q = qval(i);
+    if (q >= th) m = fmax(m, q);
+  }
+  m = block_max(m, shd);
+  if (m == NEG_INF_D) {
+    int b = block_argmax(V, logit, shd, shi);
+    if (tid == 0) *out = b;
+    return;
+  }
+  // The candidates (q ≥ th and q > −∞) in index order.
+  int C = 0;
+  for (int b0 = 0; b0 < V; b0 += nt) {
+    int i = b0 + tid;
+    double q = i < V ? qval(i) : 0.0;
+    bool f = i < V && q >= th && q > NEG_INF_D;
+    u32 bal = __ballot_sync(0xffffffffu, f);
+    int lane = tid & 31, wid = tid >> 5;
+    if (lane == 0) shi[wid] = __popc(bal);
+    __syncthreads();
+    if (tid == 0) {
+      int s = 0;
+      for (int w = 0; w < (nt >> 5); w++) {
+        int c = shi[w];
+        shi[w] = s;
+        s += c;
+      }
+      shc[0] = s;
+    }
+    __syncthreads();
+    if (f) {
+      cand[C + shi[wid] + __popc(bal & ((1u << lane) - 1u))] = i;
+      ew[i] = sample_exp(q - m);
+    }
+    C += shc[0];
+    __syncthreads();
+  }
+  // Step 7: the sum in index order, then p = e / sum.
+  if (tid == 0) {
+    double sum = 0.0;
+    for (int j = 0; j < C; j++) sum += ew[cand[j]];
+    shd[0] = sum;
+  }
+  __syncthreads();
+  double sum = shd[0];
+  __syncthreads();
+  for (int j = tid; j < C; j += nt) ew[cand[j]] = ew[cand[j]] / sum;
+  __syncthreads();
+  // Step 8: top-p over the candidates sorted by (p descending, index).
+  if (a.top_p > 0.0 && a.top_p < 1.0) {
+    int Pc = 1;
+    while (Pc < C) Pc <<= 1;
+    for (int j = tid; j < Pc; j += nt) {
+      skey[j] = j < C ? ew[cand[j]] : -1.0;
+      sidx[j] = j < C ? cand[j] : 0x7fffffff;
+    }
+    __syncthreads();
+    for (int k = 2; k <= Pc; k <<= 1)
+      for (int jj = k >> 1; jj > 0; jj >>= 1) {
+        for (int t = tid; t < Pc; t += nt) {
+          int l = t ^ jj;
+          if (l > t) {
+            double kt = skey[t], kl = skey[l];
+            int it = sidx[t], il = sidx[l];
+            bool lFirst = kl > kt || (kl == kt && il < it);
+            bool tFirst = kt > kl || (kt == kl && it < il);
+            if ((t & k) == 0 ? lFirst : tFirst) {
+              skey[t] = kl, skey[l] = kt;
+              sidx[t] = il, sidx[l] = it;
+            }
+          }
+        }
+        __syncthreads();
+      }
+    if (tid == 0) {
+      double acc = 0.0;
+      int cut = C;
+      for (int n = 0; n < C; n++) {
+        acc += skey[n];
+        if (acc >= a.top_p) {
+          cut = n + 1;
+          break;
+        }
+      }
+      double kept = 0.0;
+      for (int n = 0; n < cut; n++) kept += skey[n];
+      shd[0] = kept;
+      shc[0] = cut;
+    }
+    __syncthreads();
+    double kept = shd[0];
+    int cut = shc[0];
+    for (int n = cut + tid; n < C; n += nt) ew[sidx[n]] = 0.0;
+    __syncthreads();
+    for (int j = tid; j < C; j += nt) ew[cand[j]] = ew[cand[j]] / kept;
+    __syncthreads();
+  }
+  // Step 9: the inverse CDF in index order.
+  if (tid == 0) {
+    double acc = 0.0;
+    int last = -1, pick = -1;
+    for (int j = 0; j < C; j++) {
+      int i = cand[j];
+      double v = ew[i];
+      if (v <= 0.0) continue;
+      acc += v;
+      last = i;
+      if (a.u < acc) {
+        pick = i;
+        break;
+      }
+    }
+    *out = pick >= 0 ? pick : last;
   }
 }
 

@@ -18,7 +18,7 @@ var kernelNames = []string{
 	"matmul_r1_f32", "matmul_r2_f32", "matmul_r4_f32", "matmul_r8_f32",
 	"matmul_r1_bf16", "matmul_r2_bf16", "matmul_r4_bf16", "matmul_r8_bf16",
 	"matmul_r1_f16", "matmul_r2_f16", "matmul_r4_f16", "matmul_r8_f16",
-	"gemv_bf16", "split_bf16", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32",
+	"gemv_bf16", "split_bf16", "sample_f32", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32",
 	"attention_f32", "conv1d_f32", "convtr1d_f32", "conv2d_f32",
 }
 
@@ -86,6 +86,8 @@ type Queue struct {
 
 	scores  *buffer // attention scratch
 	readBuf *buffer // contiguous staging for strided reads
+	// readIntBuf is readBuf for I32 reads; sampleBuf is Sample's scratch.
+	readIntBuf, sampleBuf *buffer
 	split   *buffer // x split into bf16 parts for the tensor-core products
 	flags   *buffer // which parts each row of split needs
 	err     error   // sticky: the first failure, returned by Read and Sync
@@ -535,12 +537,32 @@ func (q *Queue) Read(dst []float32, src gpu.Tensor) error {
 	if len(dst) == 0 {
 		return q.Sync()
 	}
+	return q.readWords(unsafe.Pointer(&dst[0]), src, &q.readBuf)
+}
+
+// ReadInt implements gpu.Queue.
+func (q *Queue) ReadInt(dst []int32, src gpu.Tensor) error {
+	if len(dst) != src.Len() {
+		return fmt.Errorf("cuda: read %v into %d ints", src, len(dst))
+	}
+	if src.DType() != gpu.I32 {
+		return fmt.Errorf("cuda: read ints from %v", src)
+	}
+	if len(dst) == 0 {
+		return q.Sync()
+	}
+	return q.readWords(unsafe.Pointer(&dst[0]), src, &q.readIntBuf)
+}
+
+// readWords copies the 4-byte elements of src to host, through the
+// contiguous staging *staging when src is strided, and waits.
+func (q *Queue) readWords(host unsafe.Pointer, src gpu.Tensor, staging **buffer) error {
 	from := src
 	if !src.Contiguous() {
-		if q.readBuf == nil || q.readBuf.n < src.Len() {
-			q.grow(&q.readBuf, gpu.F32, src.Len())
+		if *staging == nil || (*staging).n < src.Len() {
+			q.grow(staging, src.DType(), src.Len())
 		}
-		from = gpu.Tensor{Buf: q.readBuf, Rows: src.Rows, Cols: src.Cols, Stride: src.Cols}
+		from = gpu.Tensor{Buf: *staging, Rows: src.Rows, Cols: src.Cols, Stride: src.Cols}
 		q.Copy(from, src)
 	}
 	addr := uintptr(q.ptr(from))
@@ -550,7 +572,7 @@ func (q *Queue) Read(dst []float32, src gpu.Tensor) error {
 	}
 	c := q.d.drv
 	err := q.d.do(func() error {
-		if err := c.call("cuMemcpyDtoHAsync", c.cuMemcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), addr, uintptr(4*len(dst)), q.stream); err != nil {
+		if err := c.call("cuMemcpyDtoHAsync", c.cuMemcpyDtoHAsync, uintptr(host), addr, uintptr(4*src.Len()), q.stream); err != nil {
 			return err
 		}
 		return c.call("cuStreamSynchronize", c.cuStreamSynchronize, q.stream)
@@ -777,8 +799,9 @@ func (q *Queue) Embed(dst, table gpu.Tensor, ids []int32) {
 	}
 	wantF32("embed", dst)
 	off := q.put(bytesOf(ids))
+	n := len(ids) / dst.Rows
 	q.launchOut(dst, "embed_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(table), p(dtCode(table.DType())), ld(table),
-		upload(off), i(len(ids)/dst.Rows), i(dst.Rows), i(dst.Cols))
+		upload(off), i(n), i(n), i(table.Rows), i(dst.Rows), i(dst.Cols))
 }
 
 // Transpose implements gpu.Queue.

@@ -112,8 +112,8 @@ func (r Report) Summary() string {
 // Ops lists the op names Run checks, in the order it checks them.
 var Ops = []string{
 	"fill", "copy", "write", "transpose", "add", "mul", "addrow", "mulrow", "scale", "roundbf16",
-	"act", "glu", "rmsnorm", "layernorm", "softmax", "rope", "embed", "shortconv", "matmul",
-	"attention", "conv1d", "convtranspose1d", "conv2d",
+	"act", "glu", "rmsnorm", "layernorm", "softmax", "rope", "embed", "embedids", "shortconv", "matmul",
+	"attention", "conv1d", "convtranspose1d", "conv2d", "sample",
 }
 
 // checkers maps every op name of Ops to its checks.
@@ -135,6 +135,8 @@ var checkers = map[string]func(*harness){
 	"softmax":         checkSoftmax,
 	"rope":            checkRoPE,
 	"embed":           checkEmbed,
+	"embedids":        checkEmbedIDs,
+	"sample":          checkSample,
 	"shortconv":       checkShortConv,
 	"matmul":          checkMatMul,
 	"attention":       checkAttention,

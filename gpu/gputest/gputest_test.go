@@ -349,6 +349,30 @@ func (q *faultQueue) Embed(dst, table gpu.Tensor, ids []int32) {
 	q.Queue.Embed(dst, table, ids)
 }
 
+func (q *faultQueue) EmbedIDs(dst, table, ids gpu.Tensor) {
+	if q.fault == "embedids/last-id" && ids.Cols > 1 {
+		ids = ids.ColSlice(0, ids.Cols-1) // drops the last id of every row
+	}
+	q.Queue.EmbedIDs(dst, table, ids)
+}
+
+func (q *faultQueue) Sample(ids, logits gpu.Tensor, rows []gpu.SampleRow) {
+	rows = slices.Clone(rows)
+	for r := range rows {
+		switch q.fault {
+		case "sample/u-next-float": // one ulp: only the rows on a boundary see it
+			rows[r].U = math.Nextafter(rows[r].U, 1)
+		case "sample/topk+1":
+			if rows[r].TopK > 1 {
+				rows[r].TopK++
+			}
+		case "sample/history-dropped":
+			rows[r].History = nil
+		}
+	}
+	q.Queue.Sample(ids, logits, rows)
+}
+
 func (q *faultQueue) ShortConv(dst, x, w, state gpu.Tensor) {
 	if q.fault == "shortconv/state-dropped" {
 		q.Queue.Fill(state, 0)
@@ -454,6 +478,10 @@ func TestFaults(t *testing.T) {
 		{fault: "rope/pos+1", mustFail: contains("")},
 		{fault: "rope/bf16-ignored", mustFail: contains("/bf16/")},
 		{fault: "embed/first-id", mustFail: contains("/n=3/")},
+		{fault: "embedids/last-id", mustFail: func(c Check) bool { return !strings.Contains(c.Case, "/n=1/") && !strings.HasPrefix(c.Case, "readint") }},
+		{fault: "sample/u-next-float", mustFail: func(c Check) bool { return !strings.HasPrefix(c.Case, "greedy") && !strings.HasPrefix(c.Case, "one-entry") }},
+		{fault: "sample/topk+1", mustFail: contains("audio-topk4")},
+		{fault: "sample/history-dropped", mustFail: contains("penalty")},
 		{fault: "shortconv/t0-zero", mustFail: func(c Check) bool { return !strings.HasSuffix(c.Case, "/state") }},
 		{fault: "shortconv/state-dropped", mustFail: func(c Check) bool { // later calls' state may come from x alone
 			return strings.Contains(c.Case, "call2/") && !strings.HasSuffix(c.Case, "/state")

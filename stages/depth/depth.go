@@ -117,9 +117,96 @@ func Load(b *weights.Binder, cfg config.Depthformer, codebooks, codebookSize, hi
 type Picker func(r, codebook int, logits []float32) int
 
 // Frame computes one audio frame for every row of h [B, hidden] (backbone
-// outputs of B sessions): codes[r] holds the row's Codebooks codes. Rows are
-// independent: a row's codes do not depend on the other rows of the batch.
+// outputs of B sessions), picking on the host: each codebook's logits are
+// read back and pick chooses (for teacher forcing and for recording the
+// logits). codes[r] holds the row's Codebooks codes. Rows are independent:
+// a row's codes do not depend on the other rows of the batch.
 func (d *Depth) Frame(c *nn.Ctx, h gpu.Tensor, pick Picker) ([][]int, error) {
+	B, V := h.Rows, d.Vocab
+	codes := newCodes(B, d.Codebooks)
+	host := make([]float32, B*V)
+	ids := make([]int32, B)
+	err := d.frame(c, h, func(i int, logits, prev gpu.Tensor) error {
+		if err := c.Q.Read(host, logits); err != nil {
+			return err
+		}
+		for r := 0; r < B; r++ {
+			code := pick(r, i, host[r*V:(r+1)*V])
+			if code < 0 || code >= V {
+				return fmt.Errorf("depth: picker chose code %d for codebook %d", code, i)
+			}
+			codes[r][i] = code
+			ids[r] = int32(code)
+		}
+		if i+1 < d.Codebooks {
+			c.Q.Embed(prev, d.Emb[i], ids)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return codes, nil
+}
+
+// FrameSampled is Frame with the picks made on the device by
+// gpu.Queue.Sample: rows[i][r] samples codebook i of batch row r (its U
+// drawn beforehand, in the order of the picks; its History the codebook's
+// earlier codes), and each pick feeds the next codebook from device memory
+// (EmbedIDs). The frame reads nothing back but its codes at the end, so a
+// device records it as one batch (one graph). The codes equal Frame's with
+// a Picker that calls gpu.SampleHost on the same rows, bit for bit.
+func (d *Depth) FrameSampled(c *nn.Ctx, h gpu.Tensor, rows [][]gpu.SampleRow) ([][]int, error) {
+	B, C := h.Rows, d.Codebooks
+	if len(rows) != C {
+		return nil, fmt.Errorf("depth: sampling rows for %d codebooks, want %d", len(rows), C)
+	}
+	for i := range rows {
+		if len(rows[i]) != B {
+			return nil, fmt.Errorf("depth: codebook %d: sampling rows for %d sessions, want %d", i, len(rows[i]), B)
+		}
+	}
+	ids := c.A.GetI32(B, C)
+	err := d.frame(c, h, func(i int, logits, prev gpu.Tensor) error {
+		col := ids.ColSlice(i, i+1)
+		c.Q.Sample(col, logits, rows[i])
+		if i+1 < C {
+			c.Q.EmbedIDs(prev, d.Emb[i], col)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	host := make([]int32, B*C)
+	if err := c.Q.ReadInt(host, ids); err != nil {
+		return nil, err
+	}
+	codes := newCodes(B, C)
+	for r := range codes {
+		for i := range codes[r] {
+			code := int(host[r*C+i])
+			if code < 0 || code >= d.Vocab {
+				return nil, fmt.Errorf("depth: device picked code %d for codebook %d", code, i)
+			}
+			codes[r][i] = code
+		}
+	}
+	return codes, nil
+}
+
+func newCodes(B, C int) [][]int {
+	codes := make([][]int, B)
+	for r := range codes {
+		codes[r] = make([]int, C)
+	}
+	return codes
+}
+
+// frame runs the network over the frame's codebooks; after codebook i's
+// bf16 logits [B, Vocab] are computed, pick chooses the codes and (except
+// after the last) writes their embeddings into prev [B, dim].
+func (d *Depth) frame(c *nn.Ctx, h gpu.Tensor, pick func(i int, logits, prev gpu.Tensor) error) error {
 	B, D, C, V := h.Rows, d.Cfg.Dim, d.Codebooks, d.Vocab
 	hd := d.Cfg.HeadDim()
 	kvd := d.Cfg.KVHeads() * hd
@@ -132,15 +219,10 @@ func (d *Depth) Frame(c *nn.Ctx, h gpu.Tensor, pick Picker) ([][]int, error) {
 	for l := range d.Layers {
 		kc[l], vc[l] = c.Tmp(B*C, kvd), c.Tmp(B*C, kvd)
 	}
-	codes := make([][]int, B)
-	for r := range codes {
-		codes[r] = make([]int, C)
-	}
 	x := c.Tmp(B, D)
 	prev := c.Tmp(B, D)
 	logits := c.Tmp(B, V)
-	host := make([]float32, B*V)
-	ids := make([]int32, B)
+	n := c.Tmp(B, D)
 	for i := 0; i < C; i++ {
 		if i == 0 {
 			c.Q.Copy(x, in.ColSlice(0, D))
@@ -152,26 +234,14 @@ func (d *Depth) Frame(c *nn.Ctx, h gpu.Tensor, pick Picker) ([][]int, error) {
 			d.block(c, l, x, kc[l], vc[l], i)
 		}
 		// get_logits: to_logits(embedding_norm(out)).
-		n := c.Tmp(B, D)
 		d.rmsNorm(c, n, x, d.EmbNorm[i])
 		c.Q.MatMul(logits, n, d.ToLogits[i], gpu.Tensor{})
 		c.Round(logits)
-		if err := c.Q.Read(host, logits); err != nil {
-			return nil, err
-		}
-		for r := 0; r < B; r++ {
-			code := pick(r, i, host[r*V:(r+1)*V])
-			if code < 0 || code >= V {
-				return nil, fmt.Errorf("depth: picker chose code %d for codebook %d", code, i)
-			}
-			codes[r][i] = code
-			ids[r] = int32(code)
-		}
-		if i+1 < C {
-			c.Q.Embed(prev, d.Emb[i], ids)
+		if err := pick(i, logits, prev); err != nil {
+			return err
 		}
 	}
-	return codes, nil
+	return nil
 }
 
 // rmsNorm is transformer.py's RMSNorm: (norm(x.float()) · w).type_as(x).

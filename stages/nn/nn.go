@@ -80,6 +80,9 @@ type Arena struct {
 	dev  gpu.Device
 	bufs []gpu.Tensor // capacity tensors, [1, capacity]
 	next int
+	// ints and nextInt are the same for I32 tensors (GetI32).
+	ints    []gpu.Tensor
+	nextInt int
 }
 
 // NewArena returns an empty arena on dev.
@@ -102,8 +105,24 @@ func (a *Arena) Get(rows, cols int) gpu.Tensor {
 	return gpu.Tensor{Buf: t.Buf, Off: 0, Rows: rows, Cols: cols, Stride: cols}
 }
 
+// GetI32 is Get for an I32 tensor. I32 tensors are returned to the arena
+// by Reset only (Release leaves them alone).
+func (a *Arena) GetI32(rows, cols int) gpu.Tensor {
+	n := rows * cols
+	if a.nextInt < len(a.ints) && a.ints[a.nextInt].Cols < n {
+		a.dev.Free(a.ints[a.nextInt])
+		a.ints[a.nextInt] = a.dev.Alloc(gpu.I32, 1, n)
+	}
+	if a.nextInt == len(a.ints) {
+		a.ints = append(a.ints, a.dev.Alloc(gpu.I32, 1, max(n, 1)))
+	}
+	t := a.ints[a.nextInt]
+	a.nextInt++
+	return gpu.Tensor{Buf: t.Buf, Off: 0, Rows: rows, Cols: cols, Stride: cols}
+}
+
 // Reset makes every tensor handed out since the last Reset available again.
-func (a *Arena) Reset() { a.next = 0 }
+func (a *Arena) Reset() { a.next, a.nextInt = 0, 0 }
 
 // Mark returns the arena's position, for Release.
 func (a *Arena) Mark() int { return a.next }
@@ -122,7 +141,10 @@ func (a *Arena) Free() {
 	for _, t := range a.bufs {
 		a.dev.Free(t)
 	}
-	a.bufs, a.next = nil, 0
+	for _, t := range a.ints {
+		a.dev.Free(t)
+	}
+	a.bufs, a.next, a.ints, a.nextInt = nil, 0, nil, 0
 }
 
 // RoPEInvFreq returns RoPE's default inverse frequencies 1/θ^(2j/d) for

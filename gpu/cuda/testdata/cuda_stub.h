@@ -16,3 +16,9 @@ template <class T> T __ldg(const T*);
 float expf(float); float expm1f(float); float fmaf(float, float, float); float fmaxf(float, float);
 using std::erf; using std::cos; using std::sin; using std::sqrt;
 template <class T> T min(T a, T b); template <class T> T max(T a, T b);
+// Sampling (sample_f32).
+double __shfl_xor_sync(unsigned, double, int); int __shfl_xor_sync(unsigned, int, int);
+long long __double_as_longlong(double); double __longlong_as_double(long long);
+int __syncthreads_or(int); unsigned __ballot_sync(unsigned, int); int __popc(unsigned);
+unsigned atomicOr(unsigned*, unsigned); unsigned atomicAdd(unsigned*, unsigned);
+using std::rint; using std::ldexp; using std::fmax;

@@ -1,0 +1,99 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+)
+
+// EmbedIDs implements gpu.Queue: embed_f32 reading its ids from device
+// memory (an out-of-range id yields a NaN row: a kernel cannot panic).
+func (q *Queue) EmbedIDs(dst, table, ids gpu.Tensor) {
+	if ids.DType() != gpu.I32 || ids.Rows != dst.Rows || ids.Cols < 1 || table.Cols != dst.Cols || dtCode(table.DType()) == 0 {
+		panic(fmt.Sprintf("cuda: embed ids %v from %v into %v", ids, table, dst))
+	}
+	if dst.Rows == 0 {
+		return
+	}
+	wantF32("embed", dst)
+	q.launchOut(dst, "embed_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(table), p(dtCode(table.DType())), ld(table),
+		q.t(ids), ld(ids), i(ids.Cols), i(table.Rows), i(dst.Rows), i(dst.Cols))
+}
+
+// sampleArgBytes is the size of kernels.cu's struct sample_arg.
+const sampleArgBytes = 48
+
+// sampleThreads is sample_f32's block size (its __launch_bounds__).
+const sampleThreads = 512
+
+// maxSampleVocab bounds V by the penalty bitmap's dynamic shared memory
+// (V bits within 40 KiB, beside the kernel's static shared memory).
+const maxSampleVocab = 40 << 10 * 8
+
+// packSampleArgs returns the rows' sample_arg records and their
+// concatenated histories.
+func packSampleArgs(rows []gpu.SampleRow) (args []byte, hist []int32) {
+	args = make([]byte, sampleArgBytes*len(rows))
+	for r, row := range rows {
+		b := args[r*sampleArgBytes:]
+		binary.LittleEndian.PutUint64(b[0:], math.Float64bits(row.Temperature))
+		binary.LittleEndian.PutUint64(b[8:], math.Float64bits(row.TopP))
+		binary.LittleEndian.PutUint64(b[16:], math.Float64bits(row.Penalty))
+		binary.LittleEndian.PutUint64(b[24:], math.Float64bits(row.U))
+		topK := min(max(row.TopK, -1), math.MaxInt32)
+		binary.LittleEndian.PutUint32(b[32:], uint32(int32(topK)))
+		binary.LittleEndian.PutUint32(b[36:], uint32(len(hist)))
+		h := row.History
+		if !row.Penalizes() {
+			h = nil // the kernel reads no history then
+		}
+		binary.LittleEndian.PutUint32(b[40:], uint32(len(h)))
+		hist = append(hist, h...)
+	}
+	return args, hist
+}
+
+// sampleScratch returns the byte offsets of sample_f32's per-row scratch
+// arrays in one buffer for B rows of V entries, and the buffer's size:
+// ew (8V), skey (8P), cand (4V), sidx (4P), P the power of two ≥ V.
+func sampleScratch(B, V int) (ew, skey, cand, sidx, total, P int) {
+	P = 1
+	for P < V {
+		P <<= 1
+	}
+	ew = 0
+	skey = ew + 8*B*V
+	cand = skey + 8*B*P
+	sidx = cand + 4*B*V
+	total = sidx + 4*B*P
+	return
+}
+
+// Sample implements gpu.Queue: one sample_f32 block per row.
+func (q *Queue) Sample(ids, logits gpu.Tensor, rows []gpu.SampleRow) {
+	B, V := logits.Rows, logits.Cols
+	if ids.DType() != gpu.I32 || ids.Rows != B || ids.Cols != 1 || len(rows) != B || V == 0 {
+		panic(fmt.Sprintf("cuda: sample %v (%d rows) into %v", logits, len(rows), ids))
+	}
+	if V > maxSampleVocab {
+		panic(fmt.Sprintf("cuda: sample from %d entries (at most %d)", V, maxSampleVocab))
+	}
+	wantF32("sample", logits)
+	if B == 0 {
+		return
+	}
+	args, hist := packSampleArgs(rows)
+	ao := q.put(args)
+	ho := q.put(bytesOf(append(hist, 0)))
+	ew, skey, cand, sidx, total, P := sampleScratch(B, V)
+	if q.sampleBuf == nil || q.sampleBuf.n*4 < total {
+		q.grow(&q.sampleBuf, gpu.F32, (total+3)/4)
+	}
+	base := q.ptr(gpu.Tensor{Buf: q.sampleBuf, Rows: 1, Cols: 1, Stride: 1})
+	shm := ((V + 31) / 32) * 4
+	q.launch("sample_f32", [3]uint32{uint32(B), 1, 1}, [2]uint32{sampleThreads, 1}, shm,
+		q.t(ids), ld(ids), q.t(logits), ld(logits), i(V), upload(ao), upload(ho),
+		p(base+int64(ew)), p(base+int64(cand)), p(base+int64(skey)), p(base+int64(sidx)), i(P))
+}
