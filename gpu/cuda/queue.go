@@ -88,12 +88,12 @@ type Queue struct {
 	readBuf *buffer // contiguous staging for strided reads
 	// readIntBuf is readBuf for I32 reads; sampleBuf is Sample's scratch.
 	readIntBuf, sampleBuf *buffer
-	split   *buffer // x split into bf16 parts for the tensor-core products
-	flags   *buffer // which parts each row of split needs
-	err     error   // sticky: the first failure, returned by Read and Sync
-	params  []unsafe.Pointer
-	graphs  graphCache // owner thread only
-	fuse    fused      // guarded by mu
+	split                 *buffer // x split into bf16 parts for the tensor-core products
+	flags                 *buffer // which parts each row of split needs
+	err                   error   // sticky: the first failure, returned by Read and Sync
+	params                []unsafe.Pointer
+	graphs                graphCache // owner thread only
+	fuse                  fused      // guarded by mu
 }
 
 var _ gpu.Queue = (*Queue)(nil)

@@ -479,7 +479,9 @@ func TestFaults(t *testing.T) {
 		{fault: "rope/bf16-ignored", mustFail: contains("/bf16/")},
 		{fault: "embed/first-id", mustFail: contains("/n=3/")},
 		{fault: "embedids/last-id", mustFail: func(c Check) bool { return !strings.Contains(c.Case, "/n=1/") && !strings.HasPrefix(c.Case, "readint") }},
-		{fault: "sample/u-next-float", mustFail: func(c Check) bool { return !strings.HasPrefix(c.Case, "greedy") && !strings.HasPrefix(c.Case, "one-entry") }},
+		{fault: "sample/u-next-float", mustFail: func(c Check) bool {
+			return !strings.HasPrefix(c.Case, "greedy") && !strings.HasPrefix(c.Case, "one-entry")
+		}},
 		{fault: "sample/topk+1", mustFail: contains("audio-topk4")},
 		{fault: "sample/history-dropped", mustFail: contains("penalty")},
 		{fault: "shortconv/t0-zero", mustFail: func(c Check) bool { return !strings.HasSuffix(c.Case, "/state") }},
