@@ -3,6 +3,7 @@ package detok
 import (
 	"testing"
 
+	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
 	"github.com/omni-pipe/omni-pipe/internal/numcmp"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
@@ -17,10 +18,17 @@ var fixtureCases = []struct {
 	frames int
 }{{"detok_T1", 1}, {"detok_T7", 7}, {"detok_T40", 40}}
 
+// loadFixture loads the fixture's detokenizer on the CPU.
 func loadFixture(t *testing.T) *Decoder {
 	t.Helper()
 	dev := cpu.New(2)
 	t.Cleanup(func() { dev.Close() })
+	return loadFixtureOn(t, dev)
+}
+
+// loadFixtureOn loads the fixture's detokenizer on dev.
+func loadFixtureOn(t *testing.T, dev gpu.Device) *Decoder {
+	t.Helper()
 	d, err := Load(dev, fixtureDir+"/"+DirName)
 	if err != nil {
 		t.Fatal(err)
@@ -77,9 +85,11 @@ func readCase(t *testing.T, name string) fixtureCase {
 }
 
 // TestFixture decodes every reference case in one pass and compares each
-// intermediate tensor and the waveform with the official module's.
-func TestFixture(t *testing.T) {
-	d := loadFixture(t)
+// intermediate tensor and the waveform with the official module's, on
+// every device (see forEachDevice).
+func TestFixture(t *testing.T) { forEachDevice(t, testFixture) }
+
+func testFixture(t *testing.T, d *Decoder) {
 	if d.FrameSamples() != 1920 || d.Lag() != 480 || d.Bins() != 2048 {
 		t.Fatalf("frame %d samples, lag %d, %d bins; want 1920, 480, 2048", d.FrameSamples(), d.Lag(), d.Bins())
 	}

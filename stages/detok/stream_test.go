@@ -50,9 +50,11 @@ func streamDecode(t *testing.T, d *Decoder, codes [][]int, chunk int) []float32 
 
 // TestStreamEqualsWhole: streaming 1, 2 or 5 frames at a time gives the
 // whole decode's samples bit for bit (through the 30-step window of
-// detok_T40), and the fixture's waveform.
-func TestStreamEqualsWhole(t *testing.T) {
-	d := loadFixture(t)
+// detok_T40), and the fixture's waveform, on every device (see
+// forEachDevice).
+func TestStreamEqualsWhole(t *testing.T) { forEachDevice(t, testStreamEqualsWhole) }
+
+func testStreamEqualsWhole(t *testing.T, d *Decoder) {
 	for _, name := range []string{"detok_T7", "detok_T40"} {
 		ref := readCase(t, name)
 		whole, err := d.Decode(ref.codes)
