@@ -74,6 +74,12 @@ type Options struct {
 	// default: CUDA cores, fp32 FMA) or "mma" (tensor cores, x split into
 	// three bf16 parts); env OMNIPIPE_CUDA_MATMUL.
 	MatMul string
+	// Profile times every kernel (see Device.Profile): batches then launch
+	// kernel by kernel with events around each, graphs off. Env
+	// OMNIPIPE_CUDA_PROFILE=FILE turns it on and writes the table to FILE
+	// ("-": standard error) when the device closes.
+	Profile     bool
+	profilePath string
 }
 
 // New opens the GPU.
@@ -83,6 +89,9 @@ func New(o Options) (*Device, error) {
 	}
 	if os.Getenv("OMNIPIPE_CUDA_GRAPHS") == "off" {
 		o.NoGraphs = true
+	}
+	if v := os.Getenv("OMNIPIPE_CUDA_PROFILE"); v != "" {
+		o.Profile, o.profilePath = true, v
 	}
 	if v := os.Getenv("OMNIPIPE_CUDA_MATMUL"); v != "" && o.MatMul == "" {
 		o.MatMul = v

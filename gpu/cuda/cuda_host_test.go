@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 	"testing"
 	"unsafe"
 
@@ -335,5 +336,20 @@ func TestAttentionChunksLongPrefills(t *testing.T) {
 	// The second chunk starts where the first ends: its QPos0 argument.
 	if qpos := int(q.rec.slots[c1.a0+14]); qpos != 4096-rows+int(c0.grid[0]) {
 		t.Errorf("second chunk at position %d", qpos)
+	}
+}
+
+// TestWriteProfile: the profile table sums the rows and states each share.
+func TestWriteProfile(t *testing.T) {
+	var b strings.Builder
+	WriteProfile(&b, []ProfileRow{
+		{Kernel: "gemv_bf16", Grid: [3]uint32{64, 1, 1}, Calls: 4, Time: 3 * time.Millisecond},
+		{Kernel: "rmsnorm_f32", Grid: [3]uint32{1, 1, 1}, Calls: 2, Time: time.Millisecond},
+	})
+	out := b.String()
+	for _, want := range []string{"6 launches, 4.000 ms", "gemv_bf16", "64x1x1", "750.00", " 75.0%", "rmsnorm_f32", "500.00", " 25.0%"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("profile table lacks %q:\n%s", want, out)
+		}
 	}
 }

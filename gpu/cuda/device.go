@@ -43,7 +43,10 @@ type Device struct {
 	totalMem  int64
 	fault     string
 	graphs    bool // replay recurring batches as CUDA graphs
-	mmaMatMul bool // BF16 weights on the tensor-core kernel
+	prof      *profiler
+	profPath  string
+	fnNames   map[uintptr]string // kernel names, for the profile
+	mmaMatMul bool               // BF16 weights on the tensor-core kernel
 
 	mod      uintptr
 	fns      map[string]uintptr
@@ -90,6 +93,13 @@ func openDevice(o Options) (*Device, error) {
 		return nil, err
 	}
 	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul == "mma", work: make(chan func()), exited: make(chan struct{})}
+	if o.Profile {
+		p, err := newProfiler(drv)
+		if err != nil {
+			return nil, err
+		}
+		d.prof, d.profPath, d.graphs = p, o.profilePath, false
+	}
 	ready := make(chan error, 1)
 	go d.owner(o, ready)
 	if err := <-ready; err != nil {
@@ -181,6 +191,7 @@ func (d *Device) init(o Options) error {
 		}
 	}
 	d.fns = make(map[string]uintptr, len(kernelNames))
+	d.fnNames = make(map[uintptr]string, len(kernelNames))
 	for _, k := range kernelNames {
 		var f uintptr
 		n := cString(k)
@@ -188,6 +199,7 @@ func (d *Device) init(o Options) error {
 			return err
 		}
 		d.fns[k] = f
+		d.fnNames[f] = k
 	}
 	return nil
 }
@@ -356,6 +368,7 @@ func (d *Device) Close() error {
 		close(d.work)
 		d.mu.Unlock()
 		<-d.exited
+		d.writeProfileFile()
 	})
 	return err
 }

@@ -415,6 +415,12 @@ func (q *Queue) execute(r *batch) error {
 	for j := range r.slots {
 		q.params[j] = unsafe.Pointer(&r.slots[j])
 	}
+	if q.d.prof != nil {
+		if err := q.launchProfiled(r); err != nil {
+			return err
+		}
+		return q.recordUpload(r)
+	}
 	if q.d.graphs && graphable(r) {
 		ok, err := q.runGraph(r)
 		if err != nil {
