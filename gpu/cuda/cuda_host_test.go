@@ -9,8 +9,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
