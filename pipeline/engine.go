@@ -291,6 +291,8 @@ type Request struct {
 	Teacher Teacher
 	// Record, when set, receives every intermediate of the turn.
 	Record *Recorder
+
+	prefill bool // Engine.Prefill's turn: no user turn, nothing sampled (prefill_ahead.go)
 }
 
 // Teacher observes each pick with its logits and returns what to use
@@ -314,7 +316,7 @@ func (s *Stream) Cancel() { s.t.cancel(context.Canceled) }
 
 // Start begins a turn of s. The turn stops when ctx is cancelled.
 func (e *Engine) Start(ctx context.Context, s *Session, req Request) (*Stream, error) {
-	if req.Audio == nil && strings.TrimSpace(req.Text) == "" {
+	if req.Audio == nil && strings.TrimSpace(req.Text) == "" && !req.prefill {
 		return nil, ErrEmptyRequest
 	}
 	if req.Mode == 0 {
@@ -386,20 +388,22 @@ func (e *Engine) Start(ctx context.Context, s *Session, req Request) (*Stream, e
 		}
 		s.chat.EndTurn()
 	}
-	s.chat.NewTurn(chat.User)
-	if req.Audio != nil {
-		t.clip = &chat.Clip{MelFrames: melFrames}
-		s.chat.AddAudio(t.clip)
-	}
-	if req.TextTokens != nil {
-		for _, id := range req.TextTokens {
-			s.chat.AppendToken(id)
+	if !req.prefill {
+		s.chat.NewTurn(chat.User)
+		if req.Audio != nil {
+			t.clip = &chat.Clip{MelFrames: melFrames}
+			s.chat.AddAudio(t.clip)
 		}
-	} else if req.Text != "" {
-		s.chat.AddText(req.Text)
+		if req.TextTokens != nil {
+			for _, id := range req.TextTokens {
+				s.chat.AppendToken(id)
+			}
+		} else if req.Text != "" {
+			s.chat.AddText(req.Text)
+		}
+		s.chat.EndTurn()
+		s.chat.NewTurn(chat.Assistant)
 	}
-	s.chat.EndTurn()
-	s.chat.NewTurn(chat.Assistant)
 	t.promptRows = s.chat.Len() - s.fed
 	if n := s.chat.Len(); n+req.MaxNewTokens > e.opts.MaxContext {
 		s.chat.Truncate(t.chatStart)
