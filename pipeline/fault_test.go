@@ -59,15 +59,16 @@ func TestReadErrorFailsTheTurn(t *testing.T) {
 		// read is audio step 9, with frames 0–2 at the codec.
 		{"backbone mid-speech", StageBackbone, 10, nil},
 		{"backbone prompt", StageBackbone, 1, nil},
-		// Each frame reads 8 codebooks' logits: the 20th is in frame 2.
-		{"depthformer", StageDepth, 20, nil},
+		// Each frame samples on the device and reads its codes once: the
+		// 3rd read is frame 2's.
+		{"depthformer", StageDepth, 3, nil},
 		{"codec", codecQueue, 2, nil},
 		{"encoder", StageEncoder, 1, testClip},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m, dev := loadTinyHooked(t, func(c hookCall) error {
-				if c.Queue == tt.queue && c.Op == "Read" && c.N == tt.n {
+				if c.Queue == tt.queue && (c.Op == "Read" || c.Op == "ReadInt") && c.N == tt.n {
 					return errInjected
 				}
 				return nil
@@ -178,7 +179,7 @@ func TestStagePanicFailsTheTurn(t *testing.T) {
 		// The 10th Embed is audio step 9's frame.
 		{name: "backbone", queue: StageBackbone, op: "Embed", n: 10, stage: StageBackbone},
 		{name: "backbone prompt", queue: StageBackbone, op: "Embed", n: 1, stage: StageBackbone},
-		{name: "depthformer", queue: StageDepth, op: "Read", n: 20, stage: StageDepth},
+		{name: "depthformer", queue: StageDepth, op: "ReadInt", n: 3, stage: StageDepth},
 		{name: "codec", queue: codecQueue, op: "Embed", n: 3, stage: StageCodec},
 		// Closing the turn's codec stream frees its memory.
 		{name: "codec ending the turn", queue: "device", op: "Free", inside: "mimi.(*Stream).Close", stage: StageCodec},

@@ -69,6 +69,13 @@ func (q *hookQueue) Read(dst []float32, src gpu.Tensor) error {
 	return q.Queue.Read(dst, src)
 }
 
+func (q *hookQueue) ReadInt(dst []int32, src gpu.Tensor) error {
+	if err := q.d.call(hookCall{Queue: q.name, Op: "ReadInt"}); err != nil {
+		return err
+	}
+	return q.Queue.ReadInt(dst, src)
+}
+
 func (q *hookQueue) Embed(dst, table gpu.Tensor, ids []int32) {
 	q.d.call(hookCall{Queue: q.name, Op: "Embed", IDs: ids, Rows: dst.Rows})
 	q.Queue.Embed(dst, table, ids)

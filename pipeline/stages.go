@@ -515,18 +515,28 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) (_, back []*turn) {
 			logs[r] = make([][]float32, CB)
 		}
 	}
-	codes, err := e.m.Head().Frame(c, h, func(r, i int, logits []float32) int {
-		t := live[r]
-		pick := t.audioS.Pick(logits, t.audioH[i])
-		own[r][i] = pick
-		if logs[r] != nil {
-			logs[r][i] = slices.Clone(logits)
+	var codes [][]int
+	var err error
+	if sh, ok := e.m.Head().(family.SampledHead); ok && !hostPicks(live) {
+		// Every pick on the device: the frame returns only its codes.
+		codes, err = sh.FrameSampled(c, h, sampleRows(live, CB))
+		for r := range codes {
+			copy(own[r], codes[r])
 		}
-		if t.req.Teacher != nil {
-			pick = t.req.Teacher.AudioCode(t.sm.Steps()-1, i, pick, logits)
-		}
-		return pick
-	})
+	} else {
+		codes, err = e.m.Head().Frame(c, h, func(r, i int, logits []float32) int {
+			t := live[r]
+			pick := t.audioS.Pick(logits, t.audioH[i])
+			own[r][i] = pick
+			if logs[r] != nil {
+				logs[r][i] = slices.Clone(logits)
+			}
+			if t.req.Teacher != nil {
+				pick = t.req.Teacher.AudioCode(t.sm.Steps()-1, i, pick, logits)
+			}
+			return pick
+		})
+	}
 	e.record(StageDepth, live, stepsOf(live), start, "frame")
 	for r, t := range live {
 		if err != nil {
@@ -835,4 +845,29 @@ func (e *Engine) recordRows(stage string, ts []*turn, steps, rows []int, start t
 		}
 		e.opts.Trace.add(Interval{Stage: stage, Turns: ids, Steps: steps, Rows: rows, Start: start, End: end, Label: label})
 	}
+}
+
+// hostPicks reports whether a frame of batch must pick on the host: a
+// teacher overrides picks, or a recording keeps every codebook's logits.
+func hostPicks(batch []*turn) bool {
+	for _, t := range batch {
+		if t.req.Teacher != nil || t.req.Record != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// sampleRows returns the device sampling rows of a frame: rows[i][r] for
+// codebook i of batch row r, made codebook by codebook, so that each
+// turn's sampler draws in the order the host picks would.
+func sampleRows(batch []*turn, codebooks int) [][]gpu.SampleRow {
+	rows := make([][]gpu.SampleRow, codebooks)
+	for i := range rows {
+		rows[i] = make([]gpu.SampleRow, len(batch))
+		for r, t := range batch {
+			rows[i][r] = t.audioS.Row(t.audioH[i])
+		}
+	}
+	return rows
 }
