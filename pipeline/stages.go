@@ -286,7 +286,7 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 	// Gather the last row of each turn: text turns get logits, audio turns
 	// hand the row to the depthformer; a prompt with rows left samples
 	// nothing yet.
-	var texts, audios, partial []int
+	var texts, audios, partial, prefilled []int
 	r0 = 0
 	lasts := make([]int, len(live))
 	for i, t := range live {
@@ -296,6 +296,8 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 		switch {
 		case t.input == inPrompt && t.sess.fed < t.sess.chat.Len():
 			partial = append(partial, i)
+		case t.req.prefill: // Engine.Prefill's: computed, nothing to sample
+			prefilled = append(prefilled, i)
 		case t.kind == TextStep:
 			texts = append(texts, i)
 		default:
@@ -357,6 +359,9 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 			continue
 		}
 		next = append(next, live[i])
+	}
+	for _, i := range prefilled {
+		e.finish(live[i], errs[i])
 	}
 	next = append(next, waiting...) // after the partial prompts: first come, first prefilled
 	for j, i := range texts {
@@ -758,6 +763,8 @@ func (e *Engine) settle(t *turn, err error) Event {
 		// A stage broke down part-way: the history and the cache may be
 		// half updated. Forget the turn and the cache.
 		forget(t, true)
+	case err == nil && t.req.prefill:
+		// Engine.Prefill's turn: its rows stay, computed; no reply to end.
 	case err == nil || t.tm.Steps > 0:
 		// The reply so far stays in the history (a cancelled turn keeps
 		// what the model said, as after a barge-in), closed by <|im_end|>.
