@@ -132,6 +132,13 @@ func (s *Session) TruncateReply(st *Stream, frames int) (kept int, text string, 
 		s.cache.Free()
 		s.cache, s.fed = nil, 0
 	}
+	// What the session holds now (as settleMemory counts it).
+	was := s.held
+	s.held = bytesOf{history: historyBytes(s.chat.Rows(0, s.chat.Len()))}
+	if k, ok := s.cache.(kvSizer); ok && s.cache != nil {
+		s.held.kv = k.Bytes()
+	}
+	s.e.mem.move(was, s.held)
 	return n, text, nil
 }
 

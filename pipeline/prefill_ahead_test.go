@@ -143,6 +143,9 @@ func TestTruncateReply(t *testing.T) {
 	if s.fed != 0 || s.cache != nil {
 		t.Errorf("the cache (fed %d) survived a cut into its rows", s.fed)
 	}
+	if mem := e.Memory(); mem.KV != 0 || mem.History != historyBytes(rows) {
+		t.Errorf("memory after the cut: %+v; want no KV and the cut history's %d bytes", mem, historyBytes(rows))
+	}
 
 	whole := e.NewSession()
 	whole.chat, whole.turns = s.chat.Clone(), s.turns
