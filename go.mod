@@ -3,6 +3,7 @@ module github.com/omni-pipe/omni-pipe
 go 1.26.0
 
 require (
+	github.com/coder/websocket v1.8.15
 	github.com/dlclark/regexp2 v1.12.0
 	github.com/ebitengine/oto/v3 v3.5.0
 	github.com/ebitengine/purego v0.11.3

@@ -2,6 +2,8 @@
 //
 //	POST /v1/audio/chat         one turn: speech and/or text in; SSE text and 24 kHz PCM out (or one JSON)
 //	POST /v1/chat/completions   the same, in OpenAI's Chat Completions audio format
+//	GET  /v1/realtime           OpenAI's Realtime API over a WebSocket: server VAD, barge-in
+//	GET  /                      a browser page that talks to /v1/realtime
 //	GET  /v1/models             the served model
 //	GET  /health                readiness, model, backend, device, version, sessions in use
 //	GET  /metrics               Prometheus metrics
@@ -83,6 +85,8 @@ type Config struct {
 	CORSOrigins []string
 	// APIKeys, when set, are the bearer tokens the /v1 routes accept.
 	APIKeys []string
+	// Realtime configures /v1/realtime (realtime.go).
+	Realtime RealtimeConfig
 	// Version is reported by /health and /metrics.
 	Version string
 	// Logger receives structured logs (default slog.Default()).
@@ -123,6 +127,7 @@ func (c *Config) defaults() {
 	def(&c.ConversationTTL, 30*time.Minute)
 	def(&c.ShutdownGrace, 30*time.Second)
 	def(&c.WriteStall, 30*time.Second)
+	c.Realtime.defaults(c.MaxAudio)
 	if c.Version == "" {
 		c.Version = "dev"
 	}
@@ -167,6 +172,7 @@ type Server struct {
 	lim      *limiter
 	convs    *conversations
 	met      *metrics
+	rt       *rtState
 	limits   limits
 	backend  atomic.Pointer[Backend]
 	draining atomic.Bool
@@ -197,6 +203,7 @@ func New(cfg Config) *Server {
 		func() float64 { return float64(s.lim.queued()) },
 		func() float64 { return float64(s.convs.count()) },
 		s.device)
+	s.rt = newRTState(s.met.reg)
 	s.e = s.routes()
 	return s
 }
@@ -374,6 +381,8 @@ func (s *Server) routes() *echo.Echo {
 	e.GET("/v1/models", s.models, s.auth)
 	e.POST("/v1/audio/chat", s.audioChat, s.auth)
 	e.POST("/v1/chat/completions", s.chatCompletions, s.auth)
+	e.GET("/v1/realtime", s.realtime) // its own auth: browsers send the key as a subprotocol
+	s.webRoutes(e)
 	return e
 }
 
