@@ -97,3 +97,67 @@ func BenchmarkMatMul(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkKernelChain replays a chain of 256 dependent small kernels of
+// one kind (as a decode step is: one row through norms, rotations, copies
+// and products) and reports the time per kernel: the per-launch cost a
+// graph replay leaves, against which a step's kernel count is weighed.
+func BenchmarkKernelChain(b *testing.B) {
+	d := openGPU(b)
+	const chain = 256
+	rng := rand.New(rand.NewPCG(5, 6))
+	vals := make([]float32, 2048)
+	for i := range vals {
+		vals[i] = float32(rng.NormFloat64())
+	}
+	raw := make([]uint16, 1024*1024)
+	for i := range raw {
+		raw[i] = gpu.F32ToBF16(float32(rng.NormFloat64()))
+	}
+	w, err := d.Load(gpu.BF16, 1024, 1024, unsafe.Slice((*byte)(unsafe.Pointer(&raw[0])), 2*len(raw)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Free(w)
+	x, y := d.Alloc(gpu.F32, 1, 2048), d.Alloc(gpu.F32, 1, 2048)
+	defer d.Free(x)
+	defer d.Free(y)
+	inv := make([]float32, 32)
+	for i := range inv {
+		inv[i] = float32(i+1) / 64
+	}
+	for _, k := range []struct {
+		name string
+		op   func(q gpu.Queue)
+	}{
+		{"copy", func(q gpu.Queue) { q.Copy(y, x) }},
+		{"rmsnorm", func(q gpu.Queue) { q.RMSNorm(y, x, 1e-5) }},
+		{"rope", func(q gpu.Queue) {
+			q.RoPE(y, gpu.RoPEParams{Style: gpu.RotateHalf, HeadDim: 64, InvFreq: inv, Pos: []int32{7}, BF16: true})
+		}},
+		{"gemv1024", func(q gpu.Queue) { q.MatMul(y.ColSlice(0, 1024), x.ColSlice(0, 1024), w, gpu.Tensor{}) }},
+	} {
+		b.Run(k.name, func(b *testing.B) {
+			q := d.NewQueue("chain")
+			q.Write(x, vals)
+			for range 3 { // the graph is built on the second sight
+				for range chain {
+					k.op(q)
+				}
+				if err := q.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for range b.N {
+				for range chain {
+					k.op(q)
+				}
+				if err := q.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*chain), "ns/kernel")
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -255,5 +256,60 @@ func TestMMAInvarianceMixedRows(t *testing.T) {
 				t.Fatalf("row %d col %d: alone %v, in the batch %v", r, n, one[n], all[r*N+n])
 			}
 		}
+	}
+}
+
+// TestGemvVariantsBitIdentical: every one-row kernel variant (rows per
+// warp, chunks in flight) gives the bits of the tile kernels' row, for
+// shapes with ragged N and K (tails of the chunk loop, the last block's
+// clamped rows) and the model's shapes.
+func TestGemvVariantsBitIdentical(t *testing.T) {
+	d := openGPU(t)
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, sh := range []struct{ N, K int }{{1024, 1024}, {2816, 1024}, {1024, 2816}, {2048, 8192}, {777, 1000}, {3, 4104}, {1536, 264}, {65, 2056}} {
+		wb := make([]byte, 2*sh.N*sh.K)
+		for i := 0; i < sh.N*sh.K; i++ {
+			binary.LittleEndian.PutUint16(wb[2*i:], gpu.F32ToBF16(float32(rng.NormFloat64())))
+		}
+		w, err := d.Load(gpu.BF16, sh.N, sh.K, wb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		xs := make([]float32, 2*sh.K)
+		for i := range xs {
+			xs[i] = float32(rng.NormFloat64())
+		}
+		q := d.NewQueue("gemv").(*Queue)
+		x2 := d.Alloc(gpu.F32, 2, sh.K)
+		y2 := d.Alloc(gpu.F32, 2, sh.N)
+		q.Write(x2, xs)
+		q.MatMul(y2, x2, w, gpu.Tensor{}) // the tile kernel, two rows
+		want := make([]float32, 2*sh.N)
+		if err := q.Read(want, y2); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range gemvVariants {
+			q.gemvForce, q.gemvForceRows = v.name, 4*v.c
+			y := d.Alloc(gpu.F32, 1, sh.N)
+			q.MatMul(y, x2.Row(1), w, gpu.Tensor{})
+			got := make([]float32, sh.N)
+			if err := q.Read(got, y); err != nil {
+				t.Fatal(err)
+			}
+			bad := 0
+			for n := range got {
+				if math.Float32bits(got[n]) != math.Float32bits(want[sh.N+n]) {
+					bad++
+				}
+			}
+			if bad > 0 {
+				t.Errorf("%s on %dx%d: %d/%d outputs differ from the tile kernel's row", v.name, sh.N, sh.K, bad, sh.N)
+			}
+			d.Free(y)
+		}
+		q.gemvForce = ""
+		d.Free(x2)
+		d.Free(y2)
+		d.Free(w)
 	}
 }

@@ -69,7 +69,7 @@ func TestCompileOptionsTargetMachineCode(t *testing.T) {
 func TestKernelSourceDefinesEveryLaunchedKernel(t *testing.T) {
 	for _, k := range kernelNames {
 		plain := regexp.MustCompile(`__global__ void (__launch_bounds__\(\d+\) )?` + k + `\(`)
-		macro := regexp.MustCompile(`(MATMUL|MMA)_KERNEL\(` + k + `,`)
+		macro := regexp.MustCompile(`((MATMUL|MMA)_KERNEL|\nGEMV)\(` + k + `,`)
 		if !plain.MatchString(kernelSource) && !macro.MatchString(kernelSource) {
 			t.Errorf("kernels.cu defines no kernel %s", k)
 		}
@@ -350,6 +350,36 @@ func TestWriteProfile(t *testing.T) {
 	for _, want := range []string{"6 launches, 4.000 ms", "gemv_bf16", "64x1x1", "750.00", " 75.0%", "rmsnorm_f32", "500.00", " 25.0%"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("profile table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestGemvVariant: the one-row kernel keeps two blocks per multiprocessor
+// where it can and loads eight chunks ahead where K has them.
+func TestGemvVariant(t *testing.T) {
+	for _, c := range []struct {
+		N, K     int
+		name     string
+		rowsPerB int
+	}{
+		{1024, 1024, "gemv_bf16_c1u4", 4},
+		{2048, 8192, "gemv_bf16_c1u8", 4},
+		{2816, 1024, "gemv_bf16_c2u4", 8},
+		{6144, 2048, "gemv_bf16_c4u8", 16},
+		{65536, 2048, "gemv_bf16_c4u8", 16},
+		{65536, 1024, "gemv_bf16", 16},
+		{3, 5, "gemv_bf16_c1u4", 4},
+	} {
+		name, rows := gemvVariant(c.N, c.K)
+		if name != c.name || rows != c.rowsPerB {
+			t.Errorf("gemvVariant(%d, %d) = %s, %d rows per block; want %s, %d", c.N, c.K, name, rows, c.name, c.rowsPerB)
+		}
+		found := false
+		for _, k := range kernelNames {
+			found = found || k == name
+		}
+		if !found {
+			t.Errorf("%s is not among the kernels loaded", name)
 		}
 	}
 }

@@ -52,13 +52,17 @@ type Device struct {
 	fns      map[string]uintptr
 	compiled string // "compiled" or "cache"
 
-	work      chan func()
-	exited    chan struct{}
-	allocS    uintptr // stream for allocation, zeroing and loads
-	used      atomic.Int64
-	mu        sync.RWMutex // guards closed (held shared while a closure is sent) and queues
-	closed    bool
-	queues    []*Queue
+	work   chan func()
+	exited chan struct{}
+	allocS uintptr // stream for allocation, zeroing and loads
+	used   atomic.Int64
+	mu     sync.RWMutex // guards closed (held shared while a closure is sent) and queues
+	closed bool
+	queues []*Queue
+	// consts holds small constant arrays kernels read on every launch
+	// (RoPE's inverse frequencies), uploaded once, keyed by their contents.
+	constMu   sync.Mutex
+	consts    map[string]*buffer
 	closeOnce sync.Once
 }
 

@@ -303,12 +303,16 @@ __global__ void softmax_f32(float* d, i64 ldd, int cols) {
 // head rotates by pos·invf[j] (fp32 product, cos/sin in double rounded to
 // float as the CPU backend does). interleaved pairs (2j, 2j+1), else (j,
 // j+hd/2). bf16 rounds cos, sin, each product and each sum.
+// rope_f32: one thread per rotated pair (row, head, j); the angle's cos
+// and sin are computed in double from the fp32 angle and rounded to fp32
+// (as the host's float64 replay), per thread.
 __global__ void rope_f32(float* d, i64 ldd, int rows, int cols, int hd, int interleaved, const float* invf,
                          const int* pos, int bf16) {
-  int half = hd / 2;
-  i64 n = (i64)rows * half;
+  int half = hd / 2, pairs = cols / 2;
+  i64 n = (i64)rows * pairs;
   EACH(n) {
-    int r = (int)(i / half), j = (int)(i % half);
+    int r = (int)(i / pairs), p = (int)(i % pairs);
+    int h = (p / half) * hd, j = p % half;
 #ifdef FAULT_ROPE
     float ang = (float)(pos[r] + 1) * invf[j];
 #else
@@ -317,17 +321,15 @@ __global__ void rope_f32(float* d, i64 ldd, int rows, int cols, int hd, int inte
     float c = (float)cos((double)ang), s = (float)sin((double)ang);
     if (bf16) { c = rbf16(c); s = rbf16(s); }
     float* row = d + (i64)r * ldd;
-    for (int h = 0; h < cols; h += hd) {
-      int i0 = interleaved ? h + 2 * j : h + j;
-      int i1 = interleaved ? h + 2 * j + 1 : h + j + half;
-      float x0 = row[i0], x1 = row[i1];
-      if (bf16) {
-        row[i0] = rbf16(rbf16(x0 * c) - rbf16(x1 * s));
-        row[i1] = rbf16(rbf16(x1 * c) + rbf16(x0 * s));
-      } else {
-        row[i0] = x0 * c - x1 * s;
-        row[i1] = x1 * c + x0 * s;
-      }
+    int i0 = interleaved ? h + 2 * j : h + j;
+    int i1 = interleaved ? h + 2 * j + 1 : h + j + half;
+    float x0 = row[i0], x1 = row[i1];
+    if (bf16) {
+      row[i0] = rbf16(rbf16(x0 * c) - rbf16(x1 * s));
+      row[i1] = rbf16(rbf16(x1 * c) + rbf16(x0 * s));
+    } else {
+      row[i0] = x0 * c - x1 * s;
+      row[i1] = x1 * c + x0 * s;
     }
   }
 }
@@ -836,69 +838,73 @@ extern "C" {
 // weights in flight per lane (the decode step streams every weight once;
 // how many bytes are in flight sets its speed). The products are
 // accumulated in exactly mm_tile's order, so it gives the same bits.
-__global__ void __launch_bounds__(128) gemv_bf16(float* d, const float* x, const u16* w, i64 ldw,
-                                                  const void* bias, int bdt, int N, int K, EPI_PARAMS) {
-  const int C = 4, U = 4;
-  int lane = threadIdx.x & 31;
-  int n0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * C;
-  if (n0 >= N) return;
-  const u16* wr[C];
-#pragma unroll
-  for (int c = 0; c < C; c++) wr[c] = w + (i64)min(n0 + c, N - 1) * ldw;
-  float acc[C] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int k0 = 8 * lane;
-  for (; k0 + 256 * (U - 1) + 8 <= K; k0 += 256 * U) {
-    uint4 wv[U][C];
-    float4 xa[U], xb[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-#pragma unroll
-      for (int c = 0; c < C; c++) wv[u][c] = __ldg((const uint4*)(wr[c] + k0 + 256 * u));
-      xa[u] = *(const float4*)(x + k0 + 256 * u);
-      xb[u] = *(const float4*)(x + k0 + 256 * u + 4);
-    }
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      float xs[8] = {xa[u].x, xa[u].y, xa[u].z, xa[u].w, xb[u].x, xb[u].y, xb[u].z, xb[u].w};
-#pragma unroll
-      for (int e = 0; e < 8; e++) {
-#pragma unroll
-        for (int c = 0; c < C; c++) {
-          u32 q = e < 2 ? wv[u][c].x : e < 4 ? wv[u][c].y : e < 6 ? wv[u][c].z : wv[u][c].w;
-          float wf = (e & 1) ? __uint_as_float(q & 0xffff0000u) : __uint_as_float(q << 16);
-          acc[c] = fmaf(xs[e], wf, acc[c]);
-        }
-      }
-    }
+// GEMV(name, C, U): each warp sums C rows, U 256-element chunks of each
+// row's weights loaded ahead of their products. C and U change how many
+// bytes are in flight and how many warps share the rows, never the order
+// of a sum: lane l adds x[k]·w[k] for its k = 8l + 256j + e in ascending
+// order, then the warp's butterfly — the FMA kernels' order, so a row's
+// bits do not depend on the variant (queue.go: gemvVariant picks one).
+#define GEMV(name, C, U)                                                                                        \
+  __global__ void __launch_bounds__(128) name(float* d, const float* x, const u16* w, i64 ldw, const void* bias, \
+                                              int bdt, int N, int K, EPI_PARAMS) {                              \
+    int lane = threadIdx.x & 31;                                                                                \
+    int n0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * C;                                                         \
+    if (n0 >= N) return;                                                                                        \
+    const u16* wr[C];                                                                                           \
+    _Pragma("unroll") for (int c = 0; c < C; c++) wr[c] = w + (i64)min(n0 + c, N - 1) * ldw;                    \
+    float acc[C];                                                                                               \
+    _Pragma("unroll") for (int c = 0; c < C; c++) acc[c] = 0.0f;                                                \
+    int k0 = 8 * lane;                                                                                          \
+    for (; k0 + 256 * (U - 1) + 8 <= K; k0 += 256 * U) {                                                        \
+      uint4 wv[U][C];                                                                                           \
+      float4 xa[U], xb[U];                                                                                      \
+      _Pragma("unroll") for (int u = 0; u < U; u++) {                                                           \
+        _Pragma("unroll") for (int c = 0; c < C; c++) wv[u][c] = __ldg((const uint4*)(wr[c] + k0 + 256 * u));   \
+        xa[u] = *(const float4*)(x + k0 + 256 * u);                                                             \
+        xb[u] = *(const float4*)(x + k0 + 256 * u + 4);                                                         \
+      }                                                                                                         \
+      _Pragma("unroll") for (int u = 0; u < U; u++) {                                                           \
+        float xs[8] = {xa[u].x, xa[u].y, xa[u].z, xa[u].w, xb[u].x, xb[u].y, xb[u].z, xb[u].w};                 \
+        _Pragma("unroll") for (int e = 0; e < 8; e++) {                                                         \
+          _Pragma("unroll") for (int c = 0; c < C; c++) {                                                       \
+            u32 q = e < 2 ? wv[u][c].x : e < 4 ? wv[u][c].y : e < 6 ? wv[u][c].z : wv[u][c].w;                  \
+            float wf = (e & 1) ? __uint_as_float(q & 0xffff0000u) : __uint_as_float(q << 16);                   \
+            acc[c] = fmaf(xs[e], wf, acc[c]);                                                                   \
+          }                                                                                                     \
+        }                                                                                                       \
+      }                                                                                                         \
+    }                                                                                                           \
+    for (; k0 < K; k0 += 256) {                                                                                 \
+      _Pragma("unroll") for (int e = 0; e < 8; e++) {                                                           \
+        if (k0 + e < K) {                                                                                       \
+          float xv = x[k0 + e];                                                                                 \
+          _Pragma("unroll") for (int c = 0; c < C; c++) acc[c] = fmaf(xv, bf16f(wr[c][k0 + e]), acc[c]);        \
+        }                                                                                                       \
+      }                                                                                                         \
+    }                                                                                                           \
+    _Pragma("unroll") for (int c = 0; c < C; c++) _Pragma("unroll") for (int o = 16; o > 0; o >>= 1) acc[c] +=  \
+        __shfl_xor_sync(0xffffffffu, acc[c], o);                                                                \
+    _Pragma("unroll") for (int c = 0; c < C; c++) {                                                             \
+      int n = n0 + c;                                                                                           \
+      if (lane == c && n < N) d[n] = epi(gemv_bias(acc[c], bias, bdt, n), EPI_ARGS, 0, n);                      \
+    }                                                                                                           \
   }
-  for (; k0 < K; k0 += 256) {
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-      if (k0 + e < K) {
-        float xv = x[k0 + e];
-#pragma unroll
-        for (int c = 0; c < C; c++) acc[c] = fmaf(xv, bf16f(wr[c][k0 + e]), acc[c]);
-      }
-    }
-  }
-#pragma unroll
-  for (int c = 0; c < C; c++)
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], o);
-#pragma unroll
-  for (int c = 0; c < C; c++) {
-    int n = n0 + c;
-    if (lane == c && n < N) {
-      float v = acc[c];
+
+__device__ __forceinline__ float gemv_bias(float v, const void* bias, int bdt, int n) {
 #ifdef FAULT_GEMV
-      if (bias && n > 0) v += load(bias, bdt, n - 1);
+  if (bias && n > 0) v += load(bias, bdt, n - 1);
 #else
-      if (bias) v += load(bias, bdt, n);
+  if (bias) v += load(bias, bdt, n);
 #endif
-      d[n] = epi(v, EPI_ARGS, 0, n);
-    }
-  }
+  return v;
 }
+
+GEMV(gemv_bf16, 4, 4)
+GEMV(gemv_bf16_c1u4, 1, 4)
+GEMV(gemv_bf16_c1u8, 1, 8)
+GEMV(gemv_bf16_c2u4, 2, 4)
+GEMV(gemv_bf16_c2u8, 2, 8)
+GEMV(gemv_bf16_c4u8, 4, 8)
 
 // One warp per tile; blockDim.x = 128 (4 warps); grid.x covers N/C tiles
 // by 4, grid.y covers M/R.

@@ -82,7 +82,11 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		return
 	}
 	if M == 1 && w.DType() == gpu.BF16 && !q.d.mmaMatMul && q.ptr(x)%16 == 0 && q.ptr(w)%16 == 0 && w.Stride%8 == 0 {
-		q.launchEpi(epiProduct, dst, "gemv_bf16", [3]uint32{uint32((N + 15) / 16), 1, 1}, blk128, 0,
+		name, rows := gemvVariant(N, K)
+		if q.gemvForce != "" { // tests: every variant against the tile kernels
+			name, rows = q.gemvForce, q.gemvForceRows
+		}
+		q.launchEpi(epiProduct, dst, name, [3]uint32{uint32((N + rows - 1) / rows), 1, 1}, blk128, 0,
 			q.t(dst), q.t(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(N), i(K))
 		return
 	}
@@ -105,6 +109,40 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 	r := matmulRows(M)
 	q.launchEpi(epiProduct, dst, matmulKernel(r, w.DType()), matmulGrid(M, N, r), blk128, 0,
 		q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
+}
+
+// gemvVariants are the one-row kernels by rows per warp (C) and chunks
+// in flight (U); all sum in one order (kernels.cu: GEMV).
+var gemvVariants = []struct {
+	name string
+	c, u int
+}{
+	{"gemv_bf16_c1u4", 1, 4}, {"gemv_bf16_c1u8", 1, 8}, {"gemv_bf16_c2u4", 2, 4},
+	{"gemv_bf16_c2u8", 2, 8}, {"gemv_bf16", 4, 4}, {"gemv_bf16_c4u8", 4, 8},
+}
+
+// gemvVariant returns the one-row kernel for N outputs of K terms and the
+// outputs one block of four warps covers: as many rows per warp as keep
+// at least two blocks per multiprocessor of an H200 (264), else one;
+// eight chunks in flight where K has them (K ≥ 2048), else four.
+func gemvVariant(N, K int) (name string, rowsPerBlock int) {
+	c := 1
+	for _, cc := range []int{4, 2} {
+		if (N+4*cc-1)/(4*cc) >= 264 {
+			c = cc
+			break
+		}
+	}
+	u := 4
+	if K >= 2048 {
+		u = 8
+	}
+	for _, v := range gemvVariants {
+		if v.c == c && v.u == u {
+			return v.name, 4 * c
+		}
+	}
+	panic("cuda: no gemv variant")
 }
 
 func checkConv(op string, x, w, bias gpu.Tensor, cin, cout, groups, k int) {

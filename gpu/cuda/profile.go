@@ -26,12 +26,13 @@ type profiler struct {
 }
 
 type profKey struct {
-	name string
-	grid [3]uint32
+	queue, name string
+	grid        [3]uint32
 }
 
 // ProfileRow is one kernel and launch shape's total.
 type ProfileRow struct {
+	Queue  string // the queue (stage) that launched it
 	Kernel string
 	Grid   [3]uint32
 	Calls  int
@@ -52,7 +53,7 @@ func (d *Device) Profile() []ProfileRow {
 		rows = append(rows, *r)
 	}
 	slices.SortFunc(rows, func(a, b ProfileRow) int {
-		return cmp.Or(cmp.Compare(b.Time, a.Time), cmp.Compare(a.Kernel, b.Kernel))
+		return cmp.Or(cmp.Compare(b.Time, a.Time), cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.Kernel, b.Kernel))
 	})
 	return rows
 }
@@ -61,14 +62,29 @@ func (d *Device) Profile() []ProfileRow {
 func WriteProfile(w io.Writer, rows []ProfileRow) {
 	var total time.Duration
 	calls := 0
+	perQ := map[string]*ProfileRow{}
+	var queues []string
 	for _, r := range rows {
 		total += r.Time
 		calls += r.Calls
+		q := perQ[r.Queue]
+		if q == nil {
+			q = &ProfileRow{Queue: r.Queue}
+			perQ[r.Queue] = q
+			queues = append(queues, r.Queue)
+		}
+		q.Calls += r.Calls
+		q.Time += r.Time
 	}
 	fmt.Fprintf(w, "CUDA kernel profile: %d launches, %.3f ms of kernel time\n", calls, float64(total)/1e6)
-	fmt.Fprintf(w, "%-18s %-16s %8s %12s %10s %6s\n", "kernel", "grid", "calls", "total ms", "mean µs", "share")
+	slices.Sort(queues)
+	for _, name := range queues {
+		q := perQ[name]
+		fmt.Fprintf(w, "  queue %-14s %8d launches %12.3f ms\n", name, q.Calls, float64(q.Time)/1e6)
+	}
+	fmt.Fprintf(w, "%-14s %-18s %-16s %8s %12s %10s %6s\n", "queue", "kernel", "grid", "calls", "total ms", "mean µs", "share")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%-18s %-16s %8d %12.3f %10.2f %5.1f%%\n", r.Kernel, fmt.Sprintf("%dx%dx%d", r.Grid[0], r.Grid[1], r.Grid[2]),
+		fmt.Fprintf(w, "%-14s %-18s %-16s %8d %12.3f %10.2f %5.1f%%\n", r.Queue, r.Kernel, fmt.Sprintf("%dx%dx%d", r.Grid[0], r.Grid[1], r.Grid[2]),
 			r.Calls, float64(r.Time)/1e6, float64(r.Time)/1e3/float64(r.Calls), 100*float64(r.Time)/float64(max(total, 1)))
 	}
 }
@@ -130,7 +146,7 @@ func (q *Queue) launchProfiled(r *batch) error {
 		if err := c.call("cuEventRecord", c.cuEventRecord, p.events[k+1], q.stream); err != nil {
 			return err
 		}
-		done = append(done, launched{profKey{q.d.fnNames[cm.fn], cm.grid}, k, k + 1})
+		done = append(done, launched{profKey{q.name, q.d.fnNames[cm.fn], cm.grid}, k, k + 1})
 		k += 2
 	}
 	if err := c.call("cuStreamSynchronize", c.cuStreamSynchronize, q.stream); err != nil {
@@ -145,7 +161,7 @@ func (q *Queue) launchProfiled(r *batch) error {
 		}
 		row := p.rows[l.key]
 		if row == nil {
-			row = &ProfileRow{Kernel: l.key.name, Grid: l.key.grid}
+			row = &ProfileRow{Queue: l.key.queue, Kernel: l.key.name, Grid: l.key.grid}
 			p.rows[l.key] = row
 		}
 		row.Calls++

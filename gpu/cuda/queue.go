@@ -18,7 +18,7 @@ var kernelNames = []string{
 	"matmul_r1_f32", "matmul_r2_f32", "matmul_r4_f32", "matmul_r8_f32",
 	"matmul_r1_bf16", "matmul_r2_bf16", "matmul_r4_bf16", "matmul_r8_bf16",
 	"matmul_r1_f16", "matmul_r2_f16", "matmul_r4_f16", "matmul_r8_f16",
-	"gemv_bf16", "split_bf16", "sample_f32", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32",
+	"gemv_bf16", "gemv_bf16_c1u4", "gemv_bf16_c1u8", "gemv_bf16_c2u4", "gemv_bf16_c2u8", "gemv_bf16_c4u8", "split_bf16", "sample_f32", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32",
 	"attention_f32", "conv1d_f32", "convtr1d_f32", "conv2d_f32",
 }
 
@@ -88,12 +88,15 @@ type Queue struct {
 	readBuf *buffer // contiguous staging for strided reads
 	// readIntBuf is readBuf for I32 reads; sampleBuf is Sample's scratch.
 	readIntBuf, sampleBuf *buffer
-	split                 *buffer // x split into bf16 parts for the tensor-core products
-	flags                 *buffer // which parts each row of split needs
-	err                   error   // sticky: the first failure, returned by Read and Sync
-	params                []unsafe.Pointer
-	graphs                graphCache // owner thread only
-	fuse                  fused      // guarded by mu
+	// gemvForce, when set, is the one-row kernel MatMul uses (tests).
+	gemvForce     string
+	gemvForceRows int
+	split         *buffer // x split into bf16 parts for the tensor-core products
+	flags         *buffer // which parts each row of split needs
+	err           error   // sticky: the first failure, returned by Read and Sync
+	params        []unsafe.Pointer
+	graphs        graphCache // owner thread only
+	fuse          fused      // guarded by mu
 }
 
 var _ gpu.Queue = (*Queue)(nil)
@@ -730,10 +733,10 @@ func (q *Queue) RoPE(dst gpu.Tensor, rp gpu.RoPEParams) {
 	if dst.Rows == 0 {
 		return
 	}
-	fo := q.put(bytesOf(rp.InvFreq))
+	invf := q.constant(rp.InvFreq)
 	po := q.put(bytesOf(rp.Pos))
-	q.launch("rope_f32", q.grid1(dst.Rows*hd/2), blk256, 0, q.t(dst), ld(dst), i(dst.Rows), i(dst.Cols), i(hd),
-		b2i(rp.Style == gpu.Interleaved), upload(fo), upload(po), b2i(rp.BF16))
+	q.launch("rope_f32", q.grid1(dst.Rows*dst.Cols/2), blk256, 0, q.t(dst), ld(dst), i(dst.Rows), i(dst.Cols), i(hd),
+		b2i(rp.Style == gpu.Interleaved), invf, upload(po), b2i(rp.BF16))
 }
 
 // Attention implements gpu.Queue.
@@ -818,4 +821,34 @@ func (q *Queue) Transpose(dst, src gpu.Tensor) {
 	wantF32("transpose", dst, src)
 	g := [3]uint32{uint32((src.Cols + 31) / 32), uint32((src.Rows + 31) / 32), 1}
 	q.launch("transpose_f32", g, [2]uint32{32, 8}, 0, q.t(dst), ld(dst), q.t(src), ld(src), i(src.Rows), i(src.Cols))
+}
+
+// maxConsts bounds Device.consts; beyond it constants are uploaded with
+// each launch.
+const maxConsts = 256
+
+// constant returns a kernel argument pointing at vals in device memory:
+// the copy made the first time these exact values were seen (a model's
+// RoPE frequencies are the same every step; reading them from the pinned
+// upload area would cost a trip over the bus per launch).
+// Past maxConsts (or when the copy cannot be made) the values travel with
+// the batch's uploads instead.
+func (q *Queue) constant(vals []float32) arg {
+	d := q.d
+	key := string(bytesOf(vals))
+	d.constMu.Lock()
+	defer d.constMu.Unlock()
+	if b, ok := d.consts[key]; ok {
+		return p(int64(b.ptr))
+	}
+	if len(d.consts) < maxConsts {
+		if b, err := d.alloc(gpu.F32, len(vals), bytesOf(vals)); err == nil {
+			if d.consts == nil {
+				d.consts = map[string]*buffer{}
+			}
+			d.consts[key] = b
+			return p(int64(b.ptr))
+		}
+	}
+	return upload(q.put(bytesOf(vals)))
 }
