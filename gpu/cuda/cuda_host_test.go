@@ -273,6 +273,16 @@ func TestRecorderFolds(t *testing.T) {
 			q.MulRow(y, y, nw)
 			q.RoundBF16(y)
 		}, 1},
+		{"shortconv, round, mul, round (LFM2's C gate)", func(q *Queue) {
+			q.ShortConv(y, o, fakeTensor(gpu.BF16, 32, 3), fakeTensor(gpu.F32, 2, 32))
+			q.RoundBF16(y)
+			q.Mul(y, x.ColSlice(0, 32), y)
+			q.RoundBF16(y)
+		}, 1},
+		{"rope in fp32, round", func(q *Queue) {
+			q.RoPE(y, gpu.RoPEParams{Style: gpu.Interleaved, HeadDim: 8, InvFreq: make([]float32, 4), Pos: []int32{3}})
+			q.RoundBF16(y)
+		}, 1},
 		{"a round of another tensor is not folded", func(q *Queue) {
 			q.MatMul(y, x, w, gpu.Tensor{})
 			q.RoundBF16(o)

@@ -176,6 +176,10 @@ __global__ void act_f32(int f, float* d, i64 ldd, const float* a, i64 lda, int r
 // epi is the matrix products' fused epilogue, the ops the backend folds
 // into them when they follow the product on its output: v (the sum plus
 // bias) → [round] → [act] → [round] → [v ⊕ e[m, n], ⊕ = + or ×] → [round].
+// The fused-epilogue arguments every product-like kernel takes last.
+#define EPI_PARAMS int rnd, int act, int rnd1, const float* ep, i64 lde, int eop, int rnd2
+#define EPI_ARGS rnd, act, rnd1, ep, lde, eop, rnd2
+
 __device__ __forceinline__ float epi(float v, int rnd, int act, int rnd1, const float* ep, i64 lde, int eop,
                                      int rnd2, i64 m, i64 n) {
   if (rnd) v = rbf16(v);
@@ -307,7 +311,7 @@ __global__ void softmax_f32(float* d, i64 ldd, int cols) {
 // and sin are computed in double from the fp32 angle and rounded to fp32
 // (as the host's float64 replay), per thread.
 __global__ void rope_f32(float* d, i64 ldd, int rows, int cols, int hd, int interleaved, const float* invf,
-                         const int* pos, int bf16) {
+                         const int* pos, int bf16, int rnd) {
   int half = hd / 2, pairs = cols / 2;
   i64 n = (i64)rows * pairs;
   EACH(n) {
@@ -328,8 +332,8 @@ __global__ void rope_f32(float* d, i64 ldd, int rows, int cols, int hd, int inte
       row[i0] = rbf16(rbf16(x0 * c) - rbf16(x1 * s));
       row[i1] = rbf16(rbf16(x1 * c) + rbf16(x0 * s));
     } else {
-      row[i0] = x0 * c - x1 * s;
-      row[i1] = x1 * c + x0 * s;
+      row[i0] = OUT(x0 * c - x1 * s);
+      row[i1] = OUT(x1 * c + x0 * s);
     }
   }
 }
@@ -674,7 +678,7 @@ __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float
 // shortconv: one thread per channel; x' = [state; x]; d[t,c] = Σ_k w[c,k]·x'[t+k,c]
 // (k ascending); afterwards state holds the last L−1 rows of x'.
 __global__ void shortconv_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, float* state,
-                              i64 lds, int T, int C, int L) {
+                              i64 lds, int T, int C, int L, EPI_PARAMS) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float win[16];  // L ≤ 16 (checked on the host)
@@ -686,7 +690,7 @@ __global__ void shortconv_f32(float* d, i64 ldd, const float* x, i64 ldx, const 
 #ifdef FAULT_SHORTCONV
     if (t == 0) acc = 0.0f;
 #endif
-    d[(i64)t * ldd + c] = acc;
+    d[(i64)t * ldd + c] = epi(acc, EPI_ARGS, t, c);
     for (int j = 0; j < L - 1; j++) win[j] = win[j + 1];
   }
   for (int j = 0; j < L - 1; j++) state[(i64)j * lds + c] = win[j];
@@ -769,8 +773,6 @@ __device__ __forceinline__ void mm_fma(float (&acc)[R][C], const float (&xs)[R][
 }
 
 template <int R, int C, int WDT>
-#define EPI_PARAMS int rnd, int act, int rnd1, const float* ep, i64 lde, int eop, int rnd2
-#define EPI_ARGS rnd, act, rnd1, ep, lde, eop, rnd2
 
 __device__ __forceinline__ void mm_tile(float* d, i64 ldd, const float* x, i64 ldx, const void* w, i64 ldw,
                                         const void* bias, int bdt, int M, int N, int K, int m0, int n0, EPI_PARAMS) {

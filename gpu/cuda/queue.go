@@ -735,7 +735,7 @@ func (q *Queue) RoPE(dst gpu.Tensor, rp gpu.RoPEParams) {
 	}
 	invf := q.constant(rp.InvFreq)
 	po := q.put(bytesOf(rp.Pos))
-	q.launch("rope_f32", q.grid1(dst.Rows*dst.Cols/2), blk256, 0, q.t(dst), ld(dst), i(dst.Rows), i(dst.Cols), i(hd),
+	q.launchOut(dst, "rope_f32", q.grid1(dst.Rows*dst.Cols/2), blk256, 0, q.t(dst), ld(dst), i(dst.Rows), i(dst.Cols), i(hd),
 		b2i(rp.Style == gpu.Interleaved), invf, upload(po), b2i(rp.BF16))
 }
 
@@ -789,7 +789,7 @@ func (q *Queue) ShortConv(dst, x, w, state gpu.Tensor) {
 		panic(fmt.Sprintf("cuda: shortconv x %v w %v state %v", x, w, state))
 	}
 	wantF32("shortconv", dst, x, state)
-	q.launch("shortconv_f32", [3]uint32{uint32((C + 127) / 128), 1, 1}, blk128, 0, q.t(dst), ld(dst), q.t(x), ld(x),
+	q.launchEpi(epiProduct, dst, "shortconv_f32", [3]uint32{uint32((C + 127) / 128), 1, 1}, blk128, 0, q.t(dst), ld(dst), q.t(x), ld(x),
 		q.t(w), p(dtCode(w.DType())), q.t(state), ld(state), i(x.Rows), i(C), i(L))
 }
 
@@ -835,6 +835,9 @@ const maxConsts = 256
 // the batch's uploads instead.
 func (q *Queue) constant(vals []float32) arg {
 	d := q.d
+	if d.drv == nil { // a recorder without a GPU (host tests)
+		return upload(q.put(bytesOf(vals)))
+	}
 	key := string(bytesOf(vals))
 	d.constMu.Lock()
 	defer d.constMu.Unlock()

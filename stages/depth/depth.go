@@ -270,8 +270,15 @@ func (d *Depth) block(c *nn.Ctx, l int, x, kc, vc gpu.Tensor, pos int) {
 	d.rmsNorm(c, h, x, L.OpNorm)
 	qkv := c.Tmp(B, D+2*kvd)
 	linear(c, qkv, h, L.QKV)
-	q, k, v := c.Tmp(B, D), c.Tmp(B, kvd), c.Tmp(B, kvd)
-	c.Q.Copy(q, qkv.ColSlice(0, D))
+	var q, k, v gpu.Tensor
+	if B == 1 {
+		// One row: q is a contiguous view of qkv, and k and v go straight
+		// to the frame's cache rows (the same values, three copies fewer).
+		q, k, v = qkv.ColSlice(0, D), kc.Row(pos), vc.Row(pos)
+	} else {
+		q, k, v = c.Tmp(B, D), c.Tmp(B, kvd), c.Tmp(B, kvd)
+		c.Q.Copy(q, qkv.ColSlice(0, D))
+	}
 	c.Q.Copy(k, qkv.ColSlice(D, D+kvd))
 	c.Q.Copy(v, qkv.ColSlice(D+kvd, D+2*kvd))
 	d.rmsNorm(c, q.Reshape(B*H, hd), q.Reshape(B*H, hd), L.QNorm)
@@ -282,14 +289,16 @@ func (d *Depth) block(c *nn.Ctx, l int, x, kc, vc gpu.Tensor, pos int) {
 	}
 	rp := gpu.RoPEParams{Style: gpu.Interleaved, HeadDim: hd, InvFreq: d.InvFreq, Pos: p}
 	c.Q.RoPE(q, rp)
-	c.Q.RoPE(k, rp)
 	c.Round(q)
+	c.Q.RoPE(k, rp)
 	c.Round(k)
 	o := c.Tmp(B, D)
 	for r := 0; r < B; r++ {
 		base := r * C
-		c.Q.Copy(kc.Row(base+pos), k.Row(r))
-		c.Q.Copy(vc.Row(base+pos), v.Row(r))
+		if B > 1 {
+			c.Q.Copy(kc.Row(base+pos), k.Row(r))
+			c.Q.Copy(vc.Row(base+pos), v.Row(r))
+		}
 		c.Q.Attention(o.Row(r), q.Row(r), kc.Slice(base, base+pos+1), vc.Slice(base, base+pos+1), gpu.AttnParams{
 			Heads: H, KVHeads: KVH, HeadDim: hd,
 			Scale: float32(1 / math.Sqrt(float64(hd))),
