@@ -173,18 +173,25 @@ func (c *rtClient) appendAudio(pcm []float32) {
 	}
 }
 
-// utterance is lead of silence, a voiced sound of speech long (a vowel-like
-// buzz at -14 dBFS), and tail of silence, at 24 kHz.
+// utterance is lead of quiet, a voiced sound of speech long (a vowel-like
+// buzz at about -17 dBFS), and tail of quiet, at 24 kHz. The quiet is a
+// microphone's noise (about -65 dBFS), not digital silence, which the VAD's
+// noise floor ignores.
 func utterance(lead, speech, tail time.Duration) []float32 {
 	n := func(d time.Duration) int { return int(d.Seconds() * rtRate) }
 	pcm := make([]float32, n(lead)+n(speech)+n(tail))
+	rng := uint32(1)
+	for i := range pcm {
+		rng = rng*1664525 + 1013904223
+		pcm[i] = (float32(rng>>8)/(1<<24) - 0.5) * 0.002
+	}
 	for i := range n(speech) {
 		x := float64(i) / rtRate
 		v := 0.0
 		for h := 1; h <= 5; h++ {
 			v += math.Sin(2*math.Pi*140*float64(h)*x) / float64(h)
 		}
-		pcm[n(lead)+i] = float32(0.12 * v)
+		pcm[n(lead)+i] += float32(0.12 * v)
 	}
 	return pcm
 }
