@@ -254,8 +254,19 @@ func (e *Engine) settleMemory(t *turn) {
 	t.charge = bytesOf{}
 }
 
+// MemoryBytes returns what the conversation holds in the engine's memory
+// between turns: its KV cache and its history.
+func (s *Session) MemoryBytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held.sum()
+}
+
 // dropMemory gives back what a closed session held (s.mu held).
 func (s *Session) dropMemory() {
+	if s.e == nil { // a zero Session holds nothing
+		return
+	}
 	s.e.mem.move(s.held, bytesOf{})
 	s.held = bytesOf{}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -92,6 +93,42 @@ func (cs *conversations) evictLocked(now time.Time) bool {
 	}
 	cs.dropLocked(oldest)
 	return true
+}
+
+// evictBytes forgets idle conversations, least recently used first, other
+// than keep, until they gave back need bytes of the engine's memory; it
+// reports whether it forgot any.
+func (cs *conversations) evictBytes(need int64, keep *conversation) bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var idle []*conversation
+	for _, c := range cs.byID {
+		if !c.inUse && c != keep {
+			idle = append(idle, c)
+		}
+	}
+	slices.SortFunc(idle, func(a, b *conversation) int { return a.used.Compare(b.used) })
+	freed, n := int64(0), 0
+	for _, c := range idle {
+		if freed >= need {
+			break
+		}
+		freed += c.sess.MemoryBytes()
+		cs.dropLocked(c)
+		n++
+	}
+	return n > 0
+}
+
+// bytes returns the engine memory the stored conversations hold.
+func (cs *conversations) bytes() int64 {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var n int64
+	for _, c := range cs.byID {
+		n += c.sess.MemoryBytes()
+	}
+	return n
 }
 
 func (cs *conversations) dropLocked(c *conversation) {

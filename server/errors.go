@@ -45,6 +45,7 @@ const (
 	codeContextFull         = "context_length_exceeded"
 	codeRateLimited         = "rate_limit_exceeded"
 	codeTooManyConvs        = "too_many_conversations"
+	codeMemoryFull          = "memory_budget_exceeded"
 	codeModelLoading        = "model_loading"
 	codeShuttingDown        = "shutting_down"
 	codeNotFound            = "not_found"
@@ -119,6 +120,10 @@ func startError(err error, audioParam string, retryAfter time.Duration) *apiErro
 	switch {
 	case errors.Is(err, pipeline.ErrBusy):
 		e := newError(http.StatusTooManyRequests, typeRateLimit, codeRateLimited, "", "the server is running its maximum number of turns; retry later")
+		e.retryAfter = retryAfter
+		return e
+	case errors.Is(err, pipeline.ErrNoMemory):
+		e := newError(http.StatusTooManyRequests, typeRateLimit, codeMemoryFull, "", err.Error()+"; retry later")
 		e.retryAfter = retryAfter
 		return e
 	case errors.Is(err, pipeline.ErrSessionBusy):

@@ -30,7 +30,14 @@ type metrics struct {
 
 const ns = "omnipipe"
 
-func newMetrics(active, queued, convs func() float64, device func() (gpu.Info, bool)) *metrics {
+// memoryJSON is /health's memory: the engine's and the stored
+// conversations' share of it.
+type memoryJSON struct {
+	pipeline.MemoryStats
+	Conversations int64 `json:"conversations_bytes"`
+}
+
+func newMetrics(active, queued, convs func() float64, device func() (gpu.Info, bool), memory func() (pipeline.MemoryStats, bool)) *metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	lat := []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
@@ -70,7 +77,7 @@ func newMetrics(active, queued, convs func() float64, device func() (gpu.Info, b
 			Help: "Requests waiting for a turn slot."}, queued),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "conversations",
 			Help: "Conversations held in memory."}, convs),
-		newDeviceCollector(device))
+		newDeviceCollector(device), newMemoryCollector(memory))
 	return m
 }
 
@@ -111,6 +118,43 @@ func (d *deviceCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.used, prometheus.GaugeValue, float64(info.MemUsed))
 	if info.MemTotal > 0 {
 		ch <- prometheus.MustNewConstMetric(d.total, prometheus.GaugeValue, float64(info.MemTotal))
+	}
+}
+
+// memoryCollector reports the engine's memory at each scrape:
+// omnipipe_memory_budget_bytes and omnipipe_memory_used_bytes{kind} (kv,
+// history, codec). Nothing while the model loads.
+type memoryCollector struct {
+	memory       func() (pipeline.MemoryStats, bool)
+	budget, used *prometheus.Desc
+}
+
+func newMemoryCollector(memory func() (pipeline.MemoryStats, bool)) *memoryCollector {
+	return &memoryCollector{memory: memory,
+		budget: prometheus.NewDesc(ns+"_memory_budget_bytes", "The engine's memory budget for KV caches, history and codec state.", nil, nil),
+		used: prometheus.NewDesc(ns+"_memory_used_bytes", "Bytes of the memory budget in use, by kind (kv, history, codec).",
+			[]string{"kind"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *memoryCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.budget
+	ch <- m.used
+}
+
+// Collect implements prometheus.Collector.
+func (m *memoryCollector) Collect(ch chan<- prometheus.Metric) {
+	st, ok := m.memory()
+	if !ok {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(m.budget, prometheus.GaugeValue, float64(st.Budget))
+	for _, kv := range []struct {
+		kind string
+		n    int64
+	}{{"kv", st.KV}, {"history", st.History}, {"codec", st.Codec}} {
+		ch <- prometheus.MustNewConstMetric(m.used, prometheus.GaugeValue, float64(kv.n), kv.kind)
 	}
 }
 

@@ -202,7 +202,7 @@ func New(cfg Config) *Server {
 		func() float64 { return float64(s.lim.active()) },
 		func() float64 { return float64(s.lim.queued()) },
 		func() float64 { return float64(s.convs.count()) },
-		s.device)
+		s.device, s.memory)
 	s.rt = newRTState(s.met.reg)
 	s.e = s.routes()
 	return s
@@ -223,6 +223,15 @@ func (s *Server) device() (gpu.Info, bool) {
 		return gpu.Info{}, false
 	}
 	return gpu.DescribeDevice(b.GPU), true
+}
+
+// memory returns the engine's memory, or false while the model loads.
+func (s *Server) memory() (pipeline.MemoryStats, bool) {
+	b := s.backend.Load()
+	if b == nil || b.Engine == nil {
+		return pipeline.MemoryStats{}, false
+	}
+	return b.Engine.Memory(), true
 }
 
 // ServeHTTP implements http.Handler.
@@ -544,6 +553,10 @@ func (s *Server) health(c echo.Context) error {
 		Version  string           `json:"version"`
 		Uptime   float64          `json:"uptime_seconds"`
 		Sessions sessions         `json:"sessions"`
+		// Memory is the engine's memory budget and the bytes in use (KV
+		// caches, history, codec state; conversations: what the stored
+		// conversations hold between turns).
+		Memory *memoryJSON `json:"memory,omitempty"`
 	}{
 		Status: "ok", Version: s.cfg.Version, Uptime: round3(time.Since(s.started).Seconds()),
 		Sessions: sessions{Active: s.lim.active(), Queued: s.lim.queued(), MaxActive: s.cfg.MaxConcurrent,
@@ -555,6 +568,9 @@ func (s *Server) health(c echo.Context) error {
 		h.Family, h.Codec, h.Defaults = b.modelFamily()
 		if info, ok := s.device(); ok {
 			h.Device = &info
+		}
+		if m, ok := s.memory(); ok {
+			h.Memory = &memoryJSON{MemoryStats: m, Conversations: s.convs.bytes()}
 		}
 	} else {
 		h.Status, code = "loading", http.StatusServiceUnavailable

@@ -122,6 +122,11 @@ func (s *Server) admit(c echo.Context, be *Backend, job *turnJob) (*turn, *apiEr
 		s.hookStart(&job.req)
 	}
 	stream, err := be.Engine.Start(ctx, conv.sess, job.req)
+	// Idle conversations make room for a turn the memory budget cannot
+	// hold, least recently used first.
+	for me := (*pipeline.MemoryError)(nil); errors.As(err, &me) && s.convs.evictBytes(me.Need-me.Free, conv); {
+		stream, err = be.Engine.Start(ctx, conv.sess, job.req)
+	}
 	if err != nil {
 		s.convs.release(conv, job.conversationID != "") // a new conversation without a turn is forgotten
 		release()
