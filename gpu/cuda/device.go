@@ -341,6 +341,7 @@ func (d *Device) NewQueue(name string) gpu.Queue {
 func (d *Device) Close() error {
 	var err error
 	d.closeOnce.Do(func() {
+		d.writeStats()
 		d.mu.Lock()
 		qs := append([]*Queue(nil), d.queues...)
 		d.mu.Unlock()

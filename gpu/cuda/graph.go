@@ -129,6 +129,7 @@ func (q *Queue) runGraph(r *batch) (bool, error) {
 			if slices.Equal(r.slots[lo:hi], e.slots[e.cmds[j].a0:e.cmds[j].a0+e.cmds[j].na]) {
 				continue
 			}
+			q.stats.updates++
 			np := nodeParams(cm, q.params)
 			if err := c.call("cuGraphExecKernelNodeSetParams", c.cuGraphExecKernelNodeSetParams, e.exec, e.nodes[j], uintptr(unsafe.Pointer(&np))); err != nil {
 				return false, err

@@ -3,7 +3,9 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"os"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -91,6 +93,7 @@ type Queue struct {
 	// gemvForce, when set, is the one-row kernel MatMul uses (tests).
 	gemvForce     string
 	gemvForceRows int
+	stats         queueStats
 	split         *buffer // x split into bf16 parts for the tensor-core products
 	flags         *buffer // which parts each row of split needs
 	err           error   // sticky: the first failure, returned by Read and Sync
@@ -308,6 +311,9 @@ func (q *Queue) launch(name string, grid [3]uint32, block [2]uint32, shm int, ar
 	q.mu.Lock()
 	q.fuse = fused{}
 	r := &q.rec
+	if len(r.cmds) == 0 {
+		q.stats.recStart = time.Now()
+	}
 	c := cmd{fn: fn, grid: grid, block: block, shm: uint32(shm), a0: int32(len(r.slots)), na: int32(len(args))}
 	for _, a := range args {
 		if a.reloc {
@@ -366,7 +372,15 @@ func (q *Queue) flush() {
 	if len(r.cmds) == 0 {
 		return
 	}
+	t0 := time.Now()
+	if !q.stats.recStart.IsZero() {
+		q.stats.recTime += t0.Sub(q.stats.recStart)
+		q.stats.recStart = time.Time{}
+	}
 	err := q.d.do(func() error { return q.execute(r) })
+	q.stats.flushes++
+	q.stats.cmds += len(r.cmds)
+	q.stats.flushTime += time.Since(t0)
 	if err != nil && q.err == nil {
 		q.err = err
 	}
@@ -430,9 +444,11 @@ func (q *Queue) execute(r *batch) error {
 			return err
 		}
 		if ok {
+			q.stats.graphRuns++
 			return q.recordUpload(r)
 		}
 	}
+	q.stats.direct++
 	for _, cm := range r.cmds {
 		if cm.free != 0 {
 			if err := c.call("cuMemFreeAsync", c.cuMemFreeAsync, cm.free, q.stream); err != nil {
@@ -580,12 +596,15 @@ func (q *Queue) readWords(host unsafe.Pointer, src gpu.Tensor, staging **buffer)
 		return q.err
 	}
 	c := q.d.drv
+	t0 := time.Now()
 	err := q.d.do(func() error {
 		if err := c.call("cuMemcpyDtoHAsync", c.cuMemcpyDtoHAsync, uintptr(host), addr, uintptr(4*src.Len()), q.stream); err != nil {
 			return err
 		}
 		return c.call("cuStreamSynchronize", c.cuStreamSynchronize, q.stream)
 	})
+	q.stats.waits++
+	q.stats.waitTime += time.Since(t0)
 	if err != nil {
 		q.err = fmt.Errorf("cuda: read %v on %s: %w", src, q.name, err)
 	}
@@ -854,4 +873,32 @@ func (q *Queue) constant(vals []float32) arg {
 		}
 	}
 	return upload(q.put(bytesOf(vals)))
+}
+
+// queueStats counts what a queue's batches did (OMNIPIPE_CUDA_STATS).
+type queueStats struct {
+	flushes, cmds, graphRuns, direct, updates, waits int
+	flushTime, waitTime, recTime                     time.Duration
+	recStart                                         time.Time // the batch's first command (guarded by mu)
+}
+
+// writeStats prints every queue's counts to standard error (env
+// OMNIPIPE_CUDA_STATS=1): how many batches replayed a graph, how many
+// kernel nodes had their arguments updated, and the host's time handing
+// batches over and waiting for reads.
+func (d *Device) writeStats() {
+	if os.Getenv("OMNIPIPE_CUDA_STATS") == "" {
+		return
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, q := range d.queues {
+		s := q.stats
+		if s.flushes == 0 {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "cuda queue %-12s %6d batches (%5.1f cmds each): %d graph replays, %d direct, %d node updates; recording %.1f µs/batch, hand-over %.1f µs/batch, read wait %.1f µs/read\n",
+			q.name, s.flushes, float64(s.cmds)/float64(s.flushes), s.graphRuns, s.direct, s.updates,
+			float64(s.recTime)/1e3/float64(s.flushes), float64(s.flushTime)/1e3/float64(s.flushes), float64(s.waitTime)/1e3/float64(max(s.waits, 1)))
+	}
 }
