@@ -135,7 +135,7 @@ function onEvent(ev) {
       break;
     case "conversation.item.added":
       if (ev.item.role === "user") {
-        const txt = ev.item.content.map((c) => c.type === "input_text" ? c.text : "🎤").join(" ");
+        const txt = ev.item.content.map((c) => c.type === "input_text" ? c.text : "(speech)").join(" ");
         addTurn("user", txt);
       }
       break;
