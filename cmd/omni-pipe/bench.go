@@ -26,7 +26,7 @@ func init() {
 and p90s, the loop per 80 ms frame against its memory-bandwidth floor, time to first text and audio,
 the real-time factor and the codec's overlap with the backbone. Progress goes to stderr, the report
 to stdout (--json for machines).`,
-		usage: "(--model DIR | --synthetic) [flags]",
+		usage: "(--model DIR | --synthetic) [flags] | --sessions N[,N…] (--model DIR | --synthetic | --url URL) [flags]",
 		setup: setupBench,
 	})
 }
@@ -46,9 +46,15 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 	allowStop := fs.Bool("allow-stop", false, "let the model end its text, turn or speech (default: such picks are replaced by the next best, so every turn runs --max-new-tokens steps)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the turns (go tool pprof) to this file")
+	var lf loadFlags
+	lf.register(fs)
 	return func(args []string) error {
 		if err := noArgs(args); err != nil {
 			return err
+		}
+		if *lf.sessions != "" {
+			return lf.run(e, loadRun{mf: &mf, synthetic: *synthetic, synthDir: *synthDir, seconds: *seconds,
+				maxNew: *maxNew, seed: *seed, allowStop: *allowStop, asJSON: *asJSON})
 		}
 		explicit := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })

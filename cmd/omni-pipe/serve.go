@@ -92,6 +92,9 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 	mf.register(fs, e)
 	addr := f.string("addr", "OMNIPIPE_ADDR", "127.0.0.1:8080", "listen address HOST:PORT")
 	maxConcurrent := f.int("max-concurrent", "OMNIPIPE_MAX_CONCURRENT", 4, "turns generated at once")
+	maxBatch := f.int("max-batch", "OMNIPIPE_MAX_BATCH", 0, "sessions one backbone or depthformer step serves, separately from --max-concurrent (0: the device's default: 256 on a GPU, 4 per core on the CPU)")
+	prefillChunk := f.int("prefill-chunk", "OMNIPIPE_PREFILL_CHUNK", 0, "prompt rows one step prefills, interleaved with the other sessions' frames (0: the device's default: 512 on a GPU, 64 on the CPU)")
+	memBudget := f.string("memory-budget", "OMNIPIPE_MEMORY_BUDGET", "", "bytes for KV caches, history and codec state, e.g. 8GiB (default: 9/10 of a GPU's free memory, half the host's available memory); a turn that does not fit evicts idle conversations or gets 429")
 	maxQueue := f.int("max-queue", "OMNIPIPE_MAX_QUEUE", 16, "requests that may wait for a turn slot; beyond it: 429 (0: none wait)")
 	queueTimeout := f.duration("queue-timeout", "OMNIPIPE_QUEUE_TIMEOUT", 30*time.Second, "longest wait for a turn slot before 429")
 	maxBodyMB := f.int("max-body-mb", "OMNIPIPE_MAX_BODY_MB", 32, "largest request body, MiB")
@@ -120,6 +123,8 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		if err := firstError(
 			intIn("--max-concurrent", *maxConcurrent, 1, 1024),
 			intIn("--max-queue", *maxQueue, 0, 1<<16),
+			intIn("--max-batch", *maxBatch, 0, 4096),
+			intIn("--prefill-chunk", *prefillChunk, 0, 1<<16),
 			durationIn("--queue-timeout", *queueTimeout, time.Millisecond, time.Hour),
 			intIn("--max-body-mb", *maxBodyMB, 1, 4096),
 			durationIn("--max-audio", *maxAudio, time.Second, time.Hour),
@@ -133,6 +138,14 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		}
 		if *maxConvs < *maxConcurrent || *maxConvs > 1<<20 {
 			return usageError{fmt.Sprintf("--max-conversations %d: want %d (--max-concurrent) to %d", *maxConvs, *maxConcurrent, 1<<20)}
+		}
+		var budget int64
+		if *memBudget != "" {
+			b, err := parseBytes(*memBudget)
+			if err != nil {
+				return usageError{"--memory-budget " + err.Error()}
+			}
+			budget = b
 		}
 		var level slog.Level
 		if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -176,7 +189,8 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		if mf.dir == "" {
 			log.Warn("serving the embedded demo model: random weights, its replies are noise", "model", demomodel.Name)
 		}
-		eng := newEngine(m, dev, pipeline.Options{Precision: prec, MaxTurns: *maxConcurrent, Logger: log})
+		eng := newEngine(m, dev, pipeline.Options{Precision: prec, MaxTurns: *maxConcurrent, Logger: log,
+			MaxBatch: *maxBatch, PrefillChunk: *prefillChunk, MemoryBudget: budget})
 		defer eng.Close()
 		loaded := []any{"model", m.Info().Name, "family", m.Info().Family, "codec", m.AudioCodec().Kind(), "params", m.Info().Params, "took", time.Since(start).Round(time.Millisecond)}
 		if mf.source != nil {
