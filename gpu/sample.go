@@ -32,6 +32,10 @@ type SampleRow struct {
 	// U is the uniform draw in [0, 1) that a sampled (not greedy) pick
 	// uses.
 	U float64
+	// Suppress holds ids whose logits count as −∞ before anything else
+	// (never picked unless every entry is; ids out of range are ignored):
+	// stop tokens a benchmark keeps the model from choosing.
+	Suppress []int32
 }
 
 // Greedy reports whether r picks the largest entry.
@@ -44,13 +48,15 @@ func (r SampleRow) Penalizes() bool {
 
 // SampleScratch is SampleHost's reusable memory; the zero value is ready.
 type SampleScratch struct {
-	p, e []float64
-	idx  []int
-	seen map[int32]bool
+	p, e   []float64
+	idx    []int
+	seen   map[int32]bool
+	masked []float32
 }
 
 // SampleHost is the specification of Queue.Sample for one row, in the
-// order every backend follows:
+// order every backend follows (after the Suppress ids' logits are set to
+// −∞):
 //
 //  1. greedy without a penalty: the first index of the largest logit
 //     (NaN never wins; 0 when every logit is NaN);
@@ -71,6 +77,15 @@ type SampleScratch struct {
 func SampleHost(logits []float32, r SampleRow, s *SampleScratch) int {
 	if len(logits) == 0 {
 		panic("gpu: sampling from no logits")
+	}
+	if len(r.Suppress) > 0 {
+		s.masked = append(s.masked[:0], logits...)
+		for _, id := range r.Suppress {
+			if id >= 0 && int(id) < len(logits) {
+				s.masked[id] = float32(math.Inf(-1))
+			}
+		}
+		logits = s.masked
 	}
 	pen := r.Penalizes()
 	if r.Greedy() && !pen {

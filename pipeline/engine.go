@@ -291,6 +291,11 @@ type Request struct {
 	Teacher Teacher
 	// Record, when set, receives every intermediate of the turn.
 	Record *Recorder
+	// SuppressStops keeps the turn from picking a token that ends its text
+	// or turn (<|im_end|>, <|text_end|>) or the end-of-audio code: their
+	// logits count as −∞ (on the device too), so the turn runs
+	// MaxNewTokens steps — a benchmark's fixed schedule.
+	SuppressStops bool
 
 	prefill bool // Engine.Prefill's turn: no user turn, nothing sampled (prefill_ahead.go)
 }
@@ -542,6 +547,11 @@ func (e *Engine) newTurn(s *Session, req Request) *turn {
 		dec:    e.m.Tokenizer().NewStreamDecoder(),
 		input:  inPrompt,
 		start:  time.Now(),
+	}
+	if req.SuppressStops {
+		sp := e.info.Special
+		t.textS.Suppress(sp.IMEnd, sp.TextEnd)
+		t.audioS.Suppress(sp.EOA)
 	}
 	t.tm.Busy = map[string]time.Duration{}
 	return t

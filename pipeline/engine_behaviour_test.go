@@ -398,3 +398,32 @@ func TestCloseWithTurnsInTheFrontEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSuppressStops: a turn that may not stop runs MaxNewTokens steps and
+// emits no stopping token, whether its frames are sampled on the device
+// path or picked on the host (a recording forces the host path); the two
+// paths give the same reply.
+func TestSuppressStops(t *testing.T) {
+	m, dev := loadTiny(t)
+	e := New(m, dev, Options{})
+	defer e.Close()
+	sp := m.Info().Special
+	var replies []collected
+	for _, rec := range []*Recorder{nil, NewRecorder()} {
+		req := Request{Text: "Say something long.", MaxNewTokens: 48, Seed: 4, AudioSampling: DefaultAudio,
+			SuppressStops: true, Record: rec}
+		c := run(t, e, e.NewSession(), req)
+		if c.done.Timings.Steps != 48 || c.done.Stop != MaxTokens {
+			t.Errorf("record %v: %d steps, stop %v; want 48 steps and max_tokens", rec != nil, c.done.Timings.Steps, c.done.Stop)
+		}
+		for _, tok := range c.tokens {
+			if tok == sp.IMEnd || tok == sp.TextEnd {
+				t.Errorf("record %v: stopping token %d emitted", rec != nil, tok)
+			}
+		}
+		replies = append(replies, c)
+	}
+	if !slices.Equal(replies[0].tokens, replies[1].tokens) || !slices.Equal(flat(replies[0].audio), flat(replies[1].audio)) {
+		t.Errorf("device-path and host-path replies differ")
+	}
+}

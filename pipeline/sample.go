@@ -60,9 +60,19 @@ var (
 // gpu.SampleHost (the same function a device's Queue.Sample computes), so
 // a row that Row prepares picks the same entry on the host and on a device.
 type Sampler struct {
-	cfg     Sampling
-	rng     *rand.Rand
-	scratch gpu.SampleScratch
+	cfg      Sampling
+	rng      *rand.Rand
+	scratch  gpu.SampleScratch
+	suppress []int32
+}
+
+// Suppress makes the sampler never pick ids (their logits count as −∞).
+func (s *Sampler) Suppress(ids ...int) {
+	for _, id := range ids {
+		if id >= 0 && id <= math.MaxInt32 {
+			s.suppress = append(s.suppress, int32(id))
+		}
+	}
 }
 
 // NewSampler returns a sampler whose random stream is determined by seed
@@ -77,7 +87,7 @@ func NewSampler(cfg Sampling, seed, stream uint64) *Sampler {
 // consumes one draw, so rows must be made in the order of the picks.
 func (s *Sampler) Row(history []int) gpu.SampleRow {
 	c := s.cfg
-	r := gpu.SampleRow{Temperature: c.Temperature, TopK: c.TopK, TopP: c.TopP, Penalty: c.RepetitionPenalty}
+	r := gpu.SampleRow{Temperature: c.Temperature, TopK: c.TopK, TopP: c.TopP, Penalty: c.RepetitionPenalty, Suppress: s.suppress}
 	if r.Penalty > 0 && r.Penalty != 1 && len(history) > 0 {
 		w := history
 		if c.RepetitionWindow > 0 && len(w) > c.RepetitionWindow {

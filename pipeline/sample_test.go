@@ -152,3 +152,17 @@ func TestSamplingValidate(t *testing.T) {
 		t.Errorf("defaults: %v, audio greedy %v, text greedy %v", err, DefaultAudio.Greedy(), DefaultText.Greedy())
 	}
 }
+
+// TestSuppress: a suppressed id is never picked, greedy or sampled, even
+// when it holds the largest logit.
+func TestSuppress(t *testing.T) {
+	for _, cfg := range []Sampling{{}, {Temperature: 1, TopK: 2}, {Temperature: 2}} {
+		s := NewSampler(cfg, 3, 1)
+		s.Suppress(1, 99) // 99 is out of range: ignored
+		for i := 0; i < 200; i++ {
+			if got := s.Pick([]float32{0, 9, 8.5, 1}, nil); got == 1 {
+				t.Fatalf("%+v: picked the suppressed id", cfg)
+			}
+		}
+	}
+}

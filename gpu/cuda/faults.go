@@ -5,27 +5,28 @@ package cuda
 // catch it. They are the kernel contract's controls: a check that passes a
 // perturbed kernel proves nothing.
 var Faults = map[string]string{
-	"TRANSPOSE":      "transpose",       // reads the tile one column off
-	"BINARY":         "add",             // halves b in the last column
-	"ROWOP":          "addrow",          // reads v one column off
-	"ROUND":          "roundbf16",       // truncates instead of rounding to nearest even
-	"ACT":            "act",             // SiLU with sigmoid(+x) instead of sigmoid(−x)
-	"RMSNORM":        "rmsnorm",         // drops eps
-	"LAYERNORM":      "layernorm",       // drops the bias
-	"SOFTMAX":        "softmax",         // a denominator 1e-4 too large
-	"ROPE":           "rope",            // positions off by one
-	"EMBED":          "embed",           // sums the second id twice, the first never (embedids too)
-	"SAMPLE_TOPK":    "sample",          // keeps the top k+1
-	"SAMPLE_PENALTY": "sample",          // divides negative penalised logits instead of multiplying
-	"SAMPLE_EXP":     "sample",          // drops the low part of ln 2 in exp's reduction (one-ulp-scale errors)
-	"SHORTCONV":      "shortconv",       // zeroes the first output row
-	"MATMUL":         "matmul",          // bias index off by one (FMA kernels)
-	"EPILOGUE":       "fused",           // a folded Mul adds instead (TestFusedOps, not gputest)
-	"GEMV":           "matmul",          // bias index off by one (one-row kernel)
-	"MMA":            "matmul",          // swaps the two k halves of x in the tensor-core kernel (MatMul "mma")
-	"ATTN_MASK":      "attention",       // sliding window one key too wide
-	"ATTN_ROUND":     "attention",       // drops the bf16 rounding of exp(s − m)
-	"CONV1D":         "conv1d",          // input index off by one
-	"CONVTR":         "convtranspose1d", // kernel taps reversed
-	"CONV2D":         "conv2d",          // first kernel row's column shifted
+	"TRANSPOSE":       "transpose",       // reads the tile one column off
+	"BINARY":          "add",             // halves b in the last column
+	"ROWOP":           "addrow",          // reads v one column off
+	"ROUND":           "roundbf16",       // truncates instead of rounding to nearest even
+	"ACT":             "act",             // SiLU with sigmoid(+x) instead of sigmoid(−x)
+	"RMSNORM":         "rmsnorm",         // drops eps
+	"LAYERNORM":       "layernorm",       // drops the bias
+	"SOFTMAX":         "softmax",         // a denominator 1e-4 too large
+	"ROPE":            "rope",            // positions off by one
+	"EMBED":           "embed",           // sums the second id twice, the first never (embedids too)
+	"SAMPLE_TOPK":     "sample",          // keeps the top k+1
+	"SAMPLE_PENALTY":  "sample",          // divides negative penalised logits instead of multiplying
+	"SAMPLE_EXP":      "sample",          // drops the low part of ln 2 in exp's reduction (one-ulp-scale errors)
+	"SAMPLE_SUPPRESS": "sample",          // ignores the suppressed ids
+	"SHORTCONV":       "shortconv",       // zeroes the first output row
+	"MATMUL":          "matmul",          // bias index off by one (FMA kernels)
+	"EPILOGUE":        "fused",           // a folded Mul adds instead (TestFusedOps, not gputest)
+	"GEMV":            "matmul",          // bias index off by one (one-row kernel)
+	"MMA":             "matmul",          // swaps the two k halves of x in the tensor-core kernel (MatMul "mma")
+	"ATTN_MASK":       "attention",       // sliding window one key too wide
+	"ATTN_ROUND":      "attention",       // drops the bf16 rounding of exp(s − m)
+	"CONV1D":          "conv1d",          // input index off by one
+	"CONVTR":          "convtranspose1d", // kernel taps reversed
+	"CONV2D":          "conv2d",          // first kernel row's column shifted
 }

@@ -372,7 +372,7 @@ __global__ void embed_f32(float* d, i64 ldd, const void* table, int tdt, i64 ldt
 // sample_arg mirrors the host's packing (queue.go: sampleArgBytes).
 struct sample_arg {
   double temp, top_p, penalty, u;
-  int top_k, h_off, h_len, pad;
+  int top_k, h_off, h_len, s_off, s_len, pad;
 };
 
 // sample_exp is gpu.SampleExp: the same IEEE operations in the same order
@@ -462,7 +462,8 @@ extern "C" {
 // sample_f32: one block per row r of logits [B, V]; ids[r*ldi] gets the
 // pick of gpu.SampleHost with args[r] (histories in hist). Scratch, per
 // row: ew (V doubles, by token id), cand (V ints), skey/sidx (P = the
-// power of two ≥ V). Dynamic shared memory: the penalty's bitmap of V bits.
+// power of two ≥ V). Dynamic shared memory: the penalty's bitmap of V bits,
+// then the suppressed ids' bitmap.
 __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float* logits, i64 ldl, int V,
                                                   const sample_arg* args, const int* hist, double* ew, int* cand,
                                                   double* skey, int* sidx, int P) {
@@ -481,13 +482,25 @@ __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float
   int* out = ids + (i64)row * ldi;
   const bool greedy = a.temp <= 0.0 || a.top_k == 1;
   const bool pen = a.penalty > 0.0 && a.penalty != 1.0 && a.h_len > 0;
+  const int nwords = (V + 31) >> 5;
+  u32* sup = bm + nwords;
+  for (int w = tid; w < nwords; w += nt) sup[w] = 0u;
+  __syncthreads();
+  for (int j = tid; j < a.s_len; j += nt) {
+    int id = hist[a.s_off + j];
+    if (id >= 0 && id < V) atomicOr(&sup[id >> 5], 1u << (id & 31));
+  }
+  __syncthreads();
+#ifdef FAULT_SAMPLE_SUPPRESS
   auto logit = [&](int i) { return (double)L[i]; };
+#else
+  auto logit = [&](int i) { return ((sup[i >> 5] >> (i & 31)) & 1u) ? NEG_INF_D : (double)L[i]; };
+#endif
   if (greedy && !pen) {
     int b = block_argmax(V, logit, shd, shi);
     if (tid == 0) *out = b;
     return;
   }
-  const int nwords = (V + 31) >> 5;
   for (int w = tid; w < nwords; w += nt) bm[w] = 0u;
   __syncthreads();
   if (pen)
@@ -497,7 +510,7 @@ __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float
     }
   __syncthreads();
   auto pval = [&](int i) {
-    double p = (double)L[i];
+    double p = logit(i);
 #ifdef FAULT_SAMPLE_PENALTY
     if (pen && ((bm[i >> 5] >> (i & 31)) & 1u)) p = p / a.penalty;
 #else

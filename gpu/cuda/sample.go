@@ -23,17 +23,18 @@ func (q *Queue) EmbedIDs(dst, table, ids gpu.Tensor) {
 }
 
 // sampleArgBytes is the size of kernels.cu's struct sample_arg.
-const sampleArgBytes = 48
+const sampleArgBytes = 56
 
 // sampleThreads is sample_f32's block size (its __launch_bounds__).
 const sampleThreads = 512
 
 // maxSampleVocab bounds V by the penalty bitmap's dynamic shared memory
-// (V bits within 40 KiB, beside the kernel's static shared memory).
-const maxSampleVocab = 40 << 10 * 8
+// and the suppressed ids' (2·V bits within 40 KiB, beside the kernel's
+// static shared memory).
+const maxSampleVocab = 40 << 10 * 8 / 2
 
 // packSampleArgs returns the rows' sample_arg records and their
-// concatenated histories.
+// concatenated histories and suppressed ids.
 func packSampleArgs(rows []gpu.SampleRow) (args []byte, hist []int32) {
 	args = make([]byte, sampleArgBytes*len(rows))
 	for r, row := range rows {
@@ -51,6 +52,9 @@ func packSampleArgs(rows []gpu.SampleRow) (args []byte, hist []int32) {
 		}
 		binary.LittleEndian.PutUint32(b[40:], uint32(len(h)))
 		hist = append(hist, h...)
+		binary.LittleEndian.PutUint32(b[44:], uint32(len(hist)))
+		binary.LittleEndian.PutUint32(b[48:], uint32(len(row.Suppress)))
+		hist = append(hist, row.Suppress...)
 	}
 	return args, hist
 }
@@ -92,7 +96,7 @@ func (q *Queue) Sample(ids, logits gpu.Tensor, rows []gpu.SampleRow) {
 		q.grow(&q.sampleBuf, gpu.F32, (total+3)/4)
 	}
 	base := q.ptr(gpu.Tensor{Buf: q.sampleBuf, Rows: 1, Cols: 1, Stride: 1})
-	shm := ((V + 31) / 32) * 4
+	shm := 2 * ((V + 31) / 32) * 4
 	q.launch("sample_f32", [3]uint32{uint32(B), 1, 1}, [2]uint32{sampleThreads, 1}, shm,
 		q.t(ids), ld(ids), q.t(logits), ld(logits), i(V), upload(ao), upload(ho),
 		p(base+int64(ew)), p(base+int64(cand)), p(base+int64(skey)), p(base+int64(sidx)), i(P))

@@ -368,6 +368,8 @@ func (q *faultQueue) Sample(ids, logits gpu.Tensor, rows []gpu.SampleRow) {
 			}
 		case "sample/history-dropped":
 			rows[r].History = nil
+		case "sample/suppress-ignored":
+			rows[r].Suppress = nil
 		}
 	}
 	q.Queue.Sample(ids, logits, rows)
@@ -480,10 +482,11 @@ func TestFaults(t *testing.T) {
 		{fault: "embed/first-id", mustFail: contains("/n=3/")},
 		{fault: "embedids/last-id", mustFail: func(c Check) bool { return !strings.Contains(c.Case, "/n=1/") && !strings.HasPrefix(c.Case, "readint") }},
 		{fault: "sample/u-next-float", mustFail: func(c Check) bool {
-			return !strings.HasPrefix(c.Case, "greedy") && !strings.HasPrefix(c.Case, "one-entry")
+			return !strings.Contains(c.Case, "greedy") && !strings.HasPrefix(c.Case, "one-entry")
 		}},
 		{fault: "sample/topk+1", mustFail: contains("audio-topk4")},
 		{fault: "sample/history-dropped", mustFail: contains("penalty")},
+		{fault: "sample/suppress-ignored", mustFail: contains("suppress-")},
 		{fault: "shortconv/t0-zero", mustFail: func(c Check) bool { return !strings.HasSuffix(c.Case, "/state") }},
 		{fault: "shortconv/state-dropped", mustFail: func(c Check) bool { // later calls' state may come from x alone
 			return strings.Contains(c.Case, "call2/") && !strings.HasSuffix(c.Case, "/state")

@@ -17,6 +17,7 @@ type sampleCase struct {
 	scale      float32       // logits scale
 	ties, nans bool          // plant tied maxima / a NaN row
 	negInf     bool          // a row of −∞ but one entry
+	suppress   bool          // suppress the row's argmax, the last id and an id out of range
 	strided    bool
 }
 
@@ -38,7 +39,9 @@ func checkSample(h *harness) {
 		{name: "penalty-topk", B: 32, V: 2049, row: gpu.SampleRow{Temperature: 1, TopK: 8, Penalty: 1.5}, histLen: 64, scale: 3},
 		{name: "penalty-full", B: 32, V: 129, row: gpu.SampleRow{Temperature: 1, Penalty: 2}, histLen: 30, scale: 2},
 		{name: "one-entry", B: 3, V: 1, row: gpu.SampleRow{Temperature: 1, TopK: 4}, scale: 1},
-		{name: "text-topk50", B: 4, V: 65536, row: gpu.SampleRow{Temperature: 0.8, TopK: 50, TopP: 0.95}, scale: 8},
+		{name: "suppress-greedy", B: 4, V: 2049, row: gpu.SampleRow{}, scale: 2, ties: true, suppress: true},
+		{name: "suppress-topk4", B: 32, V: 2049, row: gpu.SampleRow{Temperature: 1, TopK: 4}, scale: 2, suppress: true},
+		{name: "text-topk50", B: 4, V: 65536, row: gpu.SampleRow{Temperature: 0.8, TopK: 50, TopP: 0.95}, scale: 2},
 	} {
 		h.sampleCase(c)
 	}
@@ -74,6 +77,10 @@ func (h *harness) sampleCase(c sampleCase) {
 			}
 			hist[0], hist[1] = int32(gpu.SampleHost(row, gpu.SampleRow{}, new(gpu.SampleScratch))), hist[0] // the argmax, twice
 			rows[r].History = hist
+		}
+		if c.suppress {
+			best := int32(gpu.SampleHost(row, gpu.SampleRow{}, new(gpu.SampleScratch)))
+			rows[r].Suppress = []int32{best, int32(c.V - 1), int32(c.V + 5)}
 		}
 		if !rows[r].Greedy() {
 			rows[r].U = h.rng.Float64()
