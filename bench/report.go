@@ -93,7 +93,6 @@ type TurnResult struct {
 	Frames        int     `json:"frames"`
 	DecodedFrames int     `json:"decoded_frames"`
 	Stop          string  `json:"stop"`
-	Suppressed    int     `json:"suppressed_stops"`
 	FirstTextMs   float64 `json:"first_text_ms"`
 	FirstAudioMs  float64 `json:"first_audio_ms"`
 	TotalMs       float64 `json:"total_ms"`
@@ -385,15 +384,15 @@ func (r *Report) Print(w io.Writer) error {
 		fmt.Fprintln(bw)
 	}
 	fmt.Fprintf(bw, "input      %s: %.2f s at %d Hz\n", in.Source, in.Seconds, in.SampleRate)
-	stops := "<|im_end|>, <|text_end|> and end-of-audio replaced by the next best pick"
+	stops := "<|im_end|>, <|text_end|> and end-of-audio suppressed (never picked)"
 	if st.StopsAllowed {
 		stops = "the model may stop"
 	}
 	fmt.Fprintf(bw, "turns      %d measured after %d warm-up, up to %d steps each; text greedy, audio %s, seed %d; %s\n",
 		st.Turns, st.Warmup, st.MaxNewTokens, st.Audio, st.Seed, stops)
 	for i, t := range r.Turns {
-		fmt.Fprintf(bw, "  turn %d   %d prompt rows, %d steps (%d text, %d audio), %d tokens, %d frames (%d decoded, %.2f s), stop %s, %d stops replaced\n",
-			i+1, t.PromptRows, t.Steps, t.TextSteps, t.AudioSteps, t.Tokens, t.Frames, t.DecodedFrames, t.AudioSeconds, t.Stop, t.Suppressed)
+		fmt.Fprintf(bw, "  turn %d   %d prompt rows, %d steps (%d text, %d audio), %d tokens, %d frames (%d decoded, %.2f s), stop %s\n",
+			i+1, t.PromptRows, t.Steps, t.TextSteps, t.AudioSteps, t.Tokens, t.Frames, t.DecodedFrames, t.AudioSeconds, t.Stop)
 	}
 	fmt.Fprintln(bw)
 

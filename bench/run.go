@@ -40,9 +40,9 @@ type Options struct {
 	Seed uint64
 	// AllowStop lets the model end its text (<|text_end|>), its turn
 	// (<|im_end|>) or its speech (end-of-audio) as it picks them. By
-	// default those picks are replaced by the best other entry, as the
-	// reference speed measurement masked them, so every turn runs exactly
-	// MaxNewTokens steps in the 6-text/12-audio schedule.
+	// default those entries are suppressed in the sampler (never picked),
+	// as the reference speed measurement masked them, so every turn runs
+	// exactly MaxNewTokens steps in the 6-text/12-audio schedule.
 	AllowStop bool
 	// Precision is the engine's activation rounding (default nn.BF16).
 	Precision nn.Precision
@@ -185,10 +185,11 @@ func runTurn(ctx context.Context, eng *pipeline.Engine, tr *pipeline.Trace, o Op
 	sess := eng.NewSession()
 	defer sess.Close()
 	tr.Reset()
-	obs := &observer{suppress: !o.AllowStop, sp: eng.Model().Info().Special, kinds: map[int]pipeline.Kind{}}
+	// Stops are suppressed in the sampler (on the device too), not by a
+	// teacher: a teacher would need every codebook's logits on the host.
 	req := pipeline.Request{
 		Audio: o.Clip, MaxNewTokens: o.MaxNewTokens, Seed: o.Seed + uint64(i),
-		TextSampling: pipeline.DefaultText, AudioSampling: o.AudioSampling, Teacher: obs,
+		TextSampling: pipeline.DefaultText, AudioSampling: o.AudioSampling, SuppressStops: !o.AllowStop,
 	}
 	st, err := eng.Start(ctx, sess, req)
 	if err != nil {
@@ -215,19 +216,31 @@ func runTurn(ctx context.Context, eng *pipeline.Engine, tr *pipeline.Trace, o Op
 	decoded := samples / eng.Model().AudioCodec().FrameSamples()
 	res := TurnResult{
 		Steps: tm.Steps, Tokens: tm.Tokens, Frames: tm.Frames, DecodedFrames: decoded,
-		PromptRows: tm.PromptRows, Stop: done.Stop.String(), Suppressed: obs.suppressed,
+		PromptRows: tm.PromptRows, Stop: done.Stop.String(),
 		FirstTextMs: ms(tm.FirstText), FirstAudioMs: ms(tm.FirstAudio), TotalMs: ms(tm.Total),
 		AudioSeconds: tm.AudioSeconds, RTF: tm.RTF,
 	}
-	for _, k := range obs.kinds {
-		if k == pipeline.TextStep {
-			res.TextSteps++
-		} else {
-			res.AudioSteps++
+	ivs := tr.Intervals()
+	kinds := stepKinds(ivs)
+	res.AudioSteps = len(kinds)
+	res.TextSteps = tm.Steps - res.AudioSteps
+	tt, err := analyse(ivs, kinds)
+	return res, tt, err
+}
+
+// stepKinds returns the backbone steps whose output the depthformer
+// sampled a frame from (the audio steps; the other steps after the
+// prompt's are text steps), read from the depthformer's intervals.
+func stepKinds(ivs []pipeline.Interval) map[int]pipeline.Kind {
+	kinds := map[int]pipeline.Kind{}
+	for _, iv := range ivs {
+		if iv.Stage == pipeline.StageDepth {
+			for _, s := range iv.Steps {
+				kinds[s] = pipeline.AudioStep
+			}
 		}
 	}
-	tt, err := analyse(tr.Intervals(), obs.kinds)
-	return res, tt, err
+	return kinds
 }
 
 // analyse sorts one turn's intervals into stage times: the turn's k-th

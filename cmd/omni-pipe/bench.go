@@ -43,7 +43,7 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 	maxNew := fs.Int("max-new-tokens", 36, "backbone steps per turn (36: 6 text, 12 audio, 6 text, 12 audio)")
 	greedy := fs.Bool("greedy", false, "greedy audio codes (default: the official temperature 1, top-k 4, seeded)")
 	seed := fs.Uint64("seed", 1, "sampling seed of the first turn (turn i uses seed+i)")
-	allowStop := fs.Bool("allow-stop", false, "let the model end its text, turn or speech (default: such picks are replaced by the next best, so every turn runs --max-new-tokens steps)")
+	allowStop := fs.Bool("allow-stop", false, "let the model end its text, turn or speech (default: those entries are never picked, so every turn runs --max-new-tokens steps)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the turns (go tool pprof) to this file")
 	var lf loadFlags
