@@ -136,10 +136,15 @@ func memAvailable(path string) (int64, error) {
 	return 0, fmt.Errorf("%s: no MemAvailable", path)
 }
 
-// kvSizer is a backbone cache that says what it holds and what a cache of
-// its model holds at a given length (stages/lfm2's Cache).
+// kvSizer is a backbone cache that says what it holds (stages/lfm2's
+// Cache).
 type kvSizer interface {
 	Bytes() int64
+}
+
+// cacheSizer is a backbone that says what a conversation's cache holds at
+// a given length (LFM2-Audio's).
+type cacheSizer interface {
 	BytesFor(positions int) int64
 }
 
@@ -169,11 +174,9 @@ func (e *Engine) initMemory() {
 	default:
 		e.mem.budget = b
 	}
-	probe := e.m.LM().NewCache(e.dev)
-	if s, ok := probe.(kvSizer); ok {
+	if s, ok := e.m.LM().(cacheSizer); ok {
 		e.kvFor = s.BytesFor
 	}
-	probe.Free()
 	e.codecBytes = e.opts.CodecStateBytes
 	if e.codecBytes <= 0 {
 		e.codecBytes = measureCodec(e.dev, e.m.AudioCodec(), e.info.Codebooks)

@@ -116,6 +116,10 @@ func (f frontend) Adapt(c *nn.Ctx, enc gpu.Tensor) gpu.Tensor    { return f.enc.
 type backbone struct{ m *lfm2.Model }
 
 func (b backbone) NewCache(dev gpu.Device) family.Cache { return b.m.NewCache(dev) }
+
+// BytesFor is what a conversation's cache holds at positions positions
+// (the engine's memory budget counts it).
+func (b backbone) BytesFor(positions int) int64 { return b.m.BytesFor(positions) }
 func (b backbone) EmbedTokens(c *nn.Ctx, dst gpu.Tensor, ids []int32) {
 	b.m.EmbedTokens(c, dst, ids)
 }
