@@ -243,9 +243,9 @@ func stepKinds(ivs []pipeline.Interval) map[int]pipeline.Kind {
 	return kinds
 }
 
-// analyse sorts one turn's intervals into stage times: the turn's k-th
-// backbone interval is its step k (step 0 the prefill), whose kind the
-// observer saw.
+// analyse sorts one turn's intervals into stage times: a backbone
+// interval is the step it names (step 0 the prefill, in one or more
+// chunks, whose times add up), whose kind the observer saw.
 func analyse(ivs []pipeline.Interval, kinds map[int]pipeline.Kind) (turnTimes, error) {
 	sort.SliceStable(ivs, func(i, j int) bool { return ivs[i].Start.Before(ivs[j].Start) })
 	var tt turnTimes
@@ -261,7 +261,13 @@ func analyse(ivs []pipeline.Interval, kinds map[int]pipeline.Kind) (turnTimes, e
 			tt.encoder = append(tt.encoder, d)
 		case pipeline.StageBackbone:
 			backbone = append(backbone, iv)
+			if len(iv.Steps) > 0 {
+				step = iv.Steps[0] // a chunked prefill is several intervals of step 0
+			}
 			switch {
+			case step == 0 && len(tt.prefill) > 0:
+				tt.prefill[0] += d // the prompt's next chunk
+				prefillEnd = iv.End
 			case step == 0:
 				tt.prefill = append(tt.prefill, d)
 				prefillEnd = iv.End
