@@ -343,8 +343,8 @@ func WriteLoadSVG(w io.Writer, reps []*LoadReport) error {
 }
 
 // EngineTarget runs the turns on an engine in this process. Unless
-// allowStop, a turn's stopping picks are replaced by the next best (as
-// Run does), so that every turn runs its steps.
+// allowStop, a turn's stops are suppressed (Request.SuppressStops, as Run
+// does), so that every turn runs its steps.
 func EngineTarget(e *pipeline.Engine, allowStop bool) Target {
 	return &engineTarget{e: e, allowStop: allowStop}
 }
@@ -364,10 +364,9 @@ func (t *engineTarget) Memory(context.Context) (int64, int64, bool) {
 func (t *engineTarget) Turn(ctx context.Context, clip *audio.Clip, seed uint64, maxNew int, sink func(samples, rate int)) error {
 	s := t.e.NewSession()
 	defer s.Close()
-	req := pipeline.Request{Audio: clip, MaxNewTokens: maxNew, Seed: seed, AudioSampling: pipeline.DefaultAudio}
-	if !t.allowStop {
-		req.Teacher = &observer{suppress: true, sp: t.e.Model().Info().Special, kinds: map[int]pipeline.Kind{}}
-	}
+	// Stops are suppressed in the sampler (no teacher), so that frames
+	// sample on the device where it can.
+	req := pipeline.Request{Audio: clip, MaxNewTokens: maxNew, Seed: seed, AudioSampling: pipeline.DefaultAudio, SuppressStops: !t.allowStop}
 	st, err := t.e.Start(ctx, s, req)
 	if err != nil {
 		return err
