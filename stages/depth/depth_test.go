@@ -10,8 +10,8 @@ import (
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
-	"github.com/omni-pipe/omni-pipe/gpu/devices"
 	"github.com/omni-pipe/omni-pipe/internal/numcmp"
+	"github.com/omni-pipe/omni-pipe/internal/testdev"
 	"github.com/omni-pipe/omni-pipe/stages/config"
 	"github.com/omni-pipe/omni-pipe/stages/mimi"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
@@ -321,93 +321,69 @@ func TestLoadCodebookSize(t *testing.T) {
 	}
 }
 
-// testDevices returns the CPU and, where one opens, the CUDA device: the
-// device tests run on every backend the machine has (the CUDA sub-tests
-// skip with the reason on a machine without a GPU).
-func testDevices(t *testing.T) map[string]func(t *testing.T) gpu.Device {
-	return map[string]func(t *testing.T) gpu.Device{
-		"cpu": func(t *testing.T) gpu.Device {
-			dev := cpu.New(0)
-			t.Cleanup(func() { dev.Close() })
-			return dev
-		},
-		"cuda": func(t *testing.T) gpu.Device {
-			dev, _, err := devices.Open("cuda", devices.Options{})
-			if err != nil {
-				t.Skipf("no CUDA device: %v", err)
-			}
-			t.Cleanup(func() { dev.Close() })
-			return dev
-		},
-	}
-}
-
 // TestFrameSampledEqualsHostPicks: the frame sampled on the device gives
 // the codes of the host-picked frame whose picker runs gpu.SampleHost on
 // the same rows (same draws, same histories), bit for bit, for a batch
 // mixing the audio default (top-k 4), a penalised full-vocabulary draw,
 // greedy and top-p — on every device.
 func TestFrameSampledEqualsHostPicks(t *testing.T) {
-	for name, open := range testDevices(t) {
-		t.Run(name, func(t *testing.T) {
-			dev := open(t)
-			cfg, f := fixtureModel(t)
-			b := weights.New(dev, f)
-			d, err := Load(b, cfg.Depthformer, cfg.Codebooks, codebookSize(t), cfg.LFM.HiddenSize)
+	testdev.Run(t, func(t *testing.T, dev gpu.Device) {
+		cfg, f := fixtureModel(t)
+		b := weights.New(dev, f)
+		d, err := Load(b, cfg.Depthformer, cfg.Codebooks, codebookSize(t), cfg.LFM.HiddenSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Err(); err != nil {
+			t.Fatal(err)
+		}
+		H, C := cfg.LFM.HiddenSize, d.Codebooks
+		hidden := floats(t, openFixture(t, "case1_question_16k.safetensors"), "step_hidden")
+		steps := []int{3, 7, 8, 20, 11}
+		kinds := []gpu.SampleRow{
+			{Temperature: 1, TopK: 4},
+			{Temperature: 1.3, Penalty: 1.4},
+			{},
+			{Temperature: 0.8, TopK: 64, TopP: 0.7},
+			{Temperature: 1, TopK: 4, Penalty: 1.2},
+		}
+		rng := rand.New(rand.NewPCG(5, 6))
+		for frame := 0; frame < 3; frame++ {
+			rows := make([][]gpu.SampleRow, C)
+			for i := range rows {
+				rows[i] = make([]gpu.SampleRow, len(steps))
+				for r := range steps {
+					row := kinds[r]
+					if row.Penalty != 0 {
+						for k := 0; k < 12; k++ {
+							row.History = append(row.History, int32(rng.IntN(d.Vocab)))
+						}
+					}
+					if !row.Greedy() {
+						row.U = rng.Float64()
+					}
+					rows[i][r] = row
+				}
+			}
+			c := nn.NewCtx(dev, dev.NewQueue("test"), nn.BF16)
+			h := c.Tmp(len(steps), H)
+			for r, s := range steps {
+				c.Q.Write(h.Row(r), hidden[((s+frame)%20)*H:((s+frame)%20+1)*H])
+			}
+			got, err := d.FrameSampled(c, h, rows)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := b.Err(); err != nil {
+			var s gpu.SampleScratch
+			want, err := d.Frame(c, h, func(r, i int, l []float32) int { return gpu.SampleHost(l, rows[i][r], &s) })
+			if err != nil {
 				t.Fatal(err)
 			}
-			H, C := cfg.LFM.HiddenSize, d.Codebooks
-			hidden := floats(t, openFixture(t, "case1_question_16k.safetensors"), "step_hidden")
-			steps := []int{3, 7, 8, 20, 11}
-			kinds := []gpu.SampleRow{
-				{Temperature: 1, TopK: 4},
-				{Temperature: 1.3, Penalty: 1.4},
-				{},
-				{Temperature: 0.8, TopK: 64, TopP: 0.7},
-				{Temperature: 1, TopK: 4, Penalty: 1.2},
-			}
-			rng := rand.New(rand.NewPCG(5, 6))
-			for frame := 0; frame < 3; frame++ {
-				rows := make([][]gpu.SampleRow, C)
-				for i := range rows {
-					rows[i] = make([]gpu.SampleRow, len(steps))
-					for r := range steps {
-						row := kinds[r]
-						if row.Penalty != 0 {
-							for k := 0; k < 12; k++ {
-								row.History = append(row.History, int32(rng.IntN(d.Vocab)))
-							}
-						}
-						if !row.Greedy() {
-							row.U = rng.Float64()
-						}
-						rows[i][r] = row
-					}
-				}
-				c := nn.NewCtx(dev, dev.NewQueue("test"), nn.BF16)
-				h := c.Tmp(len(steps), H)
-				for r, s := range steps {
-					c.Q.Write(h.Row(r), hidden[((s+frame)%20)*H:((s+frame)%20+1)*H])
-				}
-				got, err := d.FrameSampled(c, h, rows)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var s gpu.SampleScratch
-				want, err := d.Frame(c, h, func(r, i int, l []float32) int { return gpu.SampleHost(l, rows[i][r], &s) })
-				if err != nil {
-					t.Fatal(err)
-				}
-				for r := range steps {
-					if !slices.Equal(got[r], want[r]) {
-						t.Errorf("frame %d row %d (%+v): device picks %v, host %v", frame, r, kinds[r], got[r], want[r])
-					}
+			for r := range steps {
+				if !slices.Equal(got[r], want[r]) {
+					t.Errorf("frame %d row %d (%+v): device picks %v, host %v", frame, r, kinds[r], got[r], want[r])
 				}
 			}
-		})
-	}
+		}
+	})
 }

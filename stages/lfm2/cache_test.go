@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/omni-pipe/omni-pipe/gpu"
+
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 )
 
@@ -39,9 +41,9 @@ func TestCacheGrow(t *testing.T) {
 	if got, want := tm.m.BytesFor(positions), tm.m.BytesFor(2*KVBlock); got != want {
 		t.Errorf("BytesFor(%d) = %d, want two blocks' %d", positions, got, want)
 	}
-	used := tm.dev.Info().MemUsed
+	used := gpu.DescribeDevice(tm.dev).MemUsed
 	got := run(grown)
-	if after := tm.dev.Info().MemUsed; after != used {
+	if after := gpu.DescribeDevice(tm.dev).MemUsed; after != used {
 		t.Errorf("device memory went from %d to %d bytes during passes within the grown size", used, after)
 	}
 	if !slices.Equal(got, want) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/internal/testdev"
 	"github.com/omni-pipe/omni-pipe/stages/config"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
@@ -36,7 +37,13 @@ func randomRows(dev gpu.Device, q gpu.Queue, rows, cols int, seed uint64) (gpu.T
 // TestStepsEqualPrefill: a prefill of N rows then k single steps gives, bit
 // for bit, the rows of one prefill of N+k, in both precisions.
 func TestStepsEqualPrefill(t *testing.T) {
-	tm := loadTestModel(t)
+	testdev.Run(t, func(t *testing.T, dev gpu.Device) { stepsEqualPrefill(t, loadTestModelOn(t, dev)) })
+}
+
+// stepsEqualPrefill: on every device, bit for bit — the products sum in an
+// order that depends on K only and attention and the short convolution
+// treat a row the same whether it comes in a prefill or a step.
+func stepsEqualPrefill(t *testing.T, tm *testModel) {
 	H := tm.cfg.LFM.HiddenSize
 	const N, k = 11, 7
 	for _, prec := range []nn.Precision{nn.BF16, nn.F32} {
@@ -60,7 +67,10 @@ func TestStepsEqualPrefill(t *testing.T) {
 // TestBatchEqualsSeparate: three sessions at different positions stepped
 // as one batch give the rows of three separate runs, bit for bit.
 func TestBatchEqualsSeparate(t *testing.T) {
-	tm := loadTestModel(t)
+	testdev.Run(t, func(t *testing.T, dev gpu.Device) { batchEqualsSeparate(t, loadTestModelOn(t, dev)) })
+}
+
+func batchEqualsSeparate(t *testing.T, tm *testModel) {
 	H := tm.cfg.LFM.HiddenSize
 	c := nn.NewCtx(tm.dev, tm.dev.NewQueue("test"), nn.BF16)
 	prompts := []int{5, 13, 1}

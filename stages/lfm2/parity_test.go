@@ -20,7 +20,7 @@ const fixtures = "../../testdata/lfm2-audio-tiny/"
 
 // testModel loads the tiny fixture backbone and the audio embedding table.
 type testModel struct {
-	dev      *cpu.Device
+	dev      gpu.Device
 	m        *Model
 	audioEmb gpu.Tensor
 	cfg      *config.Audio
@@ -28,6 +28,14 @@ type testModel struct {
 }
 
 func loadTestModel(t testing.TB) *testModel {
+	t.Helper()
+	dev := cpu.New(0)
+	t.Cleanup(func() { dev.Close() })
+	return loadTestModelOn(t, dev)
+}
+
+// loadTestModelOn loads the fixture's backbone onto dev.
+func loadTestModelOn(t testing.TB, dev gpu.Device) *testModel {
 	t.Helper()
 	cfg, err := config.ReadAudio(fixtures + "config.json")
 	if err != nil {
@@ -38,8 +46,6 @@ func loadTestModel(t testing.TB) *testModel {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	dev := cpu.New(0)
-	t.Cleanup(func() { dev.Close() })
 	b := weights.New(dev, f)
 	m, err := Load(b.Sub("lfm"), cfg.LFM)
 	if err != nil {

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/internal/testdev"
 )
 
 type testConfig struct {
@@ -66,11 +68,16 @@ func firstDiff(a, b []float32) int {
 }
 
 // TestStreamedEqualsWhole: decoding in chunks of 1, 2, 3 or 8 frames gives
-// exactly (bit for bit) the samples of one pass over all frames.
+// exactly (bit for bit) the samples of one pass over all frames, on every
+// device.
 func TestStreamedEqualsWhole(t *testing.T) {
+	testdev.Run(t, streamedEqualsWhole)
+}
+
+func streamedEqualsWhole(t *testing.T, dev gpu.Device) {
 	for _, tc := range testConfigs() {
 		t.Run(tc.name, func(t *testing.T) {
-			d, _ := newTestDecoder(t, tc.cfg, 1, tc.opts)
+			d, _ := newTestDecoderOn(t, dev, tc.cfg, 1, tc.opts)
 			rng := rand.New(rand.NewPCG(2, 2))
 			for _, n := range []int{1, 2, 5, 13, 40} {
 				codes := randomCodes(rng, n, tc.cfg.NumCodebooksActive, tc.cfg.Quantizer.Bins)

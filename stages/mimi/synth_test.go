@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
 )
@@ -270,9 +271,15 @@ func variantConfig() Config {
 
 func newTestDecoder(t testing.TB, c Config, seed uint64, o synthOpts) (*Decoder, *tensorSet) {
 	t.Helper()
-	set := synthCheckpoint(c, seed, o)
 	dev := cpu.New(2)
 	t.Cleanup(func() { dev.Close() })
+	return newTestDecoderOn(t, dev, c, seed, o)
+}
+
+// newTestDecoderOn is newTestDecoder on dev.
+func newTestDecoderOn(t testing.TB, dev gpu.Device, c Config, seed uint64, o synthOpts) (*Decoder, *tensorSet) {
+	t.Helper()
+	set := synthCheckpoint(c, seed, o)
 	d, err := New(dev, set.file(t, "", nil), c)
 	if err != nil {
 		t.Fatal(err)
