@@ -161,3 +161,41 @@ func BenchmarkKernelChain(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGemvLarge streams one large bf16 weight per product — the text
+// head's [65536, 2048] (256 MiB) and an [8192, 8192] — with one row of x:
+// the one-row kernel's own rate, without BenchmarkMatMul's launch gaps
+// between sixteen 32 MiB products.
+func BenchmarkGemvLarge(b *testing.B) {
+	d := openGPU(b)
+	for _, sh := range []struct{ N, K int }{{65536, 2048}, {8192, 8192}} {
+		b.Run(fmt.Sprintf("%dx%d", sh.N, sh.K), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(7, 8))
+			raw := make([]uint16, sh.N*sh.K)
+			for i := range raw {
+				raw[i] = gpu.F32ToBF16(float32(rng.NormFloat64()))
+			}
+			w, err := d.Load(gpu.BF16, sh.N, sh.K, unsafe.Slice((*byte)(unsafe.Pointer(&raw[0])), 2*len(raw)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer d.Free(w)
+			x, y := d.Alloc(gpu.F32, 1, sh.K), d.Alloc(gpu.F32, 1, sh.N)
+			defer d.Free(x)
+			defer d.Free(y)
+			q := d.NewQueue("gemv")
+			q.MatMul(y, x, w, gpu.Tensor{})
+			if err := q.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(2 * sh.N * sh.K))
+			b.ResetTimer()
+			for range b.N {
+				q.MatMul(y, x, w, gpu.Tensor{})
+			}
+			if err := q.Sync(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}

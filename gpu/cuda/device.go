@@ -326,7 +326,7 @@ func (d *Device) NewQueue(name string) gpu.Queue {
 		if err := c.call("cuStreamCreate", c.cuStreamCreate, uintptr(unsafe.Pointer(&q.stream)), streamNoSync); err != nil {
 			return err
 		}
-		return c.call("cuEventCreate", c.cuEventCreate, uintptr(unsafe.Pointer(&q.upEvent)), eventNoTime)
+		return c.call("cuEventCreate", c.cuEventCreate, uintptr(unsafe.Pointer(&q.st.ev)), eventNoTime)
 	}); err != nil {
 		q.err = err
 	}
@@ -357,11 +357,8 @@ func (d *Device) Close() error {
 				for _, e := range q.graphs.entries {
 					q.destroyGraph(e)
 				}
-				if q.stage != 0 {
-					c.call("cuMemFreeHost", c.cuMemFreeHost, q.stage)
-				}
+				q.st.free(c)
 				c.call("cuStreamDestroy", c.cuStreamDestroy, q.stream)
-				c.call("cuEventDestroy", c.cuEventDestroy, q.upEvent)
 			}
 			c.call("cuModuleUnload", c.cuModuleUnload, d.mod)
 			c.call("cuStreamDestroy", c.cuStreamDestroy, d.allocS)

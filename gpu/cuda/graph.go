@@ -34,6 +34,7 @@ const minGraph = 8
 const maxGraphs = 64
 
 type graphEntry struct {
+	st    staging // the uploads of the graph's replays
 	cmds  []cmd
 	slots []uint64
 	graph uintptr
@@ -104,11 +105,9 @@ func graphable(r *batch) bool {
 // builds one the second time its shape is seen) and reports whether it did;
 // on false the caller launches the batch directly. It runs on the owner
 // thread after the arguments are final.
-func (q *Queue) runGraph(r *batch) (bool, error) {
+func (q *Queue) runGraph(r *batch, key uint64, e *graphEntry) (bool, error) {
 	g := &q.graphs
-	key := g.shapeKey(r.cmds)
-	e := g.entries[key]
-	if e != nil && !sameCmdShape(e.cmds, r.cmds) {
+	if e == nil && g.entries[key] != nil {
 		return false, nil // a hash collision: run directly
 	}
 	c := q.d.drv
@@ -143,6 +142,17 @@ func (q *Queue) runGraph(r *batch) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// lookupGraph returns r's shape key and the graph built for that shape
+// (nil when there is none yet, or on a hash collision).
+func (q *Queue) lookupGraph(r *batch) (uint64, *graphEntry) {
+	key := q.graphs.shapeKey(r.cmds)
+	e := q.graphs.entries[key]
+	if e != nil && !sameCmdShape(e.cmds, r.cmds) {
+		return key, nil
+	}
+	return key, e
 }
 
 func (q *Queue) buildGraph(r *batch) (*graphEntry, error) {
@@ -193,4 +203,5 @@ func (q *Queue) destroyGraph(e *graphEntry) {
 	c := q.d.drv
 	c.call("cuGraphExecDestroy", c.cuGraphExecDestroy, e.exec)
 	c.call("cuGraphDestroy", c.cuGraphDestroy, e.graph)
+	e.st.free(c)
 }

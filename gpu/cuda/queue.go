@@ -79,12 +79,13 @@ type Queue struct {
 	rec batch
 	run batch // the batch being executed (owned by the flushing goroutine)
 
-	// stage is pinned, device-mapped host memory holding the uploads of the
-	// last flush; upEvent marks when the device finished reading it.
-	stage, stageDev uintptr
-	stageLen        int
-	upPending       bool
-	upEvent         uintptr
+	// st is pinned, device-mapped host memory holding the uploads of the
+	// last flush that did not replay a graph (a graph has its own, so
+	// that consecutive chunks in flight never wait on each other's).
+	st staging
+	// gen counts flushes (guarded by mu), so a launch knows whether its
+	// command is still in the batch being recorded.
+	gen uint64
 
 	scores  *buffer // attention scratch
 	readBuf *buffer // contiguous staging for strided reads
@@ -104,8 +105,12 @@ type Queue struct {
 
 var _ gpu.Queue = (*Queue)(nil)
 
-// maxBatch is the number of recorded commands that triggers a flush.
-const maxBatch = 4096
+// maxBatch is the number of recorded commands that triggers a flush: a
+// long stage (a depthformer frame is ~700 kernels) is handed over in
+// chunks, so that the GPU runs one chunk (as its own graph) while the
+// host records the next, instead of waiting for the whole stage to be
+// recorded.
+const maxBatch = 128
 
 // Name implements gpu.Queue.
 func (q *Queue) Name() string { return q.name }
@@ -197,13 +202,16 @@ func (q *Queue) launchEpi(ep epilogue, out gpu.Tensor, name string, grid [3]uint
 		args = append(args, i(0), p(0), i(0), i(0))
 	}
 	q.mu.Lock()
-	first := len(q.rec.slots)
+	first, gen := len(q.rec.slots), q.gen
 	q.mu.Unlock()
 	if !q.launch(name, grid, block, shm, args...) {
 		return
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.gen != gen {
+		return // the launch ended a chunk: it is no longer there to fold into
+	}
 	at := func(j int) int { return first + base + j }
 	f := fused{ptr: q.ptr(out), buf: out.Buf.(*buffer), rows: out.Rows, cols: out.Cols, ld: out.Stride, n: len(q.rec.cmds),
 		rnd: [3]int{at(0), -1, -1}, act: -1, rowW: -1, rowDT: -1, e: -1, eld: -1, eop: -1}
@@ -367,6 +375,7 @@ func (q *Queue) flush() {
 	q.rec, q.run = q.run, q.rec
 	q.rec.reset()
 	q.fuse = fused{}
+	q.gen++
 	q.mu.Unlock()
 	r := &q.run
 	if len(r.cmds) == 0 {
@@ -399,31 +408,18 @@ func (q *Queue) execute(r *batch) error {
 		}
 		return nil
 	}
-	if len(r.up) > 0 {
-		if q.upPending {
-			if err := c.call("cuEventSynchronize", c.cuEventSynchronize, q.upEvent); err != nil {
-				return err
-			}
-			q.upPending = false
-		}
-		if len(r.up) > q.stageLen {
-			if q.stage != 0 {
-				c.call("cuMemFreeHost", c.cuMemFreeHost, q.stage)
-				q.stage, q.stageLen = 0, 0
-			}
-			n := max(1<<20, 2*len(r.up))
-			if err := c.call("cuMemHostAlloc", c.cuMemHostAlloc, uintptr(unsafe.Pointer(&q.stage)), uintptr(n), hostMapped|hostPortable); err != nil {
-				return err
-			}
-			if err := c.call("cuMemHostGetDevicePointer", c.cuMemHostGetDevicePointer, uintptr(unsafe.Pointer(&q.stageDev)), q.stage, 0); err != nil {
-				return err
-			}
-			q.stageLen = n
-		}
-		copy(unsafe.Slice(*(**byte)(unsafe.Pointer(&q.stage)), len(r.up)), r.up)
-		for _, s := range r.relocs {
-			r.slots[s] += uint64(q.stageDev)
-		}
+	var e *graphEntry
+	var key uint64
+	useGraph := q.d.prof == nil && q.d.graphs && graphable(r)
+	if useGraph {
+		key, e = q.lookupGraph(r)
+	}
+	st := &q.st
+	if e != nil {
+		st = &e.st
+	}
+	if err := q.stageUploads(st, r); err != nil {
+		return err
 	}
 	if cap(q.params) < len(r.slots) {
 		q.params = make([]unsafe.Pointer, len(r.slots), 2*len(r.slots))
@@ -436,16 +432,16 @@ func (q *Queue) execute(r *batch) error {
 		if err := q.launchProfiled(r); err != nil {
 			return err
 		}
-		return q.recordUpload(r)
+		return q.recordUpload(st, r)
 	}
-	if q.d.graphs && graphable(r) {
-		ok, err := q.runGraph(r)
+	if useGraph {
+		ok, err := q.runGraph(r, key, e)
 		if err != nil {
 			return err
 		}
 		if ok {
 			q.stats.graphRuns++
-			return q.recordUpload(r)
+			return q.recordUpload(st, r)
 		}
 	}
 	q.stats.direct++
@@ -468,20 +464,83 @@ func (q *Queue) execute(r *batch) error {
 			return c.err("cuLaunchKernel", result(res))
 		}
 	}
-	return q.recordUpload(r)
+	return q.recordUpload(st, r)
 }
 
-// recordUpload marks the point after which the stage may be rewritten.
-func (q *Queue) recordUpload(r *batch) error {
+// staging is pinned, device-mapped host memory that kernels read a
+// batch's uploads from; ev marks when the device finished reading it.
+type staging struct {
+	host, dev uintptr
+	n         int
+	ev        uintptr
+	pending   bool
+}
+
+// stageUploads copies r's uploads into st (after the device finished
+// reading what st held) and relocates their arguments (owner thread).
+func (q *Queue) stageUploads(st *staging, r *batch) error {
 	if len(r.up) == 0 {
 		return nil
 	}
 	c := q.d.drv
-	if err := c.call("cuEventRecord", c.cuEventRecord, q.upEvent, q.stream); err != nil {
+	if st.pending {
+		if err := c.call("cuEventSynchronize", c.cuEventSynchronize, st.ev); err != nil {
+			return err
+		}
+		st.pending = false
+	}
+	if st.ev == 0 {
+		if err := c.call("cuEventCreate", c.cuEventCreate, uintptr(unsafe.Pointer(&st.ev)), eventNoTime); err != nil {
+			return err
+		}
+	}
+	if len(r.up) > st.n {
+		if st.host != 0 {
+			c.call("cuMemFreeHost", c.cuMemFreeHost, st.host)
+			st.host, st.n = 0, 0
+		}
+		n := max(64<<10, 2*len(r.up))
+		if err := c.call("cuMemHostAlloc", c.cuMemHostAlloc, uintptr(unsafe.Pointer(&st.host)), uintptr(n), hostMapped|hostPortable); err != nil {
+			return err
+		}
+		if err := c.call("cuMemHostGetDevicePointer", c.cuMemHostGetDevicePointer, uintptr(unsafe.Pointer(&st.dev)), st.host, 0); err != nil {
+			return err
+		}
+		st.n = n
+	}
+	copy(unsafe.Slice(*(**byte)(unsafe.Pointer(&st.host)), len(r.up)), r.up)
+	for _, s := range r.relocs {
+		r.slots[s] += uint64(st.dev)
+	}
+	return nil
+}
+
+// recordUpload marks the point after which st may be rewritten.
+func (q *Queue) recordUpload(st *staging, r *batch) error {
+	if len(r.up) == 0 {
+		return nil
+	}
+	c := q.d.drv
+	if err := c.call("cuEventRecord", c.cuEventRecord, st.ev, q.stream); err != nil {
 		return err
 	}
-	q.upPending = true
+	st.pending = true
 	return nil
+}
+
+// free releases st once the device has finished reading it (owner
+// thread).
+func (st *staging) free(c *driver) {
+	if st.pending {
+		c.call("cuEventSynchronize", c.cuEventSynchronize, st.ev)
+	}
+	if st.host != 0 {
+		c.call("cuMemFreeHost", c.cuMemFreeHost, st.host)
+	}
+	if st.ev != 0 {
+		c.call("cuEventDestroy", c.cuEventDestroy, st.ev)
+	}
+	*st = staging{}
 }
 
 // Sync implements gpu.Queue.

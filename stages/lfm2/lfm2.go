@@ -464,15 +464,12 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h gpu.Tensor, seqs []Seq) {
 	R := h.Rows
 	hd := at.HeadD
 	qd, kvd := at.Heads*hd, at.KVHeads*hd
-	q, k, v := c.Tmp(R, qd), gpu.Tensor{}, gpu.Tensor{}
-	direct := len(seqs) == 1 && R > 0 // k and v computed straight into the cache
-	if direct {
-		s := seqs[0]
-		p := s.Cache.pos - s.Cache.base[i]
-		k, v = s.Cache.k[i].Slice(p, p+R), s.Cache.v[i].Slice(p, p+R)
-	} else {
-		k, v = c.Tmp(R, kvd), c.Tmp(R, kvd)
-	}
+	// k and v are computed in scratch rows and copied into the cache: a
+	// replayed step then changes the arguments of two copies per layer
+	// (the cache row moves every step), not of the products, norm and
+	// rotation that would write the cache directly — on a GPU each changed
+	// kernel argument costs a graph-node update on the host.
+	q, k, v := c.Tmp(R, qd), c.Tmp(R, kvd), c.Tmp(R, kvd)
 	linear(c, q, h, at.Q, gpu.Tensor{})
 	linear(c, k, h, at.K, gpu.Tensor{})
 	linear(c, v, h, at.V, gpu.Tensor{})
@@ -499,10 +496,8 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h gpu.Tensor, seqs []Seq) {
 		// relative, so positions are given relative to base.
 		p := s.Cache.pos - s.Cache.base[i]
 		kc, vc := s.Cache.k[i], s.Cache.v[i]
-		if !direct {
-			c.Q.Copy(kc.Slice(p, p+s.Rows), k.Slice(r0, r0+s.Rows))
-			c.Q.Copy(vc.Slice(p, p+s.Rows), v.Slice(r0, r0+s.Rows))
-		}
+		c.Q.Copy(kc.Slice(p, p+s.Rows), k.Slice(r0, r0+s.Rows))
+		c.Q.Copy(vc.Slice(p, p+s.Rows), v.Slice(r0, r0+s.Rows))
 		c.Q.Attention(o.Slice(r0, r0+s.Rows), q.Slice(r0, r0+s.Rows), kc.Slice(0, p+s.Rows), vc.Slice(0, p+s.Rows), gpu.AttnParams{
 			Heads: at.Heads, KVHeads: at.KVHeads, HeadDim: hd,
 			Scale: float32(1 / math.Sqrt(float64(hd))),
