@@ -108,7 +108,7 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 		defer dev.Close()
 		defer m.Close()
 		fmt.Fprintf(e.stderr, "measuring memory bandwidth\n")
-		bw := bench.MeasureBandwidth(workers(dev))
+		bw := bench.DeviceBandwidth(dev, workers(dev))
 		opts := bench.Options{
 			Clip: clip, ClipSource: source, Turns: *turns, Warmup: *warmup, MaxNewTokens: *maxNew,
 			AudioSampling: pipeline.DefaultAudio, Seed: *seed, AllowStop: *allowStop,
