@@ -121,14 +121,20 @@ func Load(ctx context.Context, tgt Target, o LoadOptions) (*LoadReport, error) {
 	rep := &LoadReport{Target: tgt.Name(), Sessions: o.Sessions, MaxNewTokens: o.MaxNewTokens, PerSession: make([]SessionResult, o.Sessions)}
 	stopMem := make(chan struct{})
 	memDone := make(chan struct{})
+	var memMu sync.Mutex
+	sampleMem := func() {
+		if used, budget, ok := tgt.Memory(ctx); ok {
+			memMu.Lock()
+			rep.MemoryPeakBytes, rep.MemoryBudget = max(rep.MemoryPeakBytes, used), budget
+			memMu.Unlock()
+		}
+	}
 	go func() { // sample the memory in use while the sessions run
 		defer close(memDone)
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if used, budget, ok := tgt.Memory(ctx); ok {
-				rep.MemoryPeakBytes, rep.MemoryBudget = max(rep.MemoryPeakBytes, used), budget
-			}
+			sampleMem()
 			select {
 			case <-stopMem:
 				return
@@ -142,7 +148,10 @@ func Load(ctx context.Context, tgt Target, o LoadOptions) (*LoadReport, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rep.PerSession[i] = runSession(ctx, tgt, start, i, clips[i], o)
+			// Each session also samples at its first audio, when its turn
+			// surely holds its memory (a turn shorter than the ticker's
+			// period would otherwise go unseen).
+			rep.PerSession[i] = runSession(ctx, tgt, start, i, clips[i], o, sampleMem)
 		}()
 	}
 	wg.Wait()
@@ -180,7 +189,7 @@ type Chunk struct {
 	At, Dur time.Duration
 }
 
-func runSession(ctx context.Context, tgt Target, runStart time.Time, i int, clip *audio.Clip, o LoadOptions) SessionResult {
+func runSession(ctx context.Context, tgt Target, runStart time.Time, i int, clip *audio.Clip, o LoadOptions, atFirstAudio func()) SessionResult {
 	res := SessionResult{Index: i}
 	start := time.Now()
 	res.StartMS = ms(start.Sub(runStart))
@@ -188,6 +197,9 @@ func runSession(ctx context.Context, tgt Target, runStart time.Time, i int, clip
 	err := tgt.Turn(ctx, clip, o.Seed+uint64(i), o.MaxNewTokens, func(samples, rate int) {
 		if samples > 0 && rate > 0 {
 			chunks = append(chunks, Chunk{At: time.Since(start), Dur: time.Duration(samples) * time.Second / time.Duration(rate)})
+			if len(chunks) == 1 {
+				atFirstAudio()
+			}
 		}
 	})
 	total := time.Since(start)
