@@ -86,8 +86,10 @@ type Decoder struct {
 	tr          *transformer
 	dec         seanet
 
-	mu    sync.Mutex
-	arena *nn.Arena
+	mu      sync.Mutex
+	arena   *nn.Arena
+	batch   batch     // the pass's streams and scratch
+	samples []float32 // scratch: a batched pass's samples
 }
 
 // rvq is one ResidualVectorQuantizer's decoding half.
@@ -352,9 +354,6 @@ type Stream struct {
 	kv     []kvCache
 	frames int // frames decoded so far
 	closed bool
-
-	pos        []int32 // scratch: transformer positions
-	ids1, ids2 []int32 // scratch: codebook rows
 }
 
 // kvCache holds one layer's keys and values: rows [0, n) are the n most
@@ -420,31 +419,127 @@ func (s *Stream) DecodeFrames(ctx context.Context, codes [][]int) ([]float32, er
 // during a call, it returns the samples of the frames decoded so far (the
 // stream has advanced by those frames) and ctx's error.
 func (s *Stream) AppendFrames(ctx context.Context, dst []float32, codes [][]int) ([]float32, error) {
-	d := s.d
-	if err := d.checkCodes(codes); err != nil {
-		return dst, err
+	out := [][]float32{dst}
+	err := s.d.appendBatch(ctx, out, []*Stream{s}, [][][]int{codes})
+	return out[0], err
+}
+
+// DecodeBatch decodes the next frames of several streams in the same
+// passes: codes[i] are streams[i]'s next frames (any number, none
+// included), and the result's element i their len(codes[i])·FrameSamples()
+// samples. Every stream advances exactly as its own DecodeFrames would and
+// gets exactly (bit for bit) the samples DecodeFrames would give it: the
+// per-row layers (the projections, norms, activations and the convolutions'
+// products) run once over all the streams' rows, while attention and the
+// convolutions' carried state stay each stream's own. A bad code in any
+// stream's frames, a stream named twice, a closed stream or one of another
+// decoder is an error before any stream advances. When ctx ends during a
+// call, every stream keeps the samples of the frames decoded so far (and
+// has advanced by those) and the error is ctx's.
+func (d *Decoder) DecodeBatch(ctx context.Context, streams []*Stream, codes [][][]int) ([][]float32, error) {
+	out := make([][]float32, len(streams))
+	err := d.appendBatch(ctx, out, streams, codes)
+	return out, err
+}
+
+// appendBatch is DecodeBatch appending stream i's samples to dst[i].
+func (d *Decoder) appendBatch(ctx context.Context, dst [][]float32, streams []*Stream, codes [][][]int) error {
+	if len(codes) != len(streams) {
+		return fmt.Errorf("mimi: %d frame lists for %d streams", len(codes), len(streams))
+	}
+	for i, c := range codes {
+		if err := d.checkCodes(c); err != nil {
+			if len(streams) > 1 {
+				return fmt.Errorf("stream %d of the batch: %w", i, err)
+			}
+			return err
+		}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if s.closed {
-		return dst, errors.New("mimi: decode on a closed stream")
+	for i, s := range streams {
+		switch {
+		case s.d != d:
+			return fmt.Errorf("mimi: stream %d of the batch belongs to another decoder", i)
+		case s.closed:
+			return errors.New("mimi: decode on a closed stream")
+		}
+		for _, o := range streams[:i] {
+			if o == s {
+				return fmt.Errorf("mimi: stream %d of the batch is named twice", i)
+			}
+		}
 	}
-	dst = grow(dst, len(codes)*d.frameLen)
-	for lo := 0; lo < len(codes); lo += d.maxChunk {
+	most := 0
+	for i, c := range codes {
+		dst[i] = grow(dst[i], len(c)*d.frameLen)
+		most = max(most, len(c))
+	}
+	b := &d.batch
+	for lo := 0; lo < most; lo += d.maxChunk {
 		if err := ctx.Err(); err != nil {
-			return dst, err
+			return err
 		}
-		hi := min(lo+d.maxChunk, len(codes))
+		// This pass: up to maxChunk frames of every stream that has more.
+		b.streams, b.idx, b.codes, b.n, b.off = b.streams[:0], b.idx[:0], b.codes[:0], b.n[:0], b.off[:0]
+		b.frames = 0
+		for i, c := range codes {
+			if len(c) <= lo {
+				continue
+			}
+			part := c[lo:min(lo+d.maxChunk, len(c))]
+			b.streams, b.idx, b.codes = append(b.streams, streams[i]), append(b.idx, i), append(b.codes, part)
+			b.n, b.off = append(b.n, len(part)), append(b.off, b.frames)
+			b.frames += len(part)
+		}
 		d.arena.Reset()
-		y := s.pass(codes[lo:hi])
-		n := len(dst)
-		dst = dst[:n+y.Len()]
-		if err := d.q.Read(dst[n:], y); err != nil {
-			return dst[:n], fmt.Errorf("mimi: read samples: %w", err)
+		y := d.pass(b)
+		per := y.Len() / b.frames // samples per frame
+		if len(b.streams) == 1 {
+			i := b.idx[0]
+			n := len(dst[i])
+			dst[i] = dst[i][:n+y.Len()]
+			if err := d.q.Read(dst[i][n:], y); err != nil {
+				dst[i] = dst[i][:n]
+				return fmt.Errorf("mimi: read samples: %w", err)
+			}
+		} else {
+			if cap(d.samples) < y.Len() {
+				d.samples = make([]float32, y.Len())
+			}
+			all := d.samples[:y.Len()]
+			if err := d.q.Read(all, y); err != nil {
+				return fmt.Errorf("mimi: read samples: %w", err)
+			}
+			for k, i := range b.idx {
+				dst[i] = append(dst[i], all[b.off[k]*per:(b.off[k]+b.n[k])*per]...)
+			}
 		}
-		s.frames += hi - lo
+		for k, s := range b.streams {
+			s.frames += b.n[k]
+		}
 	}
-	return dst, nil
+	return nil
+}
+
+// batch is one pass over several streams' frames. Every activation of the
+// pass holds the streams' rows one stream after another: at r rows per
+// frame, stream k's are rows [off[k]·r, (off[k]+n[k])·r).
+type batch struct {
+	streams []*Stream
+	idx     []int     // the streams' indices in the call
+	codes   [][][]int // the streams' frames in this pass
+	n, off  []int
+	frames  int // Σ n
+
+	pos        []int32 // scratch: transformer positions
+	ids1, ids2 []int32 // scratch: codebook rows
+}
+
+// rows returns stream k's rows of an activation of the pass with rows rows.
+func (b *batch) rows(k, rows int) (lo, hi int) {
+	r := rows / b.frames
+	return b.off[k] * r, (b.off[k] + b.n[k]) * r
 }
 
 func grow(s []float32, n int) []float32 {
@@ -475,38 +570,39 @@ func (d *Decoder) checkCodes(codes [][]int) error {
 	return nil
 }
 
-// pass decodes codes (at most maxChunk frames) and returns the samples
-// [T·frameLen, channels] in the arena.
-func (s *Stream) pass(codes [][]int) gpu.Tensor {
-	d := s.d
-	x := s.quantizerDecode(codes) // [T, dim] at the frame rate
+// pass decodes the batch's frames (at most maxChunk per stream) and
+// returns the samples [frames·frameLen, channels] in the arena.
+func (d *Decoder) pass(b *batch) gpu.Tensor {
+	x := d.quantizerDecode(b) // [T, dim] at the frame rate
 	if d.up != nil {
 		y := d.arena.Get(x.Rows*d.upStride, x.Cols)
-		d.up.forward(s, y, x) // [T·u, dim] at the SEANet rate
+		d.up.forward(d, b, y, x) // [T·u, dim] at the SEANet rate
 		x = y
 	}
-	x = d.tr.forward(s, x)
-	return d.dec.forward(s, x)
+	x = d.tr.forward(d, b, x)
+	return d.dec.forward(d, b, x)
 }
 
 // quantizerDecode is SplitResidualVectorQuantizer.decode: each part sums
 // its codebooks' vectors and projects them; the parts are added.
-func (s *Stream) quantizerDecode(codes [][]int) gpu.Tensor {
-	d, q, a := s.d, s.d.q, s.d.arena
-	T, n1, n2 := len(codes), d.first.n, d.rest.n
-	s.ids1, s.ids2 = s.ids1[:0], s.ids2[:0]
-	for _, fr := range codes {
-		for i := 0; i < n1; i++ {
-			s.ids1 = append(s.ids1, int32(i*d.bins+fr[i]))
-		}
-		for i := 0; i < n2; i++ {
-			s.ids2 = append(s.ids2, int32(i*d.bins+fr[n1+i]))
+func (d *Decoder) quantizerDecode(b *batch) gpu.Tensor {
+	q, a := d.q, d.arena
+	T, n1, n2 := b.frames, d.first.n, d.rest.n
+	b.ids1, b.ids2 = b.ids1[:0], b.ids2[:0]
+	for _, codes := range b.codes {
+		for _, fr := range codes {
+			for i := 0; i < n1; i++ {
+				b.ids1 = append(b.ids1, int32(i*d.bins+fr[i]))
+			}
+			for i := 0; i < n2; i++ {
+				b.ids2 = append(b.ids2, int32(i*d.bins+fr[n1+i]))
+			}
 		}
 	}
 	dim := d.first.table.Cols
 	e1, e2 := a.Get(T, dim), a.Get(T, dim)
-	q.Embed(e1, d.first.table, s.ids1)
-	q.Embed(e2, d.rest.table, s.ids2)
+	q.Embed(e1, d.first.table, b.ids1)
+	q.Embed(e2, d.rest.table, b.ids2)
 	out := d.first.proj.Rows
 	y, y2 := a.Get(T, out), a.Get(T, out)
 	q.MatMul(y, e1, d.first.proj, gpu.Tensor{})
@@ -515,14 +611,18 @@ func (s *Stream) quantizerDecode(codes [][]int) gpu.Tensor {
 	return y
 }
 
-// positions returns the transformer positions of the call's T rows.
-func (s *Stream) positions(T int) []int32 {
-	p0 := s.frames * s.d.upStride
-	s.pos = s.pos[:0]
-	for i := 0; i < T; i++ {
-		s.pos = append(s.pos, int32(p0+i))
+// positions returns the transformer positions of the pass's rows (rows
+// per stream in order).
+func (b *batch) positions(rows, upStride int) []int32 {
+	b.pos = b.pos[:0]
+	for k, s := range b.streams {
+		p0 := s.frames * upStride
+		lo, hi := b.rows(k, rows)
+		for i := 0; i < hi-lo; i++ {
+			b.pos = append(b.pos, int32(p0+i))
+		}
 	}
-	return s.pos
+	return b.pos
 }
 
 // appendKV adds a call's keys and values (rows of kh, vh) to layer i's
@@ -570,41 +670,41 @@ func (s *Stream) appendKV(t *transformer, i int, kh, vh gpu.Tensor) (keys, vals 
 }
 
 // forward runs the SEANet decoder over x [T, dim] and returns the samples.
-func (n *seanet) forward(s *Stream, x gpu.Tensor) gpu.Tensor {
-	q, a := s.d.q, s.d.arena
+func (n *seanet) forward(d *Decoder, b *batch, x gpu.Tensor) gpu.Tensor {
+	q, a := d.q, d.arena
 	y := a.Get(x.Rows, n.in.cout)
-	n.in.forward(s, y, x)
+	n.in.forward(d, b, y, x)
 	x = y
 	for _, st := range n.stages {
 		e := a.Get(x.Rows, x.Cols)
 		q.Act(e, x, gpu.ELU)
 		y := a.Get(x.Rows*st.up.stride, st.up.cout)
-		st.up.forward(s, y, e)
+		st.up.forward(d, b, y, e)
 		x = y
 		for i := range st.res {
-			x = st.res[i].forward(s, x)
+			x = st.res[i].forward(d, b, x)
 		}
 	}
 	e := a.Get(x.Rows, x.Cols)
 	q.Act(e, x, gpu.ELU)
 	y = a.Get(x.Rows, n.out.cout)
-	n.out.forward(s, y, e)
+	n.out.forward(d, b, y, e)
 	return y
 }
 
-func (r *resBlock) forward(s *Stream, x gpu.Tensor) gpu.Tensor {
-	q, a := s.d.q, s.d.arena
+func (r *resBlock) forward(d *Decoder, b *batch, x gpu.Tensor) gpu.Tensor {
+	q, a := d.q, d.arena
 	e := a.Get(x.Rows, x.Cols)
 	q.Act(e, x, gpu.ELU)
 	h := a.Get(x.Rows, r.c1.cout)
-	r.c1.forward(s, h, e)
+	r.c1.forward(d, b, h, e)
 	q.Act(h, h, gpu.ELU)
 	v := a.Get(x.Rows, r.c2.cout)
-	r.c2.forward(s, v, h)
+	r.c2.forward(d, b, v, h)
 	u := x
 	if r.skip != nil {
 		u = a.Get(x.Rows, r.skip.cout)
-		r.skip.forward(s, u, x)
+		r.skip.forward(d, b, u, x)
 	}
 	q.Add(v, u, v)
 	return v

@@ -74,31 +74,37 @@ func newConv1d(bl *builder, wb *weights.Binder, cin, cout, k, dil int, replicate
 	return c
 }
 
-// forward sets dst [T, cout] to the convolution of x [T, cin] continued
-// from the stream's history.
-func (c *conv1d) forward(s *Stream, dst, x gpu.Tensor) {
-	q := s.d.q
+// forward sets dst [T, cout] to the convolution of x [T, cin], each
+// stream's rows continued from its own history: the windows are gathered
+// per stream, the product runs once over every stream's rows.
+func (c *conv1d) forward(d *Decoder, b *batch, dst, x gpu.Tensor) {
+	q := d.q
 	if c.hist < 0 { // kernel 1: no history
 		q.MatMul(dst, x, c.w, c.b)
 		return
 	}
-	T, h := x.Rows, (c.k-1)*c.dil
-	hist := s.state[c.hist]
-	if c.replicate && s.frames == 0 {
-		for r := 0; r < h; r++ {
-			q.Copy(hist.Row(r), x.Row(0))
+	h := (c.k - 1) * c.dil
+	col := d.arena.Get(x.Rows, c.k*c.cin)
+	for k, s := range b.streams {
+		lo, hi := b.rows(k, x.Rows)
+		T, xs := hi-lo, x.Slice(lo, hi)
+		hist := s.state[c.hist]
+		if c.replicate && s.frames == 0 {
+			for r := 0; r < h; r++ {
+				q.Copy(hist.Row(r), xs.Row(0))
+			}
 		}
-	}
-	// cat = [history; x], then im2col: row t holds cat rows t, t+dil, …
-	cat := s.d.arena.Get(h+T, c.cin)
-	q.Copy(cat.Slice(0, h), hist)
-	q.Copy(cat.Slice(h, h+T), x)
-	col := s.d.arena.Get(T, c.k*c.cin)
-	for j := 0; j < c.k; j++ {
-		q.Copy(col.ColSlice(j*c.cin, (j+1)*c.cin), cat.Slice(j*c.dil, j*c.dil+T))
+		// cat = [history; x], then im2col: row t holds cat rows t, t+dil, …
+		cat := d.arena.Get(h+T, c.cin)
+		q.Copy(cat.Slice(0, h), hist)
+		q.Copy(cat.Slice(h, h+T), xs)
+		cs := col.Slice(lo, hi)
+		for j := 0; j < c.k; j++ {
+			q.Copy(cs.ColSlice(j*c.cin, (j+1)*c.cin), cat.Slice(j*c.dil, j*c.dil+T))
+		}
+		q.Copy(hist, cat.Slice(T, T+h))
 	}
 	q.MatMul(dst, col, c.w, c.b)
-	q.Copy(hist, cat.Slice(T, T+h))
 }
 
 // convTr is moshi's StreamingConvTranspose1d with all the trimming on the
@@ -158,18 +164,26 @@ func newConvTr(bl *builder, wb *weights.Binder, cin, cout, k, stride int, depthw
 	return c
 }
 
-// forward sets dst [T·stride, cout] from x [T, cin].
-func (c *convTr) forward(s *Stream, dst, x gpu.Tensor) {
-	q := s.d.q
-	T, m, W := x.Rows, c.m, c.stride*c.cout
-	// z row m−1+t holds input row t's contributions to output rows
-	// t·stride … t·stride+m·stride−1, in m blocks of W columns; rows
-	// 0…m−2 hold the previous call's last input rows.
-	z := s.d.arena.Get(m-1+T, m*W)
-	if c.tail >= 0 {
-		q.Copy(z.Slice(0, m-1), s.state[c.tail])
+// forward sets dst [T·stride, cout] from x [T, cin]: every input row's
+// contributions in one product over every stream's rows, then each
+// stream's output rows summed from its own contributions and the pending
+// ones of its previous call.
+func (c *convTr) forward(d *Decoder, b *batch, dst, x gpu.Tensor) {
+	q, a := d.q, d.arena
+	m, W := c.m, c.stride*c.cout
+	// Row m−1+t of a stream's z holds its input row t's contributions to
+	// output rows t·stride … t·stride+m·stride−1, in m blocks of W columns;
+	// rows 0…m−2 hold its previous call's last input rows. One stream's
+	// contributions are computed into its z directly; a batch's into zn,
+	// then copied into each stream's z.
+	single := len(b.streams) == 1 && m > 1
+	var z0, zn gpu.Tensor
+	if single {
+		z0 = a.Get(m-1+x.Rows, m*W)
+		zn = z0.Slice(m-1, m-1+x.Rows)
+	} else {
+		zn = a.Get(x.Rows, m*W)
 	}
-	zn := z.Slice(m-1, m-1+T)
 	if c.depthwise {
 		for j, v := range c.dw {
 			q.MulRow(zn.ColSlice(j*c.cout, (j+1)*c.cout), x, v)
@@ -177,21 +191,38 @@ func (c *convTr) forward(s *Stream, dst, x gpu.Tensor) {
 	} else {
 		q.MatMul(zn, x, c.w, gpu.Tensor{})
 	}
-	// Output rows t·stride+r (r < stride) = Σ_j block j of input row t−j.
-	out := dst.Reshape(T, W)
-	block := func(j int) gpu.Tensor { return z.Slice(m-1-j, m-1-j+T).ColSlice(j*W, (j+1)*W) }
-	if m == 1 {
-		q.Copy(out, block(0))
-	} else {
-		q.Add(out, block(0), block(1))
-	}
-	for j := 2; j < m; j++ {
-		q.Add(out, out, block(j))
+	for k, s := range b.streams {
+		lo, hi := b.rows(k, x.Rows)
+		T := hi - lo
+		var z gpu.Tensor
+		switch {
+		case m == 1:
+			z = zn.Slice(lo, hi)
+		case single:
+			z = z0
+		default:
+			z = a.Get(m-1+T, m*W)
+			q.Copy(z.Slice(m-1, m-1+T), zn.Slice(lo, hi))
+		}
+		if c.tail >= 0 {
+			q.Copy(z.Slice(0, m-1), s.state[c.tail])
+		}
+		// Output rows t·stride+r (r < stride) = Σ_j block j of input row t−j.
+		out := dst.Slice(lo*c.stride, hi*c.stride).Reshape(T, W)
+		block := func(j int) gpu.Tensor { return z.Slice(m-1-j, m-1-j+T).ColSlice(j*W, (j+1)*W) }
+		if m == 1 {
+			q.Copy(out, block(0))
+		} else {
+			q.Add(out, block(0), block(1))
+		}
+		for j := 2; j < m; j++ {
+			q.Add(out, out, block(j))
+		}
+		if c.tail >= 0 {
+			q.Copy(s.state[c.tail], z.Slice(T, T+m-1))
+		}
 	}
 	if !c.b.IsNil() {
 		q.AddRow(dst, dst, c.b)
-	}
-	if c.tail >= 0 {
-		q.Copy(s.state[c.tail], z.Slice(T, T+m-1))
 	}
 }

@@ -84,8 +84,10 @@ func newTransformer(wb *weights.Binder, cfg *TransformerConfig) *transformer {
 }
 
 // forward runs the transformer over x [T, inputDim] and returns [T, outDim].
-func (t *transformer) forward(s *Stream, x gpu.Tensor) gpu.Tensor {
-	q, a := s.d.q, s.d.arena
+// Every stream's rows go through the projections, norms and activations
+// together; each stream's queries attend over its own keys.
+func (t *transformer) forward(dc *Decoder, b *batch, x gpu.Tensor) gpu.Tensor {
+	q, a := dc.q, dc.arena
 	T, d := x.Rows, t.d
 	h := x
 	if !t.inProj.IsNil() {
@@ -95,7 +97,7 @@ func (t *transformer) forward(s *Stream, x gpu.Tensor) gpu.Tensor {
 		h = a.Get(T, d)
 		q.Copy(h, x)
 	}
-	pos := s.positions(T)
+	pos := b.positions(T, dc.upStride)
 	nrm := a.Get(T, d)
 	qkv := a.Get(T, 3*d)
 	att := a.Get(T, d)
@@ -111,14 +113,17 @@ func (t *transformer) forward(s *Stream, x gpu.Tensor) gpu.Tensor {
 			q.RoPE(qh, rp)
 			q.RoPE(kh, rp)
 		}
-		keys, vals, qpos0 := s.appendKV(t, i, kh, vh)
-		q.Attention(att, qh, keys, vals, gpu.AttnParams{
-			Heads: t.heads, KVHeads: t.heads, HeadDim: t.headDim,
-			Scale:  float32(1 / math.Sqrt(float64(t.headDim))),
-			QPos0:  qpos0,
-			Causal: true,
-			Window: t.context,
-		})
+		for k, s := range b.streams {
+			lo, hi := b.rows(k, T)
+			keys, vals, qpos0 := s.appendKV(t, i, kh.Slice(lo, hi), vh.Slice(lo, hi))
+			q.Attention(att.Slice(lo, hi), qh.Slice(lo, hi), keys, vals, gpu.AttnParams{
+				Heads: t.heads, KVHeads: t.heads, HeadDim: t.headDim,
+				Scale:  float32(1 / math.Sqrt(float64(t.headDim))),
+				QPos0:  qpos0,
+				Causal: true,
+				Window: t.context,
+			})
+		}
 		q.MatMul(upd, att, l.out, gpu.Tensor{})
 		if !l.scale1.IsNil() {
 			q.MulRow(upd, upd, l.scale1)
