@@ -129,19 +129,11 @@ func (q *Queue) launchProfiled(r *batch) error {
 			}
 			continue
 		}
-		var pp uintptr
-		if cm.na > 0 {
-			pp = uintptr(unsafe.Pointer(&q.params[cm.a0]))
-		}
 		if err := c.call("cuEventRecord", c.cuEventRecord, p.events[k], q.stream); err != nil {
 			return err
 		}
-		res, _, _ := purego.SyscallN(c.cuLaunchKernel, cm.fn,
-			uintptr(cm.grid[0]), uintptr(cm.grid[1]), uintptr(cm.grid[2]),
-			uintptr(cm.block[0]), uintptr(cm.block[1]), 1,
-			uintptr(cm.shm), q.stream, pp, 0)
-		if res != 0 {
-			return c.err("cuLaunchKernel", result(res))
+		if err := q.launchCmd(cm); err != nil {
+			return err
 		}
 		if err := c.call("cuEventRecord", c.cuEventRecord, p.events[k+1], q.stream); err != nil {
 			return err

@@ -452,19 +452,28 @@ func (q *Queue) execute(r *batch) error {
 			}
 			continue
 		}
-		var pp uintptr
-		if cm.na > 0 {
-			pp = uintptr(unsafe.Pointer(&q.params[cm.a0]))
-		}
-		res, _, _ := purego.SyscallN(c.cuLaunchKernel, cm.fn,
-			uintptr(cm.grid[0]), uintptr(cm.grid[1]), uintptr(cm.grid[2]),
-			uintptr(cm.block[0]), uintptr(cm.block[1]), 1,
-			uintptr(cm.shm), q.stream, pp, 0)
-		if res != 0 {
-			return c.err("cuLaunchKernel", result(res))
+		if err := q.launchCmd(cm); err != nil {
+			return err
 		}
 	}
 	return q.recordUpload(st, r)
+}
+
+// launchCmd launches one recorded kernel on q's stream (owner thread).
+func (q *Queue) launchCmd(cm cmd) error {
+	c := q.d.drv
+	var pp uintptr
+	if cm.na > 0 {
+		pp = uintptr(unsafe.Pointer(&q.params[cm.a0]))
+	}
+	res, _, _ := purego.SyscallN(c.cuLaunchKernel, cm.fn,
+		uintptr(cm.grid[0]), uintptr(cm.grid[1]), uintptr(cm.grid[2]),
+		uintptr(cm.block[0]), uintptr(cm.block[1]), 1,
+		uintptr(cm.shm), q.stream, pp, 0)
+	if res != 0 {
+		return c.err("cuLaunchKernel", result(res))
+	}
+	return nil
 }
 
 // staging is pinned, device-mapped host memory that kernels read a

@@ -47,9 +47,16 @@ func fixtureModel(t testing.TB) (*config.Audio, *safetensors.File) {
 
 func load(t testing.TB) (*cpu.Device, *Depth, *config.Audio) {
 	t.Helper()
-	cfg, f := fixtureModel(t)
 	dev := cpu.New(0)
 	t.Cleanup(func() { dev.Close() })
+	d, cfg := loadOn(t, dev)
+	return dev, d, cfg
+}
+
+// loadOn binds the fixture's depthformer on dev.
+func loadOn(t testing.TB, dev gpu.Device) (*Depth, *config.Audio) {
+	t.Helper()
+	cfg, f := fixtureModel(t)
 	b := weights.New(dev, f)
 	d, err := Load(b, cfg.Depthformer, cfg.Codebooks, codebookSize(t), cfg.LFM.HiddenSize)
 	if err != nil {
@@ -58,7 +65,7 @@ func load(t testing.TB) (*cpu.Device, *Depth, *config.Audio) {
 	if err := b.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return dev, d, cfg
+	return d, cfg
 }
 
 // codebookSize returns the fixture codec's codebook size (its quantizer's
@@ -328,15 +335,7 @@ func TestLoadCodebookSize(t *testing.T) {
 // greedy and top-p — on every device.
 func TestFrameSampledEqualsHostPicks(t *testing.T) {
 	testdev.Run(t, func(t *testing.T, dev gpu.Device) {
-		cfg, f := fixtureModel(t)
-		b := weights.New(dev, f)
-		d, err := Load(b, cfg.Depthformer, cfg.Codebooks, codebookSize(t), cfg.LFM.HiddenSize)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Err(); err != nil {
-			t.Fatal(err)
-		}
+		d, cfg := loadOn(t, dev)
 		H, C := cfg.LFM.HiddenSize, d.Codebooks
 		hidden := floats(t, openFixture(t, "case1_question_16k.safetensors"), "step_hidden")
 		steps := []int{3, 7, 8, 20, 11}

@@ -90,34 +90,27 @@ func NewArena(dev gpu.Device) *Arena { return &Arena{dev: dev} }
 
 // Get returns a zero-initialised-on-first-use (afterwards: stale) [rows,
 // cols] F32 tensor. Callers must write it before reading it.
-func (a *Arena) Get(rows, cols int) gpu.Tensor {
-	n := rows * cols
-	if a.next < len(a.bufs) && a.bufs[a.next].Cols < n {
-		// Too small: replace it with a larger buffer.
-		a.dev.Free(a.bufs[a.next])
-		a.bufs[a.next] = a.dev.Alloc(gpu.F32, 1, n)
-	}
-	if a.next == len(a.bufs) {
-		a.bufs = append(a.bufs, a.dev.Alloc(gpu.F32, 1, max(n, 1)))
-	}
-	t := a.bufs[a.next]
-	a.next++
-	return gpu.Tensor{Buf: t.Buf, Off: 0, Rows: rows, Cols: cols, Stride: cols}
-}
+func (a *Arena) Get(rows, cols int) gpu.Tensor { return a.get(&a.bufs, &a.next, gpu.F32, rows, cols) }
 
 // GetI32 is Get for an I32 tensor. I32 tensors are returned to the arena
 // by Reset only (Release leaves them alone).
 func (a *Arena) GetI32(rows, cols int) gpu.Tensor {
+	return a.get(&a.ints, &a.nextInt, gpu.I32, rows, cols)
+}
+
+// get hands out the next buffer of list (growing it when too small).
+func (a *Arena) get(list *[]gpu.Tensor, next *int, dt gpu.DType, rows, cols int) gpu.Tensor {
 	n := rows * cols
-	if a.nextInt < len(a.ints) && a.ints[a.nextInt].Cols < n {
-		a.dev.Free(a.ints[a.nextInt])
-		a.ints[a.nextInt] = a.dev.Alloc(gpu.I32, 1, n)
+	if *next < len(*list) && (*list)[*next].Cols < n {
+		// Too small: replace it with a larger buffer.
+		a.dev.Free((*list)[*next])
+		(*list)[*next] = a.dev.Alloc(dt, 1, n)
 	}
-	if a.nextInt == len(a.ints) {
-		a.ints = append(a.ints, a.dev.Alloc(gpu.I32, 1, max(n, 1)))
+	if *next == len(*list) {
+		*list = append(*list, a.dev.Alloc(dt, 1, max(n, 1)))
 	}
-	t := a.ints[a.nextInt]
-	a.nextInt++
+	t := (*list)[*next]
+	*next++
 	return gpu.Tensor{Buf: t.Buf, Off: 0, Rows: rows, Cols: cols, Stride: cols}
 }
 
