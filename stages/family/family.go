@@ -173,3 +173,15 @@ type CodecStream interface {
 	// Close releases the stream's memory.
 	Close()
 }
+
+// BatchCodec is implemented by codecs that decode several utterances'
+// next frames in one pass (the weights read once for every stream's rows),
+// each stream keeping its own state.
+type BatchCodec interface {
+	// DecodeBatch decodes codes[i] on streams[i] (streams of this codec's
+	// NewStream, each at most once) and returns each stream's samples:
+	// exactly, bit for bit, what streams[i].DecodeFrames(ctx, codes[i])
+	// would return. An error other than ctx's leaves every stream
+	// untouched.
+	DecodeBatch(ctx context.Context, streams []CodecStream, codes [][][]int) ([][]float32, error)
+}

@@ -2,6 +2,7 @@ package lfm2audio
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/omni-pipe/omni-pipe/stages/detok"
 	"github.com/omni-pipe/omni-pipe/stages/family"
@@ -64,3 +65,20 @@ func (s detokStream) DecodeFrames(ctx context.Context, codes [][]int) ([]float32
 	}
 	return s.Stream.Decode(codes)
 }
+
+// DecodeBatch decodes several Mimi streams' next frames in the same passes
+// (family.BatchCodec): each stream's samples are exactly its own
+// DecodeFrames'.
+func (c mimiCodec) DecodeBatch(ctx context.Context, streams []CodecStream, codes [][][]int) ([][]float32, error) {
+	ms := make([]*mimi.Stream, len(streams))
+	for i, s := range streams {
+		m, ok := s.(mimiStream)
+		if !ok {
+			return nil, fmt.Errorf("lfm2audio: stream %d of the batch is a %T, not a Mimi stream", i, s)
+		}
+		ms[i] = m.Stream
+	}
+	return c.Decoder.DecodeBatch(ctx, ms, codes)
+}
+
+var _ family.BatchCodec = mimiCodec{}

@@ -10,6 +10,7 @@ import (
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
 	"github.com/omni-pipe/omni-pipe/internal/testmodel"
 	"github.com/omni-pipe/omni-pipe/stages/detok"
+	"github.com/omni-pipe/omni-pipe/stages/family"
 )
 
 // detokFixture is the tiny LFM2.5 detokenizer made with the official
@@ -99,5 +100,77 @@ func TestDetokenizerCodecStream(t *testing.T) {
 	got = append(got, s.Flush()...)
 	if !slices.Equal(got, whole) {
 		t.Error("streamed samples differ from the whole decode")
+	}
+}
+
+// TestMimiBatchCodec: LFM2-Audio's Mimi codec batches streams
+// (family.BatchCodec): two streams' frames decoded in one call, over two
+// calls of ragged lengths, equal each stream's own decode bit for bit; a
+// stream of another codec is refused; the detokenizer does not batch.
+func TestMimiBatchCodec(t *testing.T) {
+	dev := cpu.New(1)
+	defer dev.Close()
+	m, err := LoadWith(dev, testmodel.LFM25Tiny(t, true), Options{Codec: CodecMimi})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	bc, ok := m.Codec.(family.BatchCodec)
+	if !ok {
+		t.Fatalf("the Mimi codec (%T) does not batch", m.Codec)
+	}
+	frames := func(n, seed int) [][]int {
+		out := make([][]int, n)
+		for f := range out {
+			for k := range m.Codec.Codebooks() {
+				out[f] = append(out[f], (seed*131+f*17+k*7)%2048)
+			}
+		}
+		return out
+	}
+	ctx := context.Background()
+	calls := [][][][]int{ // calls[c][i]: stream i's frames in call c
+		{frames(1, 1), frames(3, 2)},
+		{frames(2, 3), frames(1, 4)},
+	}
+	a, b := m.Codec.NewStream(), m.Codec.NewStream()
+	defer a.Close()
+	defer b.Close()
+	var got [2][]float32
+	for _, call := range calls {
+		out, err := bc.DecodeBatch(ctx, []CodecStream{a, b}, call)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[0], got[1] = append(got[0], out[0]...), append(got[1], out[1]...)
+	}
+	for i, n := range []int{3, 4} {
+		s := m.Codec.NewStream()
+		var want []float32
+		for _, call := range calls {
+			pcm, err := s.DecodeFrames(ctx, call[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, pcm...)
+		}
+		s.Close()
+		if len(want) != n*m.Codec.FrameSamples() || !slices.Equal(got[i], want) {
+			t.Errorf("stream %d: the batched decode's %d samples differ from its own decode's %d", i, len(got[i]), len(want))
+		}
+	}
+
+	dm, err := LoadWith(dev, testmodel.LFM25Tiny(t, true), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dm.Close()
+	if _, ok := dm.Codec.(family.BatchCodec); ok {
+		t.Error("the detokenizer claims to batch")
+	}
+	ds := dm.Codec.NewStream()
+	defer ds.Close()
+	if _, err := bc.DecodeBatch(ctx, []CodecStream{a, ds}, [][][]int{frames(1, 0), frames(1, 0)}); err == nil {
+		t.Error("a detokenizer stream in a Mimi batch was accepted")
 	}
 }
