@@ -504,6 +504,15 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) (_, back []*turn) {
 	if len(live) == 0 {
 		return nil, nil
 	}
+	// The step's frames reach the codec at one boundary: the mark after
+	// them tells the codec that the frames of this step are all sent (even
+	// when the step breaks down), so that it decodes them together.
+	sent := false
+	defer func() {
+		if sent {
+			e.codecIn <- codecMsg{stepEnd: true}
+		}
+	}()
 	start := time.Now()
 	c.A.Reset()
 	H := e.info.HiddenSize
@@ -565,6 +574,7 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) (_, back []*turn) {
 		// code anywhere is not decoded (as demo/chat.py skips it).
 		if !slices.Contains(frame, e.info.Special.EOA) {
 			e.codecIn <- codecMsg{t: t, frame: slices.Clone(frame), audioStep: audioStep, step: t.sm.Steps() - 1}
+			sent = true
 		}
 		t.input, t.frame = inFrame, frame
 		if e.advance(t) {
@@ -574,7 +584,8 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) (_, back []*turn) {
 	return nil, back
 }
 
-// codecMsg is a frame to decode for t, or (final) the end of t.
+// codecMsg is a frame to decode for t, or (final) the end of t, or
+// (stepEnd, t nil) the mark after the frames of a depthformer step.
 type codecMsg struct {
 	t         *turn
 	frame     []int
@@ -582,6 +593,7 @@ type codecMsg struct {
 	step      int // the backbone step that sampled it
 	final     bool
 	err       error
+	stepEnd   bool
 }
 
 // finish ends t after its last frame has been decoded: the codec stage
@@ -598,6 +610,7 @@ func (e *Engine) finish(t *turn, err error) {
 // ends turns in order after their last frame.
 func (e *Engine) codecLoop() {
 	defer e.wg.Done()
+	_, batches := e.m.AudioCodec().(family.BatchCodec)
 	var pending []codecMsg
 	for {
 		select {
@@ -615,24 +628,28 @@ func (e *Engine) codecLoop() {
 				break drain
 			}
 		}
-		// Decode each turn's run of frames in one call (a chunk decodes to
-		// exactly the samples of frame-by-frame decoding).
-		for i := 0; i < len(pending); {
-			t := pending[i].t
-			if pending[i].final {
-				if pending[i].err == nil {
-					e.flushGuarded(t)
+		// A codec that batches waits for the rest of a depthformer step's
+		// frames (the step is host work away from its mark), so that the
+		// turns of the step decode together.
+		for batches && stepOpen(pending) {
+			select {
+			case msg := <-e.codecIn:
+				pending = append(pending, msg)
+			case <-e.stop:
+				return
+			}
+		}
+		// Decode each turn's frames in one call (a chunk decodes to exactly
+		// the samples of frame-by-frame decoding), the turns together when
+		// the codec batches; then end the turns whose last frame came.
+		e.decodeRuns(pending)
+		for _, msg := range pending {
+			if msg.final {
+				if msg.err == nil {
+					e.flushGuarded(msg.t)
 				}
-				e.complete(t, pending[i].err)
-				i++
-				continue
+				e.complete(msg.t, msg.err)
 			}
-			j := i
-			for j < len(pending) && pending[j].t == t && !pending[j].final {
-				j++
-			}
-			e.decodeGuarded(t, pending[i:j])
-			i = j
 		}
 	}
 }
@@ -654,13 +671,19 @@ func (e *Engine) decode(t *turn, msgs []codecMsg) {
 	for k, m := range msgs {
 		steps[k] = m.step
 	}
-	e.record(StageCodec, []*turn{t}, steps, start, "frames")
+	e.recordRows(StageCodec, []*turn{t}, steps, []int{len(msgs)}, start, "frames")
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			t.cancel(fmt.Errorf("codec: %w", err))
 		}
 		return
 	}
+	e.emitDecoded(t, msgs, pcm)
+}
+
+// emitDecoded emits the samples pcm that t's codec stream decoded from
+// the frames of msgs.
+func (e *Engine) emitDecoded(t *turn, msgs []codecMsg, pcm []float32) {
 	n := e.m.AudioCodec().FrameSamples()
 	// A codec that lags (the detokenizer's overlap-add) returns Lag()
 	// fewer samples for the turn's first call; frame k's samples then end

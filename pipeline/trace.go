@@ -12,11 +12,14 @@ type Interval struct {
 	// Steps labels the work by backbone step (counted from 0, the prompt's
 	// step, within each turn). The backbone and the depthformer: Steps[i] is
 	// the step Turns[i] was at (the depthformer samples the frame of an
-	// audio step). The codec, which decodes a run of one turn's frames:
-	// the step that sampled each frame. The front end: nil.
+	// audio step). The codec, which decodes a run of frames of each turn
+	// (several turns in one batch when the codec batches): the step that
+	// sampled each frame, turn after turn. The front end: nil.
 	Steps []int
 	// Rows, for the backbone, is the rows each turn fed the step (1 for a
-	// step, up to the prefill chunk for a prompt); nil elsewhere.
+	// step, up to the prefill chunk for a prompt); for the codec, the
+	// frames of each turn (Rows[i] of Steps belong to Turns[i]); nil
+	// elsewhere.
 	Rows       []int
 	Start, End time.Time
 	Label      string

@@ -1,0 +1,108 @@
+package pipeline
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/omni-pipe/omni-pipe/stages/family"
+)
+
+// TestCodecBatchEqualsAlone: two concurrent turns that speak from their
+// first step (sequential turns taught to start audio at once), with a codec
+// slower than the loop (each pass sleeps), so that both turns' frames wait
+// at its boundaries, are decoded in shared batches (a codec interval names
+// both turns), and each turn's tokens and audio equal, bit for bit, the
+// same turn run alone.
+func TestCodecBatchEqualsAlone(t *testing.T) {
+	m, dev := loadTinyHooked(t, func(c hookCall) error {
+		if c.Queue == codecQueue && c.Op == "Embed" {
+			time.Sleep(2 * time.Millisecond)
+		}
+		return nil
+	})
+	reqs := []Request{
+		{Text: "Say something.", Mode: Sequential, MaxNewTokens: 24, Seed: 3, AudioSampling: DefaultAudio},
+		{Text: "Tell me about the sea.", Mode: Sequential, MaxNewTokens: 24, Seed: 4, AudioSampling: DefaultAudio},
+	}
+	run := func(tr *Trace, reqs ...Request) []collected {
+		e := New(m, dev, Options{Trace: tr})
+		defer e.Close()
+		teach := speakNow{e.info.Special}
+		out := make([]collected, len(reqs))
+		var wg sync.WaitGroup
+		for i, req := range reqs {
+			req.Teacher = teach
+			st, err := e.Start(context.Background(), e.NewSession(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out[i] = collect(t, st, time.Minute)
+			}()
+		}
+		wg.Wait()
+		for i, c := range out {
+			if c.err != nil {
+				t.Fatalf("turn %d: %v", i, c.err)
+			}
+		}
+		return out
+	}
+	alone := []collected{run(nil, reqs[0])[0], run(nil, reqs[1])[0]}
+	tr := &Trace{}
+	together := run(tr, reqs...)
+	for i := range reqs {
+		if len(alone[i].audio) == 0 {
+			t.Fatalf("turn %d made no audio", i)
+		}
+		if !slices.Equal(together[i].tokens, alone[i].tokens) {
+			t.Errorf("turn %d: tokens %v together, %v alone", i, together[i].tokens, alone[i].tokens)
+		}
+		a, b := slices.Concat(together[i].audio...), slices.Concat(alone[i].audio...)
+		if !slices.Equal(a, b) {
+			t.Errorf("turn %d: %d samples together differ from the %d alone", i, len(a), len(b))
+		}
+	}
+	batched := 0
+	for _, iv := range tr.Intervals() {
+		if iv.Stage != StageCodec {
+			continue
+		}
+		if len(iv.Rows) != len(iv.Turns) || len(iv.Steps) != sum(iv.Rows) {
+			t.Fatalf("codec interval %+v: want Rows (frames per turn) for every turn, summing to the Steps", iv)
+		}
+		if len(iv.Turns) > 1 {
+			batched++
+		}
+	}
+	t.Logf("%d codec intervals decoded both turns' frames", batched)
+	if batched == 0 {
+		t.Error("no codec interval decoded both turns' frames together")
+	}
+}
+
+func sum(v []int) int {
+	s := 0
+	for _, x := range v {
+		s += x
+	}
+	return s
+}
+
+// speakNow is a Teacher that starts a sequential turn's audio at its first
+// text pick and keeps it speaking (the end-of-audio code becomes code 0).
+type speakNow struct{ sp family.Special }
+
+func (n speakNow) Text(_, _ int, _ []float32) int { return n.sp.AudioStart }
+
+func (n speakNow) AudioCode(_, _, picked int, _ []float32) int {
+	if picked == n.sp.EOA {
+		return 0
+	}
+	return picked
+}
