@@ -469,9 +469,9 @@ func (c *rtConn) handle(m rtMsg) error {
 			return c.sendError(realtime.Invalid(codeNoActiveResponse, "", "there is no response in progress to cancel").WithEventID(ev.ID()))
 		case c.resp != nil && ev.ResponseID != "" && ev.ResponseID != c.resp.id:
 			return c.sendError(realtime.Invalid(codeNoActiveResponse, "response_id", "response %s is not in progress (%s is)", quote(ev.ResponseID), c.resp.id).WithEventID(ev.ID()))
-		case c.resp == nil: // asked for while a prefill ran: never started
+		case c.resp == nil: // wanted while a prefill ran: cancelled before it started
 			c.want = nil
-			return nil
+			return c.cancelledBeforeStart()
 		}
 		c.cancelResponse("client_cancelled")
 		return nil

@@ -70,6 +70,20 @@ func (c *rtConn) failResponse(e *realtime.Error) error {
 	return c.send("response.done", map[string]any{"response": c.responseJSON(id, "failed", details, []map[string]any{}, nil)})
 }
 
+// cancelledBeforeStart reports a response that was cancelled while it
+// waited to start (a prefill ahead was finishing): response.created and
+// response.done with status cancelled, so that a client that asked for it
+// (or whose speech the server VAD answers) sees it end. The user's input
+// stays in the conversation, unanswered.
+func (c *rtConn) cancelledBeforeStart() error {
+	id := newID("resp_")
+	if err := c.send("response.created", map[string]any{"response": c.responseJSON(id, "in_progress", nil, []map[string]any{}, nil)}); err != nil {
+		return err
+	}
+	details := map[string]any{"type": "cancelled", "reason": "client_cancelled"}
+	return c.send("response.done", map[string]any{"response": c.responseJSON(id, "cancelled", details, []map[string]any{}, nil)})
+}
+
 // startResponse starts a turn with the user items the model has not heard.
 func (c *rtConn) startResponse(w *rtWant) error {
 	eventID := ""

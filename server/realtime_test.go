@@ -400,3 +400,35 @@ func TestRealtimeBeta(t *testing.T) {
 		}
 	}
 }
+
+// TestRealtimeCancelBeforeStart: the server VAD answers an utterance that
+// arrives in one append (speech starts and ends in one event, while the
+// prefill ahead it started still runs, so the response waits for it); a
+// response.cancel sent right then ends that response visibly — created,
+// then done with status cancelled, reason client_cancelled — whether it
+// had started or not, and the user's item can still be answered.
+func TestRealtimeCancelBeforeStart(t *testing.T) {
+	ts := startServer(t, Config{})
+	c := dialRT(t, ts, nil)
+	c.send(map[string]any{"type": "session.update", "session": map[string]any{"max_response_output_tokens": 16}})
+	c.until("session.updated")
+	for round := range 3 {
+		c.send(map[string]any{"type": "input_audio_buffer.append",
+			"audio": pcmB64(utterance(300*time.Millisecond, 800*time.Millisecond, 900*time.Millisecond))})
+		c.until("input_audio_buffer.speech_stopped")
+		c.send(map[string]any{"type": "response.cancel"})
+		evs := c.until("response.done")
+		done := evs[len(evs)-1]
+		if !slices.Contains(types(evs), "response.created") {
+			t.Errorf("round %d: response.done without response.created: %v", round, types(evs))
+		}
+		if st, r := done.str("response.status"), done.str("response.status_details.reason"); st != "cancelled" || r != "client_cancelled" {
+			t.Errorf("round %d: response %s (%s), want cancelled by the client", round, st, r)
+		}
+	}
+	c.send(map[string]any{"type": "response.create"})
+	evs := c.until("response.done")
+	if st := evs[len(evs)-1].str("response.status"); st == "cancelled" || st == "failed" {
+		t.Errorf("the unanswered items' response: %s", st)
+	}
+}
