@@ -16,7 +16,9 @@
 // decodes any number of frames per call. Every layer computes each output
 // sample with the same float operations in the same order however the
 // frames are split between calls, so decoding frame by frame gives exactly
-// the samples of decoding everything at once.
+// the samples of decoding everything at once. Decoder.DecodeBatch decodes
+// several streams' next frames in the same passes, each stream's samples
+// exactly those of its own calls.
 //
 // Attention follows moshi's whole-sequence decode (mimi.decode(codes)): a
 // query at step p sees the keys at p−249 … p. moshi's streaming mode keeps
