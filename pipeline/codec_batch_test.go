@@ -2,8 +2,13 @@ package pipeline
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +24,7 @@ import (
 func TestCodecBatchEqualsAlone(t *testing.T) {
 	m, dev := loadTinyHooked(t, func(c hookCall) error {
 		if c.Queue == codecQueue && c.Op == "Embed" {
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // a pass: two Embeds
 		}
 		return nil
 	})
@@ -105,4 +110,57 @@ func (n speakNow) AudioCode(_, _, picked int, _ []float32) int {
 		return 0
 	}
 	return picked
+}
+
+// TestCodecBatchPanic: a panic inside a batched decode ends every turn of
+// the batch with a *StagePanic of the codec stage, frees their slots, and
+// the engine goes on serving.
+func TestCodecBatchPanic(t *testing.T) {
+	var armed atomic.Bool
+	armed.Store(true)
+	m, dev := loadTinyHooked(t, func(c hookCall) error {
+		if c.Queue == codecQueue && c.Op == "Embed" {
+			time.Sleep(20 * time.Millisecond) // slower than the loop: frames wait
+			if strings.Contains(string(debug.Stack()), "(*Engine).decodeBatch(") && armed.CompareAndSwap(true, false) {
+				panic("device fault")
+			}
+		}
+		return nil
+	})
+	e := New(m, dev, Options{Logger: slog.New(slog.DiscardHandler)})
+	defer e.Close()
+	teach := speakNow{e.info.Special}
+	var sts []*Stream
+	for _, text := range []string{"Say something.", "Tell me about the sea."} {
+		st, err := e.Start(context.Background(), e.NewSession(), Request{Text: text, Mode: Sequential, MaxNewTokens: 24, Teacher: teach})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sts = append(sts, st)
+	}
+	out := make([]collected, len(sts))
+	var wg sync.WaitGroup
+	for i, st := range sts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = collect(t, st, time.Minute)
+		}()
+	}
+	wg.Wait()
+	if armed.Load() {
+		t.Fatal("no batched decode ran")
+	}
+	for i, c := range out {
+		var p *StagePanic
+		if !errors.As(c.err, &p) || p.Stage != StageCodec {
+			t.Errorf("turn %d ended with %v, want a *StagePanic of the codec stage", i, c.err)
+		}
+	}
+	if e.Running() != 0 {
+		t.Errorf("%d turns still running after the panic", e.Running())
+	}
+	if c := run(t, e, e.NewSession(), Request{Text: "Hi", MaxNewTokens: 8}); len(c.tokens) == 0 {
+		t.Error("no reply after the panic")
+	}
 }
