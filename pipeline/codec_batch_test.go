@@ -164,3 +164,27 @@ func TestCodecBatchPanic(t *testing.T) {
 		t.Error("no reply after the panic")
 	}
 }
+
+// TestStepOpen: the codec waits only while frames follow the last
+// depthformer step's mark.
+func TestStepOpen(t *testing.T) {
+	tu := &turn{}
+	frame, final, mark := codecMsg{t: tu}, codecMsg{t: tu, final: true}, codecMsg{stepEnd: true}
+	for _, c := range []struct {
+		name    string
+		pending []codecMsg
+		want    bool
+	}{
+		{"empty", nil, false},
+		{"a frame", []codecMsg{frame}, true},
+		{"frames then the mark", []codecMsg{frame, frame, mark}, false},
+		{"the mark then a frame", []codecMsg{frame, mark, frame}, true},
+		{"a final after a frame", []codecMsg{frame, final}, true},
+		{"a final after the mark", []codecMsg{frame, mark, final}, false},
+		{"finals only", []codecMsg{final, final}, false},
+	} {
+		if got := stepOpen(c.pending); got != c.want {
+			t.Errorf("%s: stepOpen = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
