@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/gpu/cpu"
 	"github.com/omni-pipe/omni-pipe/internal/testdev"
 )
 
@@ -27,23 +28,27 @@ type batchSchedule struct {
 	streams  int
 	maxChunk int
 	calls    [][]int
+	maxPass  int // 0: the default
 }
 
 func batchSchedules() []batchSchedule {
 	return []batchSchedule{
 		{"frame-by-frame", 4, defaultMaxChunk, [][]int{
 			{1, 1, 1, 1}, {1, 1, 1, 1}, {1, 1, 1, 1},
-		}},
+		}, 0},
 		{"ragged", 3, defaultMaxChunk, [][]int{
 			{3, 1, 5}, {1, 4, 1}, {2, 0, 7}, {1, 1, 1},
-		}},
+		}, 0},
 		{"join-late", 4, defaultMaxChunk, [][]int{
 			{2, -1, -1, -1}, {1, 3, -1, -1}, {4, 1, 1, -1}, {1, 1, 2, 1}, {-1, 1, 1, 6},
-		}},
+		}, 0},
 		{"past-a-pass", 3, 3, [][]int{
 			{7, 1, -1}, {1, 8, 2}, {4, -1, 1}, {1, 1, 1},
-		}},
-		{"one-stream", 1, defaultMaxChunk, [][]int{{1}, {5}, {2}}},
+		}, 0},
+		{"passes-full", 3, 4, [][]int{
+			{4, 4, 4}, {1, 6, 2}, {9, -1, 1}, {1, 1, 1},
+		}, 5},
+		{"one-stream", 1, defaultMaxChunk, [][]int{{1}, {5}, {2}}, 0},
 	}
 }
 
@@ -53,8 +58,11 @@ func batchEqualsOneByOne(t *testing.T, dev gpu.Device) {
 		d, _ := newTestDecoderOn(t, dev, tc.cfg, 3, tc.opts)
 		for _, sc := range batchSchedules() {
 			t.Run(tc.name+"/"+sc.name, func(t *testing.T) {
-				d.maxChunk = sc.maxChunk
-				defer func() { d.maxChunk = defaultMaxChunk }()
+				d.maxChunk, d.maxPass = sc.maxChunk, defaultMaxPass
+				if sc.maxPass > 0 {
+					d.maxPass = sc.maxPass
+				}
+				defer func() { d.maxChunk, d.maxPass = defaultMaxChunk, defaultMaxPass }()
 				rng := rand.New(rand.NewPCG(4, uint64(sc.streams)))
 				batched := make([]*Stream, sc.streams)
 				alone := make([]*Stream, sc.streams)
@@ -160,5 +168,50 @@ func TestDecodeBatchErrors(t *testing.T) {
 	out, err := d.DecodeBatch(ctx, nil, nil)
 	if err != nil || len(out) != 0 {
 		t.Errorf("empty batch: %v, %v", out, err)
+	}
+}
+
+// TestBatchScratchBounded: a batch's passes hold at most maxPass frames in
+// all, so the decoder's scratch does not grow with the batch: 16 streams of
+// 4 frames need about the scratch of one pass of 8 frames.
+func TestBatchScratchBounded(t *testing.T) {
+	tc := testConfigs()[0]
+	dev := cpu.New(1)
+	defer dev.Close()
+	d, _ := newTestDecoderOn(t, dev, tc.cfg, 7, tc.opts)
+	d.maxChunk, d.maxPass = 4, 8
+	streams := make([]*Stream, 16)
+	for i := range streams {
+		streams[i] = d.NewStream()
+		defer streams[i].Close()
+	}
+	base := dev.Info().MemUsed
+	// scratch is the device memory beyond the streams' states and caches.
+	scratch := func() int64 {
+		used := dev.Info().MemUsed - base
+		for _, s := range streams {
+			for _, c := range s.kv {
+				if !c.k.IsNil() {
+					used -= int64(c.k.Len()+c.v.Len()) * 4
+				}
+			}
+		}
+		return used
+	}
+	rng := rand.New(rand.NewPCG(8, 8))
+	call := func(n, frames int) {
+		codes := make([][][]int, n)
+		for i := range codes {
+			codes[i] = randomCodes(rng, frames, tc.cfg.NumCodebooksActive, tc.cfg.Quantizer.Bins)
+		}
+		if _, err := d.DecodeBatch(context.Background(), streams[:n], codes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call(2, 4) // one pass of 8 frames
+	one := scratch()
+	call(16, 4)
+	if all := scratch(); float64(all) > 1.5*float64(one) {
+		t.Errorf("16 streams of 4 frames left %d bytes of scratch, one pass of 8 frames %d", all, one)
 	}
 }

@@ -64,10 +64,15 @@ const (
 // size, 2048): such frames mark the end of speech and are never decoded.
 var ErrEndOfAudio = errors.New("end-of-audio frame")
 
-// defaultMaxChunk bounds the frames one pass decodes, so that a long whole
-// decode does not need memory in proportion to its length (the results do
-// not depend on it).
-const defaultMaxChunk = 16
+// defaultMaxChunk bounds the frames of a stream one pass decodes, and
+// defaultMaxPass those of all the streams of a batch, so that a long whole
+// decode or a large batch does not need memory in proportion to its length
+// (about 11 MiB of scratch a frame at the official size; the results do
+// not depend on either).
+const (
+	defaultMaxChunk = 16
+	defaultMaxPass  = 32
+)
 
 // Decoder is a loaded Mimi decoder. It is safe for concurrent use: calls
 // are serialised (the decoder has one scratch arena and one queue).
@@ -82,6 +87,7 @@ type Decoder struct {
 	upStride int
 	frameLen int // output samples per frame
 	maxChunk int
+	maxPass  int
 
 	first, rest rvq
 	up          *convTr // nil when the SEANet runs at the frame rate
@@ -181,6 +187,7 @@ func New(dev gpu.Device, f *safetensors.File, cfg Config) (*Decoder, error) {
 		upStride: up,
 		frameLen: cfg.FrameSamples(),
 		maxChunk: defaultMaxChunk,
+		maxPass:  defaultMaxPass,
 		arena:    nn.NewArena(dev),
 	}
 	bl := &builder{dev: dev, q: d.q}
@@ -433,7 +440,9 @@ func (s *Stream) AppendFrames(ctx context.Context, dst []float32, codes [][]int)
 // gets exactly (bit for bit) the samples DecodeFrames would give it: the
 // per-row layers (the projections, norms, activations and the convolutions'
 // products) run once over all the streams' rows, while attention and the
-// convolutions' carried state stay each stream's own. A bad code in any
+// convolutions' carried state stay each stream's own. The passes take up
+// to 16 frames of a stream and 32 in all, so a large batch needs no more
+// scratch than one such pass. A bad code in any
 // stream's frames, a stream named twice, a closed stream or one of another
 // decoder is an error before any stream advances. When ctx ends during a
 // call, every stream keeps the samples of the frames decoded so far (and
@@ -472,28 +481,34 @@ func (d *Decoder) appendBatch(ctx context.Context, dst [][]float32, streams []*S
 			}
 		}
 	}
-	most := 0
+	left := 0 // frames still to decode
 	for i, c := range codes {
 		dst[i] = grow(dst[i], len(c)*d.frameLen)
-		most = max(most, len(c))
+		left += len(c)
 	}
+	done := make([]int, len(codes))    // frames decoded of each stream's
+	most := max(d.maxPass, d.maxChunk) // a stream alone takes maxChunk
 	b := &d.batch
-	for lo := 0; lo < most; lo += d.maxChunk {
+	for left > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		// This pass: up to maxChunk frames of every stream that has more.
+		// This pass: the streams' next frames, up to maxChunk of a stream
+		// and maxPass (or maxChunk, if more) in all.
 		b.streams, b.idx, b.codes, b.n, b.off = b.streams[:0], b.idx[:0], b.codes[:0], b.n[:0], b.off[:0]
 		b.frames = 0
 		for i, c := range codes {
-			if len(c) <= lo {
+			n := min(len(c)-done[i], d.maxChunk, most-b.frames)
+			if n <= 0 {
 				continue
 			}
-			part := c[lo:min(lo+d.maxChunk, len(c))]
+			part := c[done[i] : done[i]+n]
 			b.streams, b.idx, b.codes = append(b.streams, streams[i]), append(b.idx, i), append(b.codes, part)
-			b.n, b.off = append(b.n, len(part)), append(b.off, b.frames)
-			b.frames += len(part)
+			b.n, b.off = append(b.n, n), append(b.off, b.frames)
+			b.frames += n
+			done[i] += n
 		}
+		left -= b.frames
 		d.arena.Reset()
 		y := d.pass(b)
 		per := y.Len() / b.frames // samples per frame

@@ -86,6 +86,9 @@ func (c *conv1d) forward(d *Decoder, b *batch, dst, x gpu.Tensor) {
 	h := (c.k - 1) * c.dil
 	col := d.arena.Get(x.Rows, c.k*c.cin)
 	for k, s := range b.streams {
+		// The stream's scratch is the next stream's (the queue runs in
+		// order), so that the arena does not grow with the batch.
+		mark := d.arena.Mark()
 		lo, hi := b.rows(k, x.Rows)
 		T, xs := hi-lo, x.Slice(lo, hi)
 		hist := s.state[c.hist]
@@ -103,6 +106,7 @@ func (c *conv1d) forward(d *Decoder, b *batch, dst, x gpu.Tensor) {
 			q.Copy(cs.ColSlice(j*c.cin, (j+1)*c.cin), cat.Slice(j*c.dil, j*c.dil+T))
 		}
 		q.Copy(hist, cat.Slice(T, T+h))
+		d.arena.Release(mark)
 	}
 	q.MatMul(dst, col, c.w, c.b)
 }
@@ -192,6 +196,7 @@ func (c *convTr) forward(d *Decoder, b *batch, dst, x gpu.Tensor) {
 		q.MatMul(zn, x, c.w, gpu.Tensor{})
 	}
 	for k, s := range b.streams {
+		mark := a.Mark() // the stream's z is the next stream's
 		lo, hi := b.rows(k, x.Rows)
 		T := hi - lo
 		var z gpu.Tensor
@@ -221,6 +226,7 @@ func (c *convTr) forward(d *Decoder, b *batch, dst, x gpu.Tensor) {
 		if c.tail >= 0 {
 			q.Copy(s.state[c.tail], z.Slice(T, T+m-1))
 		}
+		a.Release(mark)
 	}
 	if !c.b.IsNil() {
 		q.AddRow(dst, dst, c.b)

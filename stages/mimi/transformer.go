@@ -114,6 +114,7 @@ func (t *transformer) forward(dc *Decoder, b *batch, x gpu.Tensor) gpu.Tensor {
 			q.RoPE(kh, rp)
 		}
 		for k, s := range b.streams {
+			mark := a.Mark() // appendKV's scratch is the next stream's
 			lo, hi := b.rows(k, T)
 			keys, vals, qpos0 := s.appendKV(t, i, kh.Slice(lo, hi), vh.Slice(lo, hi))
 			q.Attention(att.Slice(lo, hi), qh.Slice(lo, hi), keys, vals, gpu.AttnParams{
@@ -123,6 +124,7 @@ func (t *transformer) forward(dc *Decoder, b *batch, x gpu.Tensor) gpu.Tensor {
 				Causal: true,
 				Window: t.context,
 			})
+			a.Release(mark)
 		}
 		q.MatMul(upd, att, l.out, gpu.Tensor{})
 		if !l.scale1.IsNil() {
