@@ -436,6 +436,11 @@ func (e *Engine) Start(ctx context.Context, s *Session, req Request) (*Stream, e
 	e.mu.Unlock()
 	// Watch the caller's context.
 	t.stopWatch = context.AfterFunc(ctx, func() { t.cancel(context.Cause(ctx)) })
+	if ctx.Err() != nil {
+		// AfterFunc runs asynchronously even for a context already done:
+		// cancel now, so that such a turn never computes anything.
+		t.cancel(context.Cause(ctx))
+	}
 	if t.clip != nil {
 		e.front.submit(t)
 	} else {
