@@ -18,8 +18,9 @@
 // the primary context and makes every driver call. A gpu.Queue is a CUDA
 // stream. Its ops are recorded by the calling goroutine (kernel, grid,
 // arguments; host data such as token ids and positions copied into the
-// batch) and handed to the owner thread in one batch at Read, Sync or every
-// 4096 ops; the host waits only in Read and Sync. Memory comes from the
+// batch) and handed to the owner thread at Read, Sync and every 128 ops, so
+// that the GPU runs one chunk of a stage while the host records the next;
+// the host waits only in Read and Sync. Memory comes from the
 // driver's stream-ordered pool: Alloc and Load finish before they return;
 // Free is queued behind the work already recorded on the last queue that
 // used the buffer, so memory is never reused under queued work. Stages hand
@@ -28,11 +29,12 @@
 //
 // # Graphs and folding
 //
-// A batch that recurs (a backbone step, a depthformer codebook position,
-// a codec call) is replayed as a CUDA graph, one per launch shape (and so
-// per batch-size bucket), built the second time the shape is seen; nodes
-// whose arguments changed (positions, cache lengths) are updated in place
-// before the launch. A RoundBF16, an activation, a norm's row weight or an
+// A chunk that recurs (of a backbone step, a depthformer frame, a codec
+// call) is replayed as a CUDA graph, one per launch shape (and so per
+// batch-size bucket), built the second time the shape is seen, with its own
+// pinned upload staging (so chunks in flight never wait for each other's);
+// nodes whose arguments changed (positions, cache lengths) are updated in
+// place before the launch, at about 15 µs of host time each. A RoundBF16, an activation, a norm's row weight or an
 // Add/Mul with another buffer that follows an op on exactly its output is
 // folded into that op's kernel: the same float operations in the same
 // order, one kernel fewer.
@@ -44,7 +46,9 @@
 // that depends only on K (FMA kernels by default; tensor-core kernels with
 // Options.MatMul "mma"), so a row's bits never depend on the batch it is
 // computed in. Attention reproduces the reference flash kernels' rounding of
-// exp(s − m) to bf16 when AttnParams.ProbBF16 is set. Every kernel is checked
+// exp(s − m) to bf16 when AttnParams.ProbBF16 is set. Sample equals
+// gpu.SampleHost bit for bit (float64 in the specified order, exp written
+// out in plain operations). Every kernel is checked
 // against a float64 host replay (package gputest) with a planted fault the
 // check must catch (faults.go); see TestKernelContract.
 package cuda
