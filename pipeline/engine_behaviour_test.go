@@ -402,19 +402,25 @@ func TestCloseWithTurnsInTheFrontEnd(t *testing.T) {
 // TestSuppressStops: a turn that may not stop runs MaxNewTokens steps and
 // emits no stopping token, whether its frames are sampled on the device
 // path or picked on the host (a recording forces the host path); the two
-// paths give the same reply.
+// paths give the same reply, bit for bit, with every sampling step on.
 func TestSuppressStops(t *testing.T) {
 	m, dev := loadTiny(t)
 	e := New(m, dev, Options{})
 	defer e.Close()
 	sp := m.Info().Special
 	var replies []collected
+	// The audio sampling uses every step of the sampler: temperature,
+	// top-k, top-p and a windowed repetition penalty.
+	audioS := Sampling{Temperature: 1.1, TopK: 40, TopP: 0.9, RepetitionPenalty: 1.3, RepetitionWindow: 6}
 	for _, rec := range []*Recorder{nil, NewRecorder()} {
-		req := Request{Text: "Say something long.", MaxNewTokens: 48, Seed: 4, AudioSampling: DefaultAudio,
+		req := Request{Text: "Say something long.", MaxNewTokens: 48, Seed: 4, AudioSampling: audioS,
 			SuppressStops: true, Record: rec}
 		c := run(t, e, e.NewSession(), req)
 		if c.done.Timings.Steps != 48 || c.done.Stop != MaxTokens {
 			t.Errorf("record %v: %d steps, stop %v; want 48 steps and max_tokens", rec != nil, c.done.Timings.Steps, c.done.Stop)
+		}
+		if c.done.Timings.Frames == 0 || len(c.audio) == 0 {
+			t.Errorf("record %v: no audio frames", rec != nil)
 		}
 		for _, tok := range c.tokens {
 			if tok == sp.IMEnd || tok == sp.TextEnd {
