@@ -393,3 +393,26 @@ func TestGemvVariant(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkBoundaryIsNotFoldedInto: the launch that fills a chunk hands
+// it over; an op that would fold into that launch (its output's rounding)
+// is recorded as its own kernel in the next chunk instead of rewriting the
+// arguments of a batch already handed over.
+func TestChunkBoundaryIsNotFoldedInto(t *testing.T) {
+	q := hostQueue()
+	q.d.closed = true // hand-overs fail at once (no GPU): the recorder is what is tested
+	x, y, o := fakeTensor(gpu.F32, 1, 64), fakeTensor(gpu.F32, 1, 32), fakeTensor(gpu.F32, 1, 32)
+	w := fakeTensor(gpu.BF16, 32, 64)
+	for range maxBatch - 1 {
+		q.Fill(o, 1)
+	}
+	gen := q.gen
+	q.MatMul(y, x, w, gpu.Tensor{}) // the chunk's last launch
+	if q.gen != gen+1 || len(q.rec.cmds) != 0 {
+		t.Fatalf("after %d launches: %d flushes, %d recorded; want the chunk handed over", maxBatch, q.gen-gen, len(q.rec.cmds))
+	}
+	q.RoundBF16(y)
+	if len(q.rec.cmds) != 1 || q.rec.cmds[0].fn != q.d.fns["round_bf16"] {
+		t.Errorf("the rounding after a chunk boundary: %d commands recorded, want one round_bf16", len(q.rec.cmds))
+	}
+}
