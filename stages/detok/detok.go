@@ -114,12 +114,13 @@ type Decoder struct {
 	lin gpu.Tensor // [n_fft+2, hidden]
 	bia gpu.Tensor // lin.bias [1, n_fft+2]
 
-	bins   int
-	nfft   int
-	hop    int
-	pad    int
-	window []float64 // istft.window, as stored (bf16-rounded Hann)
-	win2   []float64 // window²
+	bins    int
+	maxPass int // frames of all streams one DecodeBatch pass takes
+	nfft    int
+	hop     int
+	pad     int
+	window  []float64 // istft.window, as stored (bf16-rounded Hann)
+	win2    []float64 // window²
 }
 
 // Load loads the detokenizer in dir (a folder holding ConfigName and
@@ -152,7 +153,7 @@ func Load(dev gpu.Device, dir string) (*Decoder, error) {
 // Decoder is used.
 func New(dev gpu.Device, f *safetensors.File, cfg Config) (*Decoder, error) {
 	H := cfg.HiddenSize
-	d := &Decoder{cfg: cfg, dev: dev, nfft: cfg.NFFT(), hop: cfg.Hop()}
+	d := &Decoder{cfg: cfg, dev: dev, nfft: cfg.NFFT(), hop: cfg.Hop(), maxPass: defaultMaxPass}
 	d.pad = (d.nfft - d.hop) / 2
 	et := f.Tensor("emb.emb.weight")
 	if et == nil || len(et.Shape) != 2 || et.Shape[0] < Codebooks || et.Shape[0]%Codebooks != 0 {
@@ -298,6 +299,16 @@ func (d *Decoder) decode(codes [][]int, trace bool) (*Trace, error) {
 // advancing cache, and returns the head's output [6·len(codes), n_fft+2].
 // d.mu is held.
 func (d *Decoder) forward(cache *lfm2.Cache, codes [][]int, tr *Trace, trace bool) ([]float32, error) {
+	return d.forwardSeqs([]lfm2.Seq{{Cache: cache, Rows: Upsample * len(codes)}}, codes, tr, trace)
+}
+
+// forwardSeqs is forward over several streams' frames in one pass: codes
+// are the streams' frames one stream after another, seqs[i].Rows
+// Upsample times stream i's frame count, and the output's rows are the
+// streams' rows in the same order. Each stream's rows are exactly those of
+// its own forward (lfm2.Model.Forward keeps attention and the convolution
+// state per sequence). d.mu is held.
+func (d *Decoder) forwardSeqs(seqs []lfm2.Seq, codes [][]int, tr *Trace, trace bool) ([]float32, error) {
 	c := d.ctx
 	c.A.Reset()
 	T, H := len(codes), d.cfg.HiddenSize
@@ -321,7 +332,7 @@ func (d *Decoder) forward(cache *lfm2.Cache, codes [][]int, tr *Trace, trace boo
 			tr.EmbMean = append(tr.EmbMean, all[t*Upsample*H:(t*Upsample+1)*H]...)
 		}
 	}
-	h := d.net.Forward(c, x, []lfm2.Seq{{Cache: cache, Rows: R}})
+	h := d.net.Forward(c, x, seqs)
 	if trace {
 		tr.Hidden = make([]float32, R*H)
 		if err := c.Q.Read(tr.Hidden, h); err != nil {

@@ -72,6 +72,14 @@ func (s *Stream) AppendDecode(dst []float32, codes [][]int) ([]float32, error) {
 		return dst, fmt.Errorf("detokenizer stream: %w", err)
 	}
 	s.frames += len(codes)
+	return s.overlapAdd(dst, spec), nil
+}
+
+// overlapAdd adds the windowed inverse FFTs of the head's rows spec (whole
+// rows of n_fft+2 values) to the stream's tail and appends the samples
+// they complete to dst. d.mu is held.
+func (s *Stream) overlapAdd(dst []float32, spec []float32) []float32 {
+	d := s.d
 	W := d.cfg.OutputSize
 	for m := range len(spec) / W {
 		d.frame(s.f, spec[m*W:(m+1)*W], s.z)
@@ -81,7 +89,7 @@ func (s *Stream) AppendDecode(dst []float32, codes [][]int) ([]float32, error) {
 		}
 		dst = s.emit(dst, d.hop)
 	}
-	return dst, nil
+	return dst
 }
 
 // emit normalises and shifts out the first n samples of the buffers,
