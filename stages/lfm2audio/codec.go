@@ -82,3 +82,23 @@ func (c mimiCodec) DecodeBatch(ctx context.Context, streams []CodecStream, codes
 }
 
 var _ family.BatchCodec = mimiCodec{}
+
+// DecodeBatch decodes several detokenizer streams' next frames in the same
+// passes (family.BatchCodec): each stream's samples are exactly its own
+// DecodeFrames'.
+func (c detokCodec) DecodeBatch(ctx context.Context, streams []CodecStream, codes [][][]int) ([][]float32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ds := make([]*detok.Stream, len(streams))
+	for i, s := range streams {
+		d, ok := s.(detokStream)
+		if !ok {
+			return nil, fmt.Errorf("lfm2audio: stream %d of the batch is a %T, not a detokenizer stream", i, s)
+		}
+		ds[i] = d.Stream
+	}
+	return c.Decoder.DecodeBatch(ctx, ds, codes)
+}
+
+var _ family.BatchCodec = detokCodec{}

@@ -106,7 +106,7 @@ func TestDetokenizerCodecStream(t *testing.T) {
 // TestMimiBatchCodec: LFM2-Audio's Mimi codec batches streams
 // (family.BatchCodec): two streams' frames decoded in one call, over two
 // calls of ragged lengths, equal each stream's own decode bit for bit; a
-// stream of another codec is refused; the detokenizer does not batch.
+// stream of another codec is refused.
 func TestMimiBatchCodec(t *testing.T) {
 	dev := cpu.New(1)
 	defer dev.Close()
@@ -165,12 +165,131 @@ func TestMimiBatchCodec(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dm.Close()
-	if _, ok := dm.Codec.(family.BatchCodec); ok {
-		t.Error("the detokenizer claims to batch")
-	}
 	ds := dm.Codec.NewStream()
 	defer ds.Close()
 	if _, err := bc.DecodeBatch(ctx, []CodecStream{a, ds}, [][][]int{frames(1, 0), frames(1, 0)}); err == nil {
 		t.Error("a detokenizer stream in a Mimi batch was accepted")
 	}
+}
+
+// TestDetokenizerBatchCodec: LFM2.5-Audio's detokenizer batches streams
+// (family.BatchCodec): three streams' frames decoded in shared calls, over
+// calls of ragged lengths (a stream sitting one out, 1-frame calls), and
+// their flushes equal each stream's own decode bit for bit; a Mimi stream
+// and a bad code are refused before any stream advances; an ended context
+// is refused.
+func TestDetokenizerBatchCodec(t *testing.T) {
+	dev := cpu.New(1)
+	defer dev.Close()
+	m, err := LoadWith(dev, testmodel.LFM25Tiny(t, true), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.Codec.Kind() != CodecDetokenizer {
+		t.Fatalf("codec %s", m.Codec.Kind())
+	}
+	bc, ok := m.Codec.(family.BatchCodec)
+	if !ok {
+		t.Fatalf("the detokenizer codec (%T) does not batch", m.Codec)
+	}
+	frames := func(n, seed int) [][]int {
+		out := make([][]int, n)
+		for f := range out {
+			for k := range m.Codec.Codebooks() {
+				out[f] = append(out[f], (seed*131+f*17+k*7)%2048)
+			}
+		}
+		return out
+	}
+	ctx := context.Background()
+	calls := [][][][]int{ // calls[c][i]: stream i's frames in call c
+		{frames(1, 1), frames(3, 2), frames(1, 9)},
+		{frames(2, 3), frames(1, 4), nil},
+		{frames(1, 5), frames(1, 6), frames(4, 10)},
+	}
+	streams := []CodecStream{m.Codec.NewStream(), m.Codec.NewStream(), m.Codec.NewStream()}
+	for _, s := range streams {
+		defer s.Close()
+	}
+	got := make([][]float32, len(streams))
+	for _, call := range calls {
+		out, err := bc.DecodeBatch(ctx, streams, call)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			got[i] = append(got[i], out[i]...)
+		}
+	}
+	for i, s := range streams {
+		got[i] = append(got[i], s.Flush()...)
+	}
+	for i, n := range []int{4, 5, 5} {
+		s := m.Codec.NewStream()
+		var want []float32
+		for _, call := range calls {
+			pcm, err := s.DecodeFrames(ctx, call[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, pcm...)
+		}
+		want = append(want, s.Flush()...)
+		s.Close()
+		if len(want) != n*m.Codec.FrameSamples() || !slices.Equal(got[i], want) {
+			t.Errorf("stream %d: the batched decode's %d samples differ from its own decode's %d", i, len(got[i]), len(want))
+		}
+	}
+
+	mm, err := LoadWith(dev, testmodel.LFM25Tiny(t, true), Options{Codec: CodecMimi})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mm.Close()
+	ms := mm.Codec.NewStream()
+	defer ms.Close()
+	a, b := m.Codec.NewStream(), m.Codec.NewStream()
+	defer a.Close()
+	defer b.Close()
+	eoa := frames(2, 7)
+	eoa[1][3] = 2048
+	for _, c := range []struct {
+		name    string
+		streams []CodecStream
+		codes   [][][]int
+		ctx     context.Context
+		is      error
+	}{
+		{"a Mimi stream", []CodecStream{a, ms}, [][][]int{frames(1, 0), frames(1, 0)}, ctx, nil},
+		{"end of audio", []CodecStream{a, b}, [][][]int{frames(1, 0), eoa}, ctx, detok.ErrEndOfAudio},
+		{"twice", []CodecStream{a, a}, [][][]int{frames(1, 0), frames(1, 0)}, ctx, nil},
+		{"ended context", []CodecStream{a, b}, [][][]int{frames(1, 0), frames(1, 0)}, cancelled(), context.Canceled},
+	} {
+		if _, err := bc.DecodeBatch(c.ctx, c.streams, c.codes); err == nil {
+			t.Errorf("%s: accepted", c.name)
+		} else if c.is != nil && !errors.Is(err, c.is) {
+			t.Errorf("%s: error %v, want one wrapping %v", c.name, err, c.is)
+		}
+	}
+	// The refused streams did not advance: they still decode as fresh ones.
+	out, err := bc.DecodeBatch(ctx, []CodecStream{a, b}, [][][]int{frames(2, 8), frames(2, 8)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := m.Codec.NewStream()
+	defer fresh.Close()
+	want, err := fresh.DecodeFrames(ctx, frames(2, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(out[0], want) || !slices.Equal(out[1], want) {
+		t.Error("the refused streams advanced")
+	}
+}
+
+func cancelled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
 }
