@@ -12,7 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/internal/testmodel"
 	"github.com/omni-pipe/omni-pipe/stages/family"
+	"github.com/omni-pipe/omni-pipe/stages/lfm2audio"
 )
 
 // TestCodecBatchEqualsAlone: two concurrent turns that speak from their
@@ -28,6 +32,36 @@ func TestCodecBatchEqualsAlone(t *testing.T) {
 		}
 		return nil
 	})
+	codecBatchEqualsAlone(t, m, dev)
+}
+
+// TestDetokenizerBatchEqualsAlone is TestCodecBatchEqualsAlone for an
+// LFM2.5 model decoding with its detokenizer (family.BatchCodec too): two
+// concurrent turns share codec calls, and each turn's tokens and audio
+// (its flush included) equal the same turn run alone, bit for bit.
+func TestDetokenizerBatchEqualsAlone(t *testing.T) {
+	cd := cpu.New(0)
+	dev := newHookDev(cd, func(c hookCall) error {
+		if c.Queue == detokQueue && c.Op == "Embed" {
+			time.Sleep(20 * time.Millisecond) // a pass: one Embed
+		}
+		return nil
+	})
+	m, err := lfm2audio.Load(dev, testmodel.LFM25Tiny(t, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(); cd.Close() })
+	if m.Codec.Kind() != lfm2audio.CodecDetokenizer {
+		t.Fatalf("codec %s", m.Codec.Kind())
+	}
+	codecBatchEqualsAlone(t, m, dev)
+}
+
+// detokQueue is the name stages/detok gives its queue.
+const detokQueue = "detokenizer"
+
+func codecBatchEqualsAlone(t *testing.T, m *lfm2audio.Model, dev gpu.Device) {
 	reqs := []Request{
 		{Text: "Say something.", Mode: Sequential, MaxNewTokens: 24, Seed: 3, AudioSampling: DefaultAudio},
 		{Text: "Tell me about the sea.", Mode: Sequential, MaxNewTokens: 24, Seed: 4, AudioSampling: DefaultAudio},
