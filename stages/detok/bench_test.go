@@ -2,6 +2,7 @@ package detok
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -132,6 +133,58 @@ func BenchmarkDecodeFrame(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N)/80, "x_realtime")
+		})
+	}
+}
+
+// BenchmarkDecodeBatch decodes one frame of each of 1 or 4 streams per
+// DecodeBatch call through the real-size detokenizer on a two-worker CPU
+// device (the streams past the attention window: the steady state), and
+// reports the cost per call and per stream's 80 ms frame: the batch shares
+// the weights' reads of the per-row layers.
+func BenchmarkDecodeBatch(b *testing.B) {
+	cfg, err := ParseConfig([]byte(realConfig))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := synthCheckpoint(b, cfg)
+	dev := cpu.New(2)
+	defer dev.Close()
+	d, err := New(dev, f, *cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	codes := randomCodes(rand.New(rand.NewPCG(3, 4)), 64, 2048)
+	ctx := context.Background()
+	for _, n := range []int{1, 4} {
+		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
+			streams := make([]*Stream, n)
+			for i := range streams {
+				streams[i] = d.NewStream()
+				defer streams[i].Close()
+			}
+			frames := make([][][]int, n)
+			call := func(f int) {
+				for i := range frames {
+					frames[i] = codes[(f+7*i)%64 : (f+7*i)%64+1]
+				}
+				if _, err := d.DecodeBatch(ctx, streams, frames); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for f := range 40 { // past the window: the steady state
+				call(f)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				call(i)
+			}
+			b.StopTimer()
+			ms := b.Elapsed().Seconds() * 1e3 / float64(b.N)
+			b.ReportMetric(ms, "ms/call")
+			b.ReportMetric(ms/float64(n), "ms/frame")
+			b.ReportMetric(ms/float64(n)/80, "x-realtime")
 		})
 	}
 }
