@@ -28,7 +28,9 @@
 // conv rows, the keys and values a window still sees, the position), and
 // the overlap-add holds the last n_fft−hop samples, so the stream lags
 // (n_fft−hop)/2 samples (20 ms) behind and Flush emits them at the end.
-// The streamed samples equal Decoder.Decode's bit for bit.
+// The streamed samples equal Decoder.Decode's bit for bit. Decoder.DecodeBatch
+// decodes several streams' next frames in the same passes, each stream's
+// samples exactly those of its own calls.
 package detok
 
 import (
