@@ -406,7 +406,7 @@ func TestRealtimeBeta(t *testing.T) {
 // prefill ahead it started still runs, so the response waits for it); a
 // response.cancel sent right then ends that response visibly — created,
 // then done with status cancelled, reason client_cancelled — whether it
-// had started or not, and the user's item can still be answered.
+// had started or not, and the next utterance is answered.
 func TestRealtimeCancelBeforeStart(t *testing.T) {
 	ts := startServer(t, Config{})
 	c := dialRT(t, ts, nil)
@@ -426,9 +426,11 @@ func TestRealtimeCancelBeforeStart(t *testing.T) {
 			t.Errorf("round %d: response %s (%s), want cancelled by the client", round, st, r)
 		}
 	}
-	c.send(map[string]any{"type": "response.create"})
+	// The conversation goes on: the next utterance is answered in full.
+	c.send(map[string]any{"type": "input_audio_buffer.append",
+		"audio": pcmB64(utterance(300*time.Millisecond, 800*time.Millisecond, 900*time.Millisecond))})
 	evs := c.until("response.done")
 	if st := evs[len(evs)-1].str("response.status"); st == "cancelled" || st == "failed" {
-		t.Errorf("the unanswered items' response: %s", st)
+		t.Errorf("the next utterance's response: %s", st)
 	}
 }
