@@ -119,46 +119,12 @@ func TestMimiBatchCodec(t *testing.T) {
 	if !ok {
 		t.Fatalf("the Mimi codec (%T) does not batch", m.Codec)
 	}
-	frames := func(n, seed int) [][]int {
-		out := make([][]int, n)
-		for f := range out {
-			for k := range m.Codec.Codebooks() {
-				out[f] = append(out[f], (seed*131+f*17+k*7)%2048)
-			}
-		}
-		return out
-	}
+	frames := func(n, seed int) [][]int { return testFrames(m, n, seed) }
 	ctx := context.Background()
-	calls := [][][][]int{ // calls[c][i]: stream i's frames in call c
+	a := batchEqualsOwn(t, m, bc, false, [][][][]int{ // calls[c][i]: stream i's frames in call c
 		{frames(1, 1), frames(3, 2)},
 		{frames(2, 3), frames(1, 4)},
-	}
-	a, b := m.Codec.NewStream(), m.Codec.NewStream()
-	defer a.Close()
-	defer b.Close()
-	var got [2][]float32
-	for _, call := range calls {
-		out, err := bc.DecodeBatch(ctx, []CodecStream{a, b}, call)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got[0], got[1] = append(got[0], out[0]...), append(got[1], out[1]...)
-	}
-	for i, n := range []int{3, 4} {
-		s := m.Codec.NewStream()
-		var want []float32
-		for _, call := range calls {
-			pcm, err := s.DecodeFrames(ctx, call[i])
-			if err != nil {
-				t.Fatal(err)
-			}
-			want = append(want, pcm...)
-		}
-		s.Close()
-		if len(want) != n*m.Codec.FrameSamples() || !slices.Equal(got[i], want) {
-			t.Errorf("stream %d: the batched decode's %d samples differ from its own decode's %d", i, len(got[i]), len(want))
-		}
-	}
+	})[0]
 
 	dm, err := LoadWith(dev, testmodel.LFM25Tiny(t, true), Options{})
 	if err != nil {
@@ -193,54 +159,13 @@ func TestDetokenizerBatchCodec(t *testing.T) {
 	if !ok {
 		t.Fatalf("the detokenizer codec (%T) does not batch", m.Codec)
 	}
-	frames := func(n, seed int) [][]int {
-		out := make([][]int, n)
-		for f := range out {
-			for k := range m.Codec.Codebooks() {
-				out[f] = append(out[f], (seed*131+f*17+k*7)%2048)
-			}
-		}
-		return out
-	}
+	frames := func(n, seed int) [][]int { return testFrames(m, n, seed) }
 	ctx := context.Background()
-	calls := [][][][]int{ // calls[c][i]: stream i's frames in call c
+	batchEqualsOwn(t, m, bc, true, [][][][]int{ // calls[c][i]: stream i's frames in call c
 		{frames(1, 1), frames(3, 2), frames(1, 9)},
 		{frames(2, 3), frames(1, 4), nil},
 		{frames(1, 5), frames(1, 6), frames(4, 10)},
-	}
-	streams := []CodecStream{m.Codec.NewStream(), m.Codec.NewStream(), m.Codec.NewStream()}
-	for _, s := range streams {
-		defer s.Close()
-	}
-	got := make([][]float32, len(streams))
-	for _, call := range calls {
-		out, err := bc.DecodeBatch(ctx, streams, call)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range got {
-			got[i] = append(got[i], out[i]...)
-		}
-	}
-	for i, s := range streams {
-		got[i] = append(got[i], s.Flush()...)
-	}
-	for i, n := range []int{4, 5, 5} {
-		s := m.Codec.NewStream()
-		var want []float32
-		for _, call := range calls {
-			pcm, err := s.DecodeFrames(ctx, call[i])
-			if err != nil {
-				t.Fatal(err)
-			}
-			want = append(want, pcm...)
-		}
-		want = append(want, s.Flush()...)
-		s.Close()
-		if len(want) != n*m.Codec.FrameSamples() || !slices.Equal(got[i], want) {
-			t.Errorf("stream %d: the batched decode's %d samples differ from its own decode's %d", i, len(got[i]), len(want))
-		}
-	}
+	})
 
 	mm, err := LoadWith(dev, testmodel.LFM25Tiny(t, true), Options{Codec: CodecMimi})
 	if err != nil {
@@ -292,4 +217,63 @@ func cancelled() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx
+}
+
+// testFrames returns n frames of valid codes for m's codec, varied by seed.
+func testFrames(m *Model, n, seed int) [][]int {
+	out := make([][]int, n)
+	for f := range out {
+		for k := range m.Codec.Codebooks() {
+			out[f] = append(out[f], (seed*131+f*17+k*7)%2048)
+		}
+	}
+	return out
+}
+
+// batchEqualsOwn decodes calls (calls[c][i]: stream i's frames in call c)
+// on fresh streams through bc, flushing them at the end when flush is set,
+// and checks that each stream's samples equal, bit for bit, those of its
+// own decode of the same frames. It returns the batched streams (closed
+// when t ends).
+func batchEqualsOwn(t *testing.T, m *Model, bc family.BatchCodec, flush bool, calls [][][][]int) []CodecStream {
+	t.Helper()
+	ctx := context.Background()
+	n := len(calls[0])
+	streams := make([]CodecStream, n)
+	for i := range streams {
+		streams[i] = m.Codec.NewStream()
+		t.Cleanup(func() { streams[i].Close() })
+	}
+	got := make([][]float32, n)
+	for _, call := range calls {
+		out, err := bc.DecodeBatch(ctx, streams, call)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			got[i] = append(got[i], out[i]...)
+		}
+	}
+	for i := range streams {
+		s := m.Codec.NewStream()
+		var want []float32
+		frames := 0
+		for _, call := range calls {
+			pcm, err := s.DecodeFrames(ctx, call[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, pcm...)
+			frames += len(call[i])
+		}
+		if flush {
+			got[i] = append(got[i], streams[i].Flush()...)
+			want = append(want, s.Flush()...)
+		}
+		s.Close()
+		if len(want) != frames*m.Codec.FrameSamples() || !slices.Equal(got[i], want) {
+			t.Errorf("stream %d: the batched decode's %d samples differ from its own decode's %d", i, len(got[i]), len(want))
+		}
+	}
+	return streams
 }
