@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/internal/codectest"
 	"github.com/omni-pipe/omni-pipe/internal/testdev"
 )
 
@@ -21,94 +22,51 @@ func TestBatchEqualsOneByOne(t *testing.T) {
 	testdev.Run(t, func(t *testing.T, dev gpu.Device) { batchEqualsOneByOne(t, loadFixtureOn(t, dev)) })
 }
 
-// batchSchedule is a sequence of DecodeBatch calls over streams; calls[c][s]
-// is the frames stream s decodes in call c (-1: the stream is not in the
-// call; a stream is created at its first call).
+// batchSchedule is a codectest.Schedule with the pass size it runs at.
 type batchSchedule struct {
-	name    string
-	streams int
+	codectest.Schedule
 	maxPass int
-	calls   [][]int
 }
 
 func batchSchedules() []batchSchedule {
+	sc := func(name string, streams, maxPass int, calls [][]int) batchSchedule {
+		return batchSchedule{codectest.Schedule{Name: name, Streams: streams, Calls: calls}, maxPass}
+	}
 	return []batchSchedule{
-		{"frame-by-frame", 4, defaultMaxPass, [][]int{
+		sc("frame-by-frame", 4, defaultMaxPass, [][]int{
 			{1, 1, 1, 1}, {1, 1, 1, 1}, {1, 1, 1, 1},
-		}},
-		{"ragged", 3, defaultMaxPass, [][]int{
+		}),
+		sc("ragged", 3, defaultMaxPass, [][]int{
 			{3, 1, 5}, {1, 4, 1}, {2, 0, 7}, {1, 1, 1},
-		}},
-		{"join-late", 4, defaultMaxPass, [][]int{
+		}),
+		sc("join-late", 4, defaultMaxPass, [][]int{
 			{2, -1, -1, -1}, {1, 3, -1, -1}, {4, 1, 1, -1}, {1, 1, 2, 1}, {-1, 1, 1, 6},
-		}},
-		{"past-a-pass", 3, 4, [][]int{
+		}),
+		sc("past-a-pass", 3, 4, [][]int{
 			{7, 1, -1}, {1, 8, 2}, {4, -1, 1}, {1, 1, 1},
-		}},
-		{"past-the-window", 2, defaultMaxPass, [][]int{
+		}),
+		sc("past-the-window", 2, defaultMaxPass, [][]int{
 			{3, 1}, {4, 6}, {1, 1}, {1, 1}, {2, 1},
-		}},
-		{"one-stream", 1, defaultMaxPass, [][]int{{1}, {5}, {2}}},
+		}),
+		sc("one-stream", 1, defaultMaxPass, [][]int{{1}, {5}, {2}}),
 	}
 }
 
 func batchEqualsOneByOne(t *testing.T, d *Decoder) {
 	ctx := context.Background()
+	codec := codectest.Codec[*Stream]{
+		New:    d.NewStream,
+		Close:  (*Stream).Close,
+		Codes:  func(rng *rand.Rand, n int) [][]int { return randomCodes(rng, n, d.Bins()) },
+		Alone:  (*Stream).Decode,
+		Batch:  func(ss []*Stream, codes [][][]int) ([][]float32, error) { return d.DecodeBatch(ctx, ss, codes) },
+		Frames: (*Stream).Frames,
+	}
 	for _, sc := range batchSchedules() {
-		t.Run(sc.name, func(t *testing.T) {
+		t.Run(sc.Name, func(t *testing.T) {
 			d.maxPass = sc.maxPass
 			defer func() { d.maxPass = defaultMaxPass }()
-			rng := rand.New(rand.NewPCG(4, uint64(sc.streams)))
-			batched := make([]*Stream, sc.streams)
-			alone := make([]*Stream, sc.streams)
-			defer func() {
-				for i := range batched {
-					if batched[i] != nil {
-						batched[i].Close()
-						alone[i].Close()
-					}
-				}
-			}()
-			for c, call := range sc.calls {
-				var streams []*Stream
-				var ids []int
-				var codes [][][]int
-				var want [][]float32
-				for s, n := range call {
-					if n < 0 {
-						continue
-					}
-					if batched[s] == nil {
-						batched[s], alone[s] = d.NewStream(), d.NewStream()
-					}
-					fr := randomCodes(rng, n, d.Bins())
-					w, err := alone[s].Decode(fr)
-					if err != nil {
-						t.Fatal(err)
-					}
-					streams, ids = append(streams, batched[s]), append(ids, s)
-					codes, want = append(codes, fr), append(want, w)
-				}
-				got, err := d.DecodeBatch(ctx, streams, codes)
-				if err != nil {
-					t.Fatalf("call %d: %v", c, err)
-				}
-				if len(got) != len(streams) {
-					t.Fatalf("call %d: %d results for %d streams", c, len(got), len(streams))
-				}
-				for i := range streams {
-					if len(codes[i]) > 0 && len(want[i]) == 0 {
-						t.Fatalf("call %d stream %d: one-by-one gave no samples", c, ids[i])
-					}
-					if !slices.Equal(got[i], want[i]) {
-						t.Errorf("call %d stream %d: %d samples batched differ from the %d decoded alone (first at %d)",
-							c, ids[i], len(got[i]), len(want[i]), firstDiff(got[i], want[i]))
-					}
-					if got, want := streams[i].Frames(), alone[ids[i]].Frames(); got != want {
-						t.Errorf("call %d stream %d: %d frames, alone %d", c, ids[i], got, want)
-					}
-				}
-			}
+			batched, alone := codectest.Check(t, codec, sc.Schedule, 4)
 			for s := range batched {
 				if got, want := batched[s].Flush(), alone[s].Flush(); len(want) != d.Lag() || !slices.Equal(got, want) {
 					t.Errorf("stream %d: the flush's %d samples differ from the %d alone", s, len(got), len(want))
@@ -128,20 +86,6 @@ func randomCodes(rng *rand.Rand, n, bins int) [][]int {
 		}
 	}
 	return out
-}
-
-// firstDiff returns the first index where a and b differ (the shorter
-// length when one is a prefix of the other), or -1.
-func firstDiff(a, b []float32) int {
-	for i := range min(len(a), len(b)) {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	if len(a) != len(b) {
-		return min(len(a), len(b))
-	}
-	return -1
 }
 
 // TestDecodeBatchErrors: a bad code in any stream's frames, a stream named

@@ -8,6 +8,7 @@ import (
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/internal/codectest"
 	"github.com/omni-pipe/omni-pipe/internal/testdev"
 )
 
@@ -20,35 +21,34 @@ func TestBatchEqualsOneByOne(t *testing.T) {
 	testdev.Run(t, batchEqualsOneByOne)
 }
 
-// batchSchedule is a sequence of DecodeBatch calls over streams; calls[c][s]
-// is the frames stream s decodes in call c (-1: the stream is not in the
-// call; a stream is created at its first call).
+// batchSchedule is a codectest.Schedule with the pass sizes it runs at.
 type batchSchedule struct {
-	name     string
-	streams  int
+	codectest.Schedule
 	maxChunk int
-	calls    [][]int
 	maxPass  int // 0: the default
 }
 
 func batchSchedules() []batchSchedule {
+	sc := func(name string, streams, maxChunk int, calls [][]int, maxPass int) batchSchedule {
+		return batchSchedule{codectest.Schedule{Name: name, Streams: streams, Calls: calls}, maxChunk, maxPass}
+	}
 	return []batchSchedule{
-		{"frame-by-frame", 4, defaultMaxChunk, [][]int{
+		sc("frame-by-frame", 4, defaultMaxChunk, [][]int{
 			{1, 1, 1, 1}, {1, 1, 1, 1}, {1, 1, 1, 1},
-		}, 0},
-		{"ragged", 3, defaultMaxChunk, [][]int{
+		}, 0),
+		sc("ragged", 3, defaultMaxChunk, [][]int{
 			{3, 1, 5}, {1, 4, 1}, {2, 0, 7}, {1, 1, 1},
-		}, 0},
-		{"join-late", 4, defaultMaxChunk, [][]int{
+		}, 0),
+		sc("join-late", 4, defaultMaxChunk, [][]int{
 			{2, -1, -1, -1}, {1, 3, -1, -1}, {4, 1, 1, -1}, {1, 1, 2, 1}, {-1, 1, 1, 6},
-		}, 0},
-		{"past-a-pass", 3, 3, [][]int{
+		}, 0),
+		sc("past-a-pass", 3, 3, [][]int{
 			{7, 1, -1}, {1, 8, 2}, {4, -1, 1}, {1, 1, 1},
-		}, 0},
-		{"passes-full", 3, 4, [][]int{
+		}, 0),
+		sc("passes-full", 3, 4, [][]int{
 			{4, 4, 4}, {1, 6, 2}, {9, -1, 1}, {1, 1, 1},
-		}, 5},
-		{"one-stream", 1, defaultMaxChunk, [][]int{{1}, {5}, {2}}, 0},
+		}, 5),
+		sc("one-stream", 1, defaultMaxChunk, [][]int{{1}, {5}, {2}}, 0),
 	}
 }
 
@@ -56,64 +56,25 @@ func batchEqualsOneByOne(t *testing.T, dev gpu.Device) {
 	ctx := context.Background()
 	for _, tc := range testConfigs() {
 		d, _ := newTestDecoderOn(t, dev, tc.cfg, 3, tc.opts)
+		codec := codectest.Codec[*Stream]{
+			New:   d.NewStream,
+			Close: (*Stream).Close,
+			Codes: func(rng *rand.Rand, n int) [][]int {
+				return randomCodes(rng, n, tc.cfg.NumCodebooksActive, tc.cfg.Quantizer.Bins)
+			},
+			Alone:   func(s *Stream, codes [][]int) ([]float32, error) { return s.DecodeFrames(ctx, codes) },
+			Batch:   func(ss []*Stream, codes [][][]int) ([][]float32, error) { return d.DecodeBatch(ctx, ss, codes) },
+			Frames:  (*Stream).Frames,
+			Samples: func(frames int) int { return frames * d.FrameSamples() },
+		}
 		for _, sc := range batchSchedules() {
-			t.Run(tc.name+"/"+sc.name, func(t *testing.T) {
+			t.Run(tc.name+"/"+sc.Name, func(t *testing.T) {
 				d.maxChunk, d.maxPass = sc.maxChunk, defaultMaxPass
 				if sc.maxPass > 0 {
 					d.maxPass = sc.maxPass
 				}
 				defer func() { d.maxChunk, d.maxPass = defaultMaxChunk, defaultMaxPass }()
-				rng := rand.New(rand.NewPCG(4, uint64(sc.streams)))
-				batched := make([]*Stream, sc.streams)
-				alone := make([]*Stream, sc.streams)
-				defer func() {
-					for i := range batched {
-						if batched[i] != nil {
-							batched[i].Close()
-							alone[i].Close()
-						}
-					}
-				}()
-				for c, call := range sc.calls {
-					var streams []*Stream
-					var ids []int
-					var codes [][][]int
-					var want [][]float32
-					for s, n := range call {
-						if n < 0 {
-							continue
-						}
-						if batched[s] == nil {
-							batched[s], alone[s] = d.NewStream(), d.NewStream()
-						}
-						fr := randomCodes(rng, n, tc.cfg.NumCodebooksActive, tc.cfg.Quantizer.Bins)
-						w, err := alone[s].DecodeFrames(ctx, fr)
-						if err != nil {
-							t.Fatal(err)
-						}
-						streams, ids = append(streams, batched[s]), append(ids, s)
-						codes, want = append(codes, fr), append(want, w)
-					}
-					got, err := d.DecodeBatch(ctx, streams, codes)
-					if err != nil {
-						t.Fatalf("call %d: %v", c, err)
-					}
-					if len(got) != len(streams) {
-						t.Fatalf("call %d: %d results for %d streams", c, len(got), len(streams))
-					}
-					for i := range streams {
-						if len(want[i]) != len(codes[i])*d.FrameSamples() {
-							t.Fatalf("call %d stream %d: one-by-one gave %d samples", c, i, len(want[i]))
-						}
-						if j := firstDiff(got[i], want[i]); j >= 0 {
-							t.Errorf("call %d, stream %d of the call: sample %d (frame %d) differs from decoding it alone (%d vs %d samples)",
-								c, i, j, j/d.FrameSamples(), len(got[i]), len(want[i]))
-						}
-						if got, want := streams[i].Frames(), alone[ids[i]].Frames(); got != want {
-							t.Errorf("call %d stream %d: %d frames, alone %d", c, ids[i], got, want)
-						}
-					}
-				}
+				codectest.Check(t, codec, sc.Schedule, 4)
 			})
 		}
 	}
