@@ -236,7 +236,9 @@ func TestGraphShapes(t *testing.T) {
 // hostQueue is a Queue that records but never launches: enough to test
 // what the recorder folds, without a GPU.
 func hostQueue() *Queue {
-	d := &Device{fns: map[string]uintptr{}, sms: 132}
+	// closed: whatever would go to the owner thread fails at once (there is
+	// no GPU): a recorder is what these tests look at.
+	d := &Device{fns: map[string]uintptr{}, sms: 132, closed: true}
 	for j, k := range kernelNames {
 		d.fns[k] = uintptr(j + 1)
 	}
@@ -400,7 +402,6 @@ func TestGemvVariant(t *testing.T) {
 // arguments of a batch already handed over.
 func TestChunkBoundaryIsNotFoldedInto(t *testing.T) {
 	q := hostQueue()
-	q.d.closed = true // hand-overs fail at once (no GPU): the recorder is what is tested
 	x, y, o := fakeTensor(gpu.F32, 1, 64), fakeTensor(gpu.F32, 1, 32), fakeTensor(gpu.F32, 1, 32)
 	w := fakeTensor(gpu.BF16, 32, 64)
 	for range maxBatch - 1 {
