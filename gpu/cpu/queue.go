@@ -16,6 +16,8 @@ type Queue struct {
 	name string
 	asm  bool
 	work []*work // per-participant scratch of the parallel ops, grown on demand
+	// sample is Sample's scratch, reused across calls.
+	sample gpu.SampleScratch
 }
 
 var _ gpu.Queue = (*Queue)(nil)

@@ -39,8 +39,7 @@ func (q *Queue) Sample(ids, logits gpu.Tensor, rows []gpu.SampleRow) {
 		panic(fmt.Sprintf("cpu: sample %v (%d rows) into %v", logits, len(rows), ids))
 	}
 	l, d := f32s(logits), i32s(ids)
-	var s gpu.SampleScratch
 	for r, row := range rows {
-		d[r*ids.Stride] = int32(gpu.SampleHost(l[r*logits.Stride:r*logits.Stride+logits.Cols], row, &s))
+		d[r*ids.Stride] = int32(gpu.SampleHost(l[r*logits.Stride:r*logits.Stride+logits.Cols], row, &q.sample))
 	}
 }
