@@ -199,3 +199,58 @@ func BenchmarkGemvLarge(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGemvRows streams the text head's [65536, 2048] bf16 weights
+// (256 MiB, beyond L2) with M rows of x through every few-row kernel
+// variant, the default pick ("auto") and the tile kernels ("tile"): bytes
+// are the weights read once, so MB/s against BenchmarkCopy's rate is the
+// fraction of the copy bandwidth a batched decode step keeps.
+func BenchmarkGemvRows(b *testing.B) {
+	d := openGPU(b)
+	const N, K = 65536, 2048
+	rng := rand.New(rand.NewPCG(11, 12))
+	raw := make([]uint16, N*K)
+	for i := range raw {
+		raw[i] = gpu.F32ToBF16(float32(rng.NormFloat64()))
+	}
+	w, err := d.Load(gpu.BF16, N, K, unsafe.Slice((*byte)(unsafe.Pointer(&raw[0])), 2*len(raw)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Free(w)
+	for _, M := range []int{2, 3, 4, 8, 16, 32} {
+		names := []string{"auto", "tile"}
+		for _, v := range gemvrVariants {
+			if v.r <= 2*M {
+				names = append(names, v.name)
+			}
+		}
+		for _, name := range names {
+			b.Run(fmt.Sprintf("M=%d/%s", M, name), func(b *testing.B) {
+				x, y := d.Alloc(gpu.F32, M, K), d.Alloc(gpu.F32, M, N)
+				defer d.Free(x)
+				defer d.Free(y)
+				q := d.NewQueue("gemvr").(*Queue)
+				switch name {
+				case "auto":
+				case "tile":
+					q.tileForce = true
+				default:
+					q.gemvrForce = name
+				}
+				q.MatMul(y, x, w, gpu.Tensor{})
+				if err := q.Sync(); err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(2 * N * K))
+				b.ResetTimer()
+				for range b.N {
+					q.MatMul(y, x, w, gpu.Tensor{})
+				}
+				if err := q.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}

@@ -313,3 +313,60 @@ func TestGemvVariantsBitIdentical(t *testing.T) {
 		d.Free(w)
 	}
 }
+
+// TestGemvrVariantsBitIdentical: every few-row kernel variant gives, for
+// every row of x, the bits of the tile kernels' row — ragged N and K, row
+// counts that leave a tile part-empty, several row tiles — so a session's
+// row is the same whether it is stepped alone or with up to 31 others.
+func TestGemvrVariantsBitIdentical(t *testing.T) {
+	d := openGPU(t)
+	rng := rand.New(rand.NewPCG(10, 10))
+	for _, sh := range []struct{ N, K int }{{1024, 1024}, {2816, 1024}, {1024, 2816}, {777, 1000}, {3, 4104}, {1536, 264}, {65, 2056}} {
+		wb := make([]byte, 2*sh.N*sh.K)
+		for i := 0; i < sh.N*sh.K; i++ {
+			binary.LittleEndian.PutUint16(wb[2*i:], gpu.F32ToBF16(float32(rng.NormFloat64())))
+		}
+		w, err := d.Load(gpu.BF16, sh.N, sh.K, wb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := d.NewQueue("gemvr").(*Queue)
+		for _, M := range []int{2, 3, 4, 5, 8, 11, 32} {
+			xs := make([]float32, M*sh.K)
+			for i := range xs {
+				xs[i] = float32(rng.NormFloat64())
+			}
+			x, y := d.Alloc(gpu.F32, M, sh.K), d.Alloc(gpu.F32, M, sh.N)
+			q.Write(x, xs)
+			q.tileForce = true
+			q.MatMul(y, x, w, gpu.Tensor{})
+			q.tileForce = false
+			want := make([]float32, M*sh.N)
+			if err := q.Read(want, y); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range append(gemvrVariants, gemvrKernel{name: ""}) {
+				q.gemvrForce = v.name // "": the default pick
+				q.Fill(y, float32(math.NaN()))
+				q.MatMul(y, x, w, gpu.Tensor{})
+				got := make([]float32, M*sh.N)
+				if err := q.Read(got, y); err != nil {
+					t.Fatal(err)
+				}
+				bad := 0
+				for n := range got {
+					if math.Float32bits(got[n]) != math.Float32bits(want[n]) {
+						bad++
+					}
+				}
+				if bad > 0 {
+					t.Errorf("%q on M=%d %dx%d: %d/%d outputs differ from the tile kernels'", v.name, M, sh.N, sh.K, bad, len(got))
+				}
+			}
+			q.gemvrForce = ""
+			d.Free(x)
+			d.Free(y)
+		}
+		d.Free(w)
+	}
+}

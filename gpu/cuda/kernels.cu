@@ -921,6 +921,79 @@ GEMV(gemv_bf16_c2u4, 2, 4)
 GEMV(gemv_bf16_c2u8, 2, 8)
 GEMV(gemv_bf16_c4u8, 4, 8)
 
+// GEMVR(name, R, C, U): the one-row kernel's scheme for R rows of x at
+// once (a few sessions' decode rows): each warp sums C weight rows against
+// R rows of x, U chunks of each weight row in flight, so the weights stream
+// once for the R rows at the one-row rate while every loaded value of x
+// serves C weight rows. The order of every sum is GEMV's (lane l adds
+// x[m,k]·w[n,k] for its k = 8l + 256j + e ascending, then the butterfly),
+// so a row's bits equal the tile kernels' and the one-row kernel's: a
+// session's row does not depend on the batch it is stepped in. grid.x
+// runs over the row tiles (so the tiles sharing a weight slice run side by
+// side and the slice comes from L2 after its first read), grid.y over
+// weight rows by 4·C.
+#define GEMVR(name, R, C, U)                                                                                   \
+  __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,  \
+                                              const void* bias, int bdt, int M, int N, int K, EPI_PARAMS) {     \
+    int lane = threadIdx.x & 31;                                                                                \
+    int n0 = (blockIdx.y * 4 + (threadIdx.x >> 5)) * C, m0 = blockIdx.x * R;                                    \
+    if (n0 >= N) return;                                                                                        \
+    const u16* wr[C];                                                                                           \
+    _Pragma("unroll") for (int c = 0; c < C; c++) wr[c] = w + (i64)min(n0 + c, N - 1) * ldw;                    \
+    const float* xr[R];                                                                                         \
+    _Pragma("unroll") for (int r = 0; r < R; r++) xr[r] = x + (i64)min(m0 + r, M - 1) * ldx;                    \
+    float acc[R][C];                                                                                            \
+    _Pragma("unroll") for (int r = 0; r < R; r++) _Pragma("unroll") for (int c = 0; c < C; c++) acc[r][c] = 0.0f; \
+    int k0 = 8 * lane;                                                                                          \
+    for (; k0 + 256 * (U - 1) + 8 <= K; k0 += 256 * U) {                                                        \
+      uint4 wv[U][C];                                                                                           \
+      _Pragma("unroll") for (int u = 0; u < U; u++) _Pragma("unroll") for (int c = 0; c < C; c++) wv[u][c] =    \
+          __ldg((const uint4*)(wr[c] + k0 + 256 * u));                                                          \
+      _Pragma("unroll") for (int u = 0; u < U; u++) {                                                           \
+        _Pragma("unroll") for (int hf = 0; hf < 2; hf++) {                                                      \
+          float4 xv[R];                                                                                         \
+          _Pragma("unroll") for (int r = 0; r < R; r++) xv[r] = *(const float4*)(xr[r] + k0 + 256 * u + 4 * hf); \
+          _Pragma("unroll") for (int e = 0; e < 4; e++) {                                                       \
+            _Pragma("unroll") for (int c = 0; c < C; c++) {                                                     \
+              u32 q = hf == 0 ? (e < 2 ? wv[u][c].x : wv[u][c].y) : (e < 2 ? wv[u][c].z : wv[u][c].w);          \
+              float wf = (e & 1) ? __uint_as_float(q & 0xffff0000u) : __uint_as_float(q << 16);                 \
+              _Pragma("unroll") for (int r = 0; r < R; r++) {                                                   \
+                float xe = e == 0 ? xv[r].x : e == 1 ? xv[r].y : e == 2 ? xv[r].z : xv[r].w;                    \
+                acc[r][c] = fmaf(xe, wf, acc[r][c]);                                                            \
+              }                                                                                                 \
+            }                                                                                                   \
+          }                                                                                                     \
+        }                                                                                                       \
+      }                                                                                                         \
+    }                                                                                                           \
+    for (; k0 < K; k0 += 256) {                                                                                 \
+      _Pragma("unroll") for (int e = 0; e < 8; e++) {                                                           \
+        if (k0 + e < K) {                                                                                       \
+          _Pragma("unroll") for (int c = 0; c < C; c++) {                                                       \
+            float wf = bf16f(wr[c][k0 + e]);                                                                    \
+            _Pragma("unroll") for (int r = 0; r < R; r++) acc[r][c] = fmaf(xr[r][k0 + e], wf, acc[r][c]);      \
+          }                                                                                                     \
+        }                                                                                                       \
+      }                                                                                                         \
+    }                                                                                                           \
+    _Pragma("unroll") for (int r = 0; r < R; r++) _Pragma("unroll") for (int c = 0; c < C; c++)                 \
+        _Pragma("unroll") for (int o = 16; o > 0; o >>= 1) acc[r][c] += __shfl_xor_sync(0xffffffffu, acc[r][c], o); \
+    _Pragma("unroll") for (int r = 0; r < R; r++) _Pragma("unroll") for (int c = 0; c < C; c++) {               \
+      int m = m0 + r, n = n0 + c;                                                                               \
+      if (lane == ((r * C + c) & 31) && m < M && n < N)                                                         \
+        d[(i64)m * ldd + n] = epi(gemv_bias(acc[r][c], bias, bdt, n), EPI_ARGS, m, n);                          \
+    }                                                                                                           \
+  }
+
+GEMVR(gemvr_bf16_r2c4u4, 2, 4, 4)
+GEMVR(gemvr_bf16_r2c2u8, 2, 2, 8)
+GEMVR(gemvr_bf16_r4c4u4, 4, 4, 4)
+GEMVR(gemvr_bf16_r4c2u4, 4, 2, 4)
+GEMVR(gemvr_bf16_r4c4u2, 4, 4, 2)
+GEMVR(gemvr_bf16_r8c4u2, 8, 4, 2)
+GEMVR(gemvr_bf16_r8c2u4, 8, 2, 4)
+GEMVR(gemvr_bf16_r8c8u1, 8, 8, 1)
+
 // One warp per tile; blockDim.x = 128 (4 warps); grid.x covers N/C tiles
 // by 4, grid.y covers M/R.
 #define MATMUL_KERNEL(name, R, C, WDT)                                                                        \

@@ -81,13 +81,23 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		}
 		return
 	}
-	if M == 1 && w.DType() == gpu.BF16 && !q.d.mmaMatMul && q.ptr(x)%16 == 0 && q.ptr(w)%16 == 0 && w.Stride%8 == 0 {
+	gemvOK := w.DType() == gpu.BF16 && !q.d.mmaMatMul && !q.tileForce && q.ptr(x)%16 == 0 && q.ptr(w)%16 == 0 && w.Stride%8 == 0
+	if M == 1 && gemvOK {
 		name, rows := gemvVariant(N, K)
 		if q.gemvForce != "" { // tests: every variant against the tile kernels
 			name, rows = q.gemvForce, q.gemvForceRows
 		}
 		q.launchEpi(epiProduct, dst, name, [3]uint32{uint32((N + rows - 1) / rows), 1, 1}, blk128, 0,
 			q.t(dst), q.t(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(N), i(K))
+		return
+	}
+	if M >= 2 && M <= gemvrMaxRows && gemvOK && x.Stride%4 == 0 {
+		v := gemvrVariant(M)
+		if q.gemvrForce != "" {
+			v = gemvrByName(q.gemvrForce)
+		}
+		q.launchEpi(epiProduct, dst, v.name, [3]uint32{uint32((M + v.r - 1) / v.r), uint32((N + 4*v.c - 1) / (4 * v.c)), 1}, blk128, 0,
+			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
 	if w.DType() == gpu.BF16 && q.d.mmaMatMul {
@@ -143,6 +153,48 @@ func gemvVariant(N, K int) (name string, rowsPerBlock int) {
 		}
 	}
 	panic("cuda: no gemv variant")
+}
+
+// gemvrKernel is a few-row kernel: rows of x a tile (r), weight rows a
+// warp (c), chunks in flight (u).
+type gemvrKernel struct {
+	name    string
+	r, c, u int
+}
+
+// gemvrVariants are the few-row kernels; all sum in the one-row kernel's
+// order (kernels.cu: GEMVR), so which one runs never changes a bit.
+var gemvrVariants = []gemvrKernel{
+	{"gemvr_bf16_r2c4u4", 2, 4, 4}, {"gemvr_bf16_r2c2u8", 2, 2, 8},
+	{"gemvr_bf16_r4c4u4", 4, 4, 4}, {"gemvr_bf16_r4c2u4", 4, 2, 4}, {"gemvr_bf16_r4c4u2", 4, 4, 2},
+	{"gemvr_bf16_r8c4u2", 8, 4, 2}, {"gemvr_bf16_r8c2u4", 8, 2, 4}, {"gemvr_bf16_r8c8u1", 8, 8, 1},
+}
+
+// gemvrMaxRows is the most rows of x the few-row kernels take; beyond, the
+// tile kernels (whose order is the same) re-read the weights less often.
+const gemvrMaxRows = 32
+
+// gemvrVariant returns the few-row kernel for M rows of x (2 ≤ M ≤
+// gemvrMaxRows): the smallest row tile that covers M, eight rows a tile
+// beyond (the tiles of one weight slice run side by side, so the slice is
+// read from memory once and from L2 after).
+func gemvrVariant(M int) gemvrKernel {
+	switch {
+	case M <= 2:
+		return gemvrByName("gemvr_bf16_r2c4u4")
+	case M <= 4:
+		return gemvrByName("gemvr_bf16_r4c4u4")
+	}
+	return gemvrByName("gemvr_bf16_r8c4u2")
+}
+
+func gemvrByName(name string) gemvrKernel {
+	for _, v := range gemvrVariants {
+		if v.name == name {
+			return v
+		}
+	}
+	panic("cuda: no gemvr variant " + name)
 }
 
 func checkConv(op string, x, w, bias gpu.Tensor, cin, cout, groups, k int) {

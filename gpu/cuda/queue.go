@@ -20,7 +20,9 @@ var kernelNames = []string{
 	"matmul_r1_f32", "matmul_r2_f32", "matmul_r4_f32", "matmul_r8_f32",
 	"matmul_r1_bf16", "matmul_r2_bf16", "matmul_r4_bf16", "matmul_r8_bf16",
 	"matmul_r1_f16", "matmul_r2_f16", "matmul_r4_f16", "matmul_r8_f16",
-	"gemv_bf16", "gemv_bf16_c1u4", "gemv_bf16_c1u8", "gemv_bf16_c2u4", "gemv_bf16_c2u8", "gemv_bf16_c4u8", "split_bf16", "sample_f32", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32",
+	"gemv_bf16", "gemv_bf16_c1u4", "gemv_bf16_c1u8", "gemv_bf16_c2u4", "gemv_bf16_c2u8", "gemv_bf16_c4u8",
+	"gemvr_bf16_r2c4u4", "gemvr_bf16_r2c2u8", "gemvr_bf16_r4c4u4", "gemvr_bf16_r4c2u4", "gemvr_bf16_r4c4u2",
+	"gemvr_bf16_r8c4u2", "gemvr_bf16_r8c2u4", "gemvr_bf16_r8c8u1", "split_bf16", "sample_f32", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32",
 	"attention_f32", "conv1d_f32", "convtr1d_f32", "conv2d_f32",
 }
 
@@ -94,13 +96,18 @@ type Queue struct {
 	// gemvForce, when set, is the one-row kernel MatMul uses (tests).
 	gemvForce     string
 	gemvForceRows int
-	stats         queueStats
-	split         *buffer // x split into bf16 parts for the tensor-core products
-	flags         *buffer // which parts each row of split needs
-	err           error   // sticky: the first failure, returned by Read and Sync
-	params        []unsafe.Pointer
-	graphs        graphCache // owner thread only
-	fuse          fused      // guarded by mu
+	// gemvrForce, when set, is the few-row kernel MatMul uses for 2 ≤ M ≤
+	// gemvrMaxRows (tests and benchmarks); tileForce sends every product
+	// to the tile kernels (the reference order the variants are held to).
+	gemvrForce string
+	tileForce  bool
+	stats      queueStats
+	split      *buffer // x split into bf16 parts for the tensor-core products
+	flags      *buffer // which parts each row of split needs
+	err        error   // sticky: the first failure, returned by Read and Sync
+	params     []unsafe.Pointer
+	graphs     graphCache // owner thread only
+	fuse       fused      // guarded by mu
 }
 
 var _ gpu.Queue = (*Queue)(nil)
