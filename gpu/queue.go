@@ -73,9 +73,10 @@ type Queue interface {
 
 	// Attention computes scaled dot-product attention of the rows of q
 	// against keys k and values v (one row per key position, heads packed in
-	// columns). Query row i sits at position p.QPos0+i and key row j at j;
-	// only visible keys (j ≤ position when causal, and within the window)
-	// are read, so masked rows may hold anything, even NaN.
+	// columns), or against the keys a block table names in pools k and v
+	// (AttnParams.Blocks). Query row i sits at position p.QPos0+i and key
+	// row j at j; only visible keys (j ≤ position when causal, and within
+	// the window) are read, so masked rows may hold anything, even NaN.
 	Attention(dst, q, k, v Tensor, p AttnParams)
 
 	// ShortConv is LFM2's depthwise causal convolution along rows with a
@@ -197,6 +198,23 @@ type AttnParams struct {
 	// the unrounded fp32 values; out = (Σ bf16(p_j)·v_j) / l. When false
 	// the probabilities stay fp32 (out = Σ p_j·v_j / l).
 	ProbBF16 bool
+
+	// Blocks, when not nil, pages the keys (vLLM's PagedAttention): k and v
+	// are then pools of blocks of BlockRows rows each (a pool's rows are a
+	// whole number of blocks), and the keys are the first Keys rows of the
+	// sequence that the block table Blocks lists, logical block b being
+	// pool block Blocks[b]: key row j (position j) is pool row
+	// Blocks[j/BlockRows]·BlockRows + j%BlockRows. Blocks is an I32 [1, n]
+	// tensor in device memory with n·BlockRows ≥ Keys (a replayed GPU graph
+	// reads the table where it lies, so appending a block rewrites the
+	// table, not the op's arguments); only the entries of blocks holding
+	// visible keys are read, and each must name a block of the pool. The
+	// results are those of contiguous keys holding the same rows, bit for
+	// bit. With Blocks nil, k and v hold the keys themselves (k.Rows of
+	// them) and BlockRows and Keys are ignored.
+	Blocks    Tensor
+	BlockRows int
+	Keys      int
 }
 
 // Conv2DParams configures Conv2D. H and W name the two spatial axes of x

@@ -23,6 +23,10 @@ type xw struct {
 	dst     []float32
 	ds      int
 	M, N, K int
+	// add continues the sums in dst instead of starting at zero: a product
+	// over K rows cut into consecutive parts gives the floats of one product
+	// over them all (paged attention's values).
+	add bool
 }
 
 // Blocking of the assembly path: the output tile (4 rows × 24 columns)
@@ -67,6 +71,9 @@ func (g *xw) runAsm(wk *work, m0, m1, n0, n1 int) {
 	a.ws = uintptr(g.ws) * es
 	a.os = uintptr(g.ds) * 4
 	if g.K == 0 {
+		if g.add {
+			return
+		}
 		for m := m0; m < m1; m++ {
 			clear(g.dst[m*g.ds+n0 : m*g.ds+n1])
 		}
@@ -80,7 +87,7 @@ func (g *xw) runAsm(wk *work, m0, m1, n0, n1 int) {
 				kbe := min(kb+kcAxpy, g.K)
 				a.k = uintptr(kbe - kb)
 				a.mode = 0
-				if kb > 0 {
+				if kb > 0 || g.add {
 					a.mode = modeLoad
 				}
 				for m := mb; m < mbe; m += 4 {
@@ -110,7 +117,9 @@ func (g *xw) runGo(wk *work, m0, m1, n0, n1 int) {
 	wr := wk.row
 	for m := m0; m < m1; m++ {
 		d := g.dst[m*g.ds+n0 : m*g.ds+n1]
-		clear(d)
+		if !g.add {
+			clear(d)
+		}
 		xr := g.x[m*g.xs : m*g.xs+g.K]
 		for k, xv := range xr {
 			o := k*g.ws + n0
