@@ -9,12 +9,16 @@ import (
 
 // attnCase is one Attention check: nq query rows at positions qpos0 … over
 // nk key rows; steps > 0 computes the rows one call at a time (decode
-// steps over a cache).
+// steps over a cache). paged > 0 pages the keys in blocks of that many
+// rows (gpu.AttnParams.Blocks): the logical blocks sit in shuffled blocks
+// of a pool with spare, poisoned blocks among them, and the table's view
+// sits between entries that name a poisoned block.
 type attnCase struct {
 	name                   string
 	heads, kvheads, hd     int
 	nq, nk, qpos0, window  int
 	causal, strided, steps bool
+	paged                  int
 }
 
 // attnCases covers decode rows over a cache (QPos0 > 0), prefill, sliding
@@ -30,6 +34,16 @@ var attnCases = []attnCase{
 	{name: "causal/decode-steps/qpos0=20/gqa", heads: 4, kvheads: 2, hd: 64, nq: 3, nk: 25, qpos0: 20, causal: true, strided: true, steps: true},
 	{name: "causal/qpos0=30/long", heads: 2, kvheads: 1, hd: 2, nq: 4, nk: 40, qpos0: 30, causal: true},
 	{name: "causal/window=16/qpos0=33/gqa", heads: 4, kvheads: 2, hd: 6, nq: 2, nk: 36, qpos0: 33, window: 16, causal: true, strided: true},
+	// Paged keys: ragged last blocks, one-row blocks, a window that starts
+	// inside a block, decode steps through the table, a long run of keys
+	// (several thread groups per block on a GPU) and a head wider than a
+	// GPU block's threads.
+	{name: "paged=4/causal/decode-steps/qpos0=20/gqa", heads: 4, kvheads: 2, hd: 64, nq: 3, nk: 25, qpos0: 20, causal: true, strided: true, steps: true, paged: 4},
+	{name: "paged=16/causal/qpos0=28/gqa", heads: 4, kvheads: 2, hd: 6, nq: 12, nk: 40, qpos0: 28, causal: true, paged: 16},
+	{name: "paged=3/causal/window=7/qpos0=30", heads: 2, kvheads: 1, hd: 6, nq: 4, nk: 34, qpos0: 30, window: 7, causal: true, strided: true, paged: 3},
+	{name: "paged=1/noncausal/gqa", heads: 4, kvheads: 2, hd: 2, nq: 5, nk: 11, qpos0: 0, strided: true, paged: 1},
+	{name: "paged=64/causal/qpos0=300/long", heads: 2, kvheads: 1, hd: 64, nq: 2, nk: 302, qpos0: 300, causal: true, paged: 64},
+	{name: "paged=8/causal/qpos0=18/wide-head", heads: 2, kvheads: 1, hd: 136, nq: 2, nk: 20, qpos0: 18, causal: true, paged: 8},
 }
 
 func checkAttention(h *harness) {
@@ -70,12 +84,31 @@ func attentionCase(h *harness, c attnCase, probBF16 bool) {
 		}
 	}
 	q := h.input(c.nq, qc, c.strided, qv)
-	k := h.input(c.nk, kc, c.strided, kv)
-	v := h.input(c.nk, kc, c.strided, vv)
-	dst := h.f32(c.nq, qc, c.strided)
 	scale := float32(1 / math.Sqrt(float64(c.hd)))
 	p := gpu.AttnParams{Heads: c.heads, KVHeads: c.kvheads, HeadDim: c.hd, Scale: scale, QPos0: c.qpos0,
 		Causal: c.causal, Window: c.window, ProbBF16: probBF16}
+	var k, v operand
+	if c.paged > 0 {
+		var pv []int32
+		p.Blocks, p.BlockRows, p.Keys, pv = h.pageTable(c.nk, c.paged)
+		scatter := func(vals []float32) operand {
+			pool := make([]float32, len(pv)*kc)
+			for r, j := range pv {
+				for e := 0; e < kc; e++ {
+					pool[r*kc+e] = poison
+					if j >= 0 {
+						pool[r*kc+e] = vals[int(j)*kc+e]
+					}
+				}
+			}
+			return h.input(len(pv), kc, c.strided, pool)
+		}
+		k, v = scatter(kv), scatter(vv)
+	} else {
+		k = h.input(c.nk, kc, c.strided, kv)
+		v = h.input(c.nk, kc, c.strided, vv)
+	}
+	dst := h.f32(c.nq, qc, c.strided)
 	want, bound := attentionReplay(c, qv, kv, vv, scale, probBF16)
 	if c.steps {
 		for i := 0; i < c.nq; i++ {
@@ -92,6 +125,33 @@ func attentionCase(h *harness, c attnCase, probBF16 bool) {
 	}
 	name := fmt.Sprintf("%s/heads=%d/kv=%d/hd=%d/nq=%d/nk=%d%s%s", c.name, c.heads, c.kvheads, c.hd, c.nq, c.nk, prec, tag(c.strided))
 	h.verify(name, dst, want, bound, q, k, v)
+}
+
+// pageTable lays out nk keys in blocks of br rows: the ceil(nk/br) logical
+// blocks in shuffled blocks of a pool of two more (spares), as an I32 table
+// view [1, n] inside a buffer whose other entries name a spare block (a
+// kernel that reads beyond the view reads poison). It returns the table,
+// br, nk, and for every pool row the key it holds (−1: none, poisoned).
+func (h *harness) pageTable(nk, br int) (table gpu.Tensor, rows, keys int, poolKey []int32) {
+	n := (nk + br - 1) / br
+	total := n + 2
+	perm := h.rng.Perm(total)
+	ids := make([]int32, n+2) // a guard entry either side of the view
+	ids[0], ids[n+1] = int32(perm[n]), int32(perm[n+1])
+	poolKey = make([]int32, total*br)
+	for i := range poolKey {
+		poolKey[i] = -1
+	}
+	for b := 0; b < n; b++ {
+		ids[1+b] = int32(perm[b])
+		for r := 0; r < br && b*br+r < nk; r++ {
+			poolKey[perm[b]*br+r] = int32(b*br + r)
+		}
+	}
+	whole := h.dev.Alloc(gpu.I32, 1, n+2)
+	h.owned = append(h.owned, whole)
+	h.q.WriteInt(whole, ids)
+	return whole.ColSlice(1, n+1), br, nk, poolKey
 }
 
 // attentionReplay returns the float64 replay of Attention and its bound.

@@ -103,6 +103,8 @@ func TestRequiredCases(t *testing.T) {
 		{"attention", []string{"window=3/qpos0=8", "prob=bf16"}}, {"attention", []string{"noncausal", "prob=f32"}},
 		{"attention", []string{"kv=2/hd=2/"}}, {"attention", []string{"heads=4/kv=2/hd=64/"}}, {"attention", []string{"hd=6/"}},
 		{"attention", []string{"decode-steps"}},
+		{"attention", []string{"paged=", "decode-steps"}}, {"attention", []string{"paged=", "window="}},
+		{"attention", []string{"paged=1/"}}, {"attention", []string{"paged=", "hd=136/"}},
 		{"conv1d", []string{"k=3/s=2/d=1/pad=1/g=1/"}}, {"conv1d", []string{"s=1/d=2/pad=4/"}}, {"conv1d", []string{"depthwise", "b=f32"}},
 		{"convtranspose1d", []string{"k=4/s=2/pad=1/g=1/"}}, {"convtranspose1d", []string{"k=4/s=2/pad=1/depthwise/"}},
 		{"conv2d", []string{"3x3/s=2x2/p=1x1/g=1/"}}, {"conv2d", []string{"3x3/s=2x2/p=1x1/depthwise/"}},
@@ -418,6 +420,11 @@ func (q *faultQueue) Attention(dst, qt, k, v gpu.Tensor, p gpu.AttnParams) {
 		if p.Window > 0 {
 			p.Window++
 		}
+	case "attention/table-ignored": // CUDA's FAULT_PAGED: pool rows read as if contiguous
+		if !p.Blocks.IsNil() {
+			k, v = k.Slice(0, p.Keys), v.Slice(0, p.Keys)
+			p.Blocks = gpu.Tensor{}
+		}
 	}
 	q.Queue.Attention(dst, qt, k, v, p)
 }
@@ -498,6 +505,7 @@ func TestFaults(t *testing.T) {
 		{fault: "matmul/batch-variant", mustFail: contains("batch-invariance")},
 		{fault: "attention/prob-not-rounded", mustFail: contains("prob=bf16")},
 		{fault: "attention/window+1", mustFail: contains("window=")},
+		{fault: "attention/table-ignored", mustFail: contains("paged=")},
 		{fault: "conv1d/shift", mustFail: func(c Check) bool { return !strings.Contains(c.Case, "pad=0") }},
 		{fault: "convtranspose1d/shift", mustFail: contains("")},
 		{fault: "conv2d/shift", mustFail: contains("")},
