@@ -985,6 +985,89 @@ GEMV(gemv_bf16_c4u8, 4, 8)
     }                                                                                                           \
   }
 
+// GEMVP(name, R, C, U): GEMVR with the next U chunks' weights loaded
+// while the current ones are multiplied (two register sets, used in
+// turn), so a warp keeps weight bytes in flight through its products —
+// with several rows of x the products are long enough to leave the memory
+// idle otherwise. The chunks are still accumulated in k order: the same
+// sums, the same bits.
+#define GEMVP_LOAD(wv, k, C, U)                                                                                      \
+  _Pragma("unroll") for (int u = 0; u < U; u++) _Pragma("unroll") for (int c = 0; c < C; c++) wv[u][c] =        \
+      __ldg((const uint4*)(wr[c] + (k) + 256 * u));
+#define GEMVP_FMA(wv, k, R, C, U)                                                                                       \
+  _Pragma("unroll") for (int u = 0; u < U; u++) {                                                               \
+    _Pragma("unroll") for (int hf = 0; hf < 2; hf++) {                                                          \
+      float4 xv[R];                                                                                             \
+      _Pragma("unroll") for (int r = 0; r < R; r++) xv[r] = *(const float4*)(xr[r] + (k) + 256 * u + 4 * hf);   \
+      _Pragma("unroll") for (int e = 0; e < 4; e++) {                                                           \
+        _Pragma("unroll") for (int c = 0; c < C; c++) {                                                         \
+          u32 q = hf == 0 ? (e < 2 ? wv[u][c].x : wv[u][c].y) : (e < 2 ? wv[u][c].z : wv[u][c].w);              \
+          float wf = (e & 1) ? __uint_as_float(q & 0xffff0000u) : __uint_as_float(q << 16);                     \
+          _Pragma("unroll") for (int r = 0; r < R; r++) {                                                       \
+            float xe = e == 0 ? xv[r].x : e == 1 ? xv[r].y : e == 2 ? xv[r].z : xv[r].w;                        \
+            acc[r][c] = fmaf(xe, wf, acc[r][c]);                                                                \
+          }                                                                                                     \
+        }                                                                                                       \
+      }                                                                                                         \
+    }                                                                                                           \
+  }
+#define GEMVP(name, R, C, U)                                                                                   \
+  __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,  \
+                                              const void* bias, int bdt, int M, int N, int K, EPI_PARAMS) {     \
+    int lane = threadIdx.x & 31;                                                                                \
+    int n0 = (blockIdx.y * 4 + (threadIdx.x >> 5)) * C, m0 = blockIdx.x * R;                                    \
+    if (n0 >= N) return;                                                                                        \
+    const u16* wr[C];                                                                                           \
+    _Pragma("unroll") for (int c = 0; c < C; c++) wr[c] = w + (i64)min(n0 + c, N - 1) * ldw;                    \
+    const float* xr[R];                                                                                         \
+    _Pragma("unroll") for (int r = 0; r < R; r++) xr[r] = x + (i64)min(m0 + r, M - 1) * ldx;                    \
+    float acc[R][C];                                                                                            \
+    _Pragma("unroll") for (int r = 0; r < R; r++) _Pragma("unroll") for (int c = 0; c < C; c++) acc[r][c] = 0.0f; \
+    const int step = 256 * U;                                                                                   \
+    int k0 = 8 * lane;                                                                                          \
+    uint4 wa[U][C], wb[U][C];                                                                                   \
+    bool have = k0 + step - 256 + 8 <= K;                                                                       \
+    if (have) { GEMVP_LOAD(wa, k0, C, U) }                                                                            \
+    while (have) {                                                                                              \
+      bool next = k0 + 2 * step - 256 + 8 <= K;                                                                 \
+      if (next) { GEMVP_LOAD(wb, k0 + step, C, U) }                                                                   \
+      GEMVP_FMA(wa, k0, R, C, U)                                                                                         \
+      k0 += step;                                                                                               \
+      if (!next) break;                                                                                         \
+      next = k0 + 2 * step - 256 + 8 <= K;                                                                      \
+      if (next) { GEMVP_LOAD(wa, k0 + step, C, U) }                                                                   \
+      GEMVP_FMA(wb, k0, R, C, U)                                                                                         \
+      k0 += step;                                                                                               \
+      have = next;                                                                                              \
+    }                                                                                                           \
+    for (; k0 < K; k0 += 256) {                                                                                 \
+      _Pragma("unroll") for (int e = 0; e < 8; e++) {                                                           \
+        if (k0 + e < K) {                                                                                       \
+          _Pragma("unroll") for (int c = 0; c < C; c++) {                                                       \
+            float wf = bf16f(wr[c][k0 + e]);                                                                    \
+            _Pragma("unroll") for (int r = 0; r < R; r++) acc[r][c] = fmaf(xr[r][k0 + e], wf, acc[r][c]);      \
+          }                                                                                                     \
+        }                                                                                                       \
+      }                                                                                                         \
+    }                                                                                                           \
+    _Pragma("unroll") for (int r = 0; r < R; r++) _Pragma("unroll") for (int c = 0; c < C; c++)                 \
+        _Pragma("unroll") for (int o = 16; o > 0; o >>= 1) acc[r][c] += __shfl_xor_sync(0xffffffffu, acc[r][c], o); \
+    _Pragma("unroll") for (int r = 0; r < R; r++) _Pragma("unroll") for (int c = 0; c < C; c++) {               \
+      int m = m0 + r, n = n0 + c;                                                                               \
+      if (lane == ((r * C + c) & 31) && m < M && n < N)                                                         \
+        d[(i64)m * ldd + n] = epi(gemv_bias(acc[r][c], bias, bdt, n), EPI_ARGS, m, n);                          \
+    }                                                                                                           \
+  }
+
+GEMVP(gemvp_bf16_r2c4u2, 2, 4, 2)
+GEMVP(gemvp_bf16_r2c2u4, 2, 2, 4)
+GEMVP(gemvp_bf16_r4c4u2, 4, 4, 2)
+GEMVP(gemvp_bf16_r4c2u4, 4, 2, 4)
+GEMVP(gemvp_bf16_r4c2u2, 4, 2, 2)
+GEMVP(gemvp_bf16_r8c4u1, 8, 4, 1)
+GEMVP(gemvp_bf16_r8c2u2, 8, 2, 2)
+GEMVP(gemvp_bf16_r8c2u1, 8, 2, 1)
+
 GEMVR(gemvr_bf16_r2c4u4, 2, 4, 4)
 GEMVR(gemvr_bf16_r2c2u8, 2, 2, 8)
 GEMVR(gemvr_bf16_r4c4u4, 4, 4, 4)

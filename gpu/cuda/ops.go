@@ -168,6 +168,10 @@ var gemvrVariants = []gemvrKernel{
 	{"gemvr_bf16_r2c4u4", 2, 4, 4}, {"gemvr_bf16_r2c2u8", 2, 2, 8},
 	{"gemvr_bf16_r4c4u4", 4, 4, 4}, {"gemvr_bf16_r4c2u4", 4, 2, 4}, {"gemvr_bf16_r4c4u2", 4, 4, 2},
 	{"gemvr_bf16_r8c4u2", 8, 4, 2}, {"gemvr_bf16_r8c2u4", 8, 2, 4}, {"gemvr_bf16_r8c8u1", 8, 8, 1},
+	// GEMVP: the next chunks' weights load while the current ones multiply.
+	{"gemvp_bf16_r2c4u2", 2, 4, 2}, {"gemvp_bf16_r2c2u4", 2, 2, 4},
+	{"gemvp_bf16_r4c4u2", 4, 4, 2}, {"gemvp_bf16_r4c2u4", 4, 2, 4}, {"gemvp_bf16_r4c2u2", 4, 2, 2},
+	{"gemvp_bf16_r8c4u1", 8, 4, 1}, {"gemvp_bf16_r8c2u2", 8, 2, 2}, {"gemvp_bf16_r8c2u1", 8, 2, 1},
 }
 
 // gemvrMaxRows is the most rows of x the few-row kernels take; beyond, the

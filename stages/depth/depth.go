@@ -213,11 +213,14 @@ func (d *Depth) frame(c *nn.Ctx, h gpu.Tensor, pick func(i int, logits, prev gpu
 	in := c.Tmp(B, C*D)
 	c.Q.MatMul(in, h, d.Linear, d.LinearB)
 	c.Round(in)
-	// Per-layer KV caches of the frame: session r's positions are rows
-	// r·C .. r·C+C−1.
+	// Per-layer KV caches of the frame, one row per codebook position with
+	// the B sessions side by side in it ([C, B·kvd]: session r's heads are
+	// KV heads r·KVH … r·KVH+KVH−1), so that one Attention over B·H query
+	// heads serves every session: query head r·H+h of the row [1, B·D]
+	// reads KV head (r·H+h)/(H/KVH) = r·KVH + h/(H/KVH), its own session's.
 	kc, vc := make([]gpu.Tensor, len(d.Layers)), make([]gpu.Tensor, len(d.Layers))
 	for l := range d.Layers {
-		kc[l], vc[l] = c.Tmp(B*C, kvd), c.Tmp(B*C, kvd)
+		kc[l], vc[l] = c.Tmp(C, B*kvd), c.Tmp(C, B*kvd)
 	}
 	x := c.Tmp(B, D)
 	prev := c.Tmp(B, D)
@@ -265,20 +268,20 @@ func (d *Depth) block(c *nn.Ctx, l int, x, kc, vc gpu.Tensor, pos int) {
 	B, D := x.Rows, x.Cols
 	H, KVH, hd := d.Cfg.Heads(), d.Cfg.KVHeads(), d.Cfg.HeadDim()
 	kvd := KVH * hd
-	C := d.Codebooks
 	h := c.Tmp(B, D)
 	d.rmsNorm(c, h, x, L.OpNorm)
 	qkv := c.Tmp(B, D+2*kvd)
 	linear(c, qkv, h, L.QKV)
-	var q, k, v gpu.Tensor
-	if B == 1 {
-		// One row: q is a contiguous view of qkv, and k and v go straight
-		// to the frame's cache rows (the same values, three copies fewer).
-		q, k, v = qkv.ColSlice(0, D), kc.Row(pos), vc.Row(pos)
-	} else {
-		q, k, v = c.Tmp(B, D), c.Tmp(B, kvd), c.Tmp(B, kvd)
+	// k and v go straight to the frame's cache row pos (the B sessions'
+	// [B, kvd] rows are that row's [1, B·kvd]); q is a view of qkv for one
+	// row, a contiguous copy for several (the attention reads it as one
+	// row of B·H heads).
+	q := qkv.ColSlice(0, D)
+	if B > 1 {
+		q = c.Tmp(B, D)
 		c.Q.Copy(q, qkv.ColSlice(0, D))
 	}
+	k, v := kc.Row(pos).Reshape(B, kvd), vc.Row(pos).Reshape(B, kvd)
 	c.Q.Copy(k, qkv.ColSlice(D, D+kvd))
 	c.Q.Copy(v, qkv.ColSlice(D+kvd, D+2*kvd))
 	d.rmsNorm(c, q.Reshape(B*H, hd), q.Reshape(B*H, hd), L.QNorm)
@@ -293,18 +296,11 @@ func (d *Depth) block(c *nn.Ctx, l int, x, kc, vc gpu.Tensor, pos int) {
 	c.Q.RoPE(k, rp)
 	c.Round(k)
 	o := c.Tmp(B, D)
-	for r := 0; r < B; r++ {
-		base := r * C
-		if B > 1 {
-			c.Q.Copy(kc.Row(base+pos), k.Row(r))
-			c.Q.Copy(vc.Row(base+pos), v.Row(r))
-		}
-		c.Q.Attention(o.Row(r), q.Row(r), kc.Slice(base, base+pos+1), vc.Slice(base, base+pos+1), gpu.AttnParams{
-			Heads: H, KVHeads: KVH, HeadDim: hd,
-			Scale: float32(1 / math.Sqrt(float64(hd))),
-			QPos0: pos, Causal: true, ProbBF16: c.P == nn.BF16 && d.FlashAttention,
-		})
-	}
+	c.Q.Attention(o.Reshape(1, B*D), q.Reshape(1, B*D), kc.Slice(0, pos+1), vc.Slice(0, pos+1), gpu.AttnParams{
+		Heads: B * H, KVHeads: B * KVH, HeadDim: hd,
+		Scale: float32(1 / math.Sqrt(float64(hd))),
+		QPos0: pos, Causal: true, ProbBF16: c.P == nn.BF16 && d.FlashAttention,
+	})
 	c.Round(o)
 	a := c.Tmp(B, D)
 	linear(c, a, o, L.Out)
