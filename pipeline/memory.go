@@ -148,18 +148,22 @@ type cacheSizer interface {
 	BytesFor(positions int) int64
 }
 
-// growableCache is a backbone cache that can be given the capacity of a
-// whole turn at once (stages/lfm2's Cache): one allocation per turn instead
-// of reallocations as it fills.
+// growableCache is a backbone cache that can be given the memory of a
+// whole turn at once (stages/lfm2's Cache takes the turn's KV blocks from
+// its pool): the turn's passes then take none.
 type growableCache interface {
-	Grow(q gpu.Queue, positions int)
+	Grow(q gpu.Queue, positions int) error
 }
 
-// preallocate gives t's cache room for every position the turn may reach:
-// the history, the prompt and MaxNewTokens steps (what Start admitted).
+// preallocate gives t's cache the blocks of every position the turn may
+// reach: the history, the prompt and MaxNewTokens steps (what Start
+// admitted against the budget). A pool that cannot give them all (only a
+// pool given a limit of its own) leaves the passes to take them as they go.
 func (e *Engine) preallocate(c *nn.Ctx, t *turn) {
 	if g, ok := t.sess.cache.(growableCache); ok {
-		g.Grow(c.Q, t.sess.chat.Len()+t.req.MaxNewTokens)
+		if err := g.Grow(c.Q, t.sess.chat.Len()+t.req.MaxNewTokens); err != nil {
+			e.opts.Logger.Warn("backbone: the KV pool cannot preallocate the turn", "err", err)
+		}
 	}
 }
 

@@ -38,8 +38,11 @@ func TestCacheGrow(t *testing.T) {
 	if got, want := grown.Bytes(), tm.m.BytesFor(positions); got != want {
 		t.Errorf("grown cache holds %d bytes, BytesFor(%d) = %d", got, positions, want)
 	}
-	if got, want := tm.m.BytesFor(positions), tm.m.BytesFor(2*KVBlock); got != want {
-		t.Errorf("BytesFor(%d) = %d, want two blocks' %d", positions, got, want)
+	if got, want := tm.m.BytesFor(positions), tm.m.BytesFor(5*KVBlock); got != want {
+		t.Errorf("BytesFor(%d) = %d, want five blocks' %d", positions, got, want)
+	}
+	if tm.m.BytesFor(5*KVBlock+1) == tm.m.BytesFor(5*KVBlock) {
+		t.Errorf("BytesFor(%d) is five blocks' bytes", 5*KVBlock+1)
 	}
 	used := gpu.DescribeDevice(tm.dev).MemUsed
 	got := run(grown)

@@ -16,8 +16,10 @@
 package lfm2
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/stages/config"
@@ -43,6 +45,12 @@ type Model struct {
 	// sizes that are multiples of 8, on an H100/H200 with cuDNN ≥ 9.15) or
 	// FlashAttention-2 (any head size up to 256). Load sets it.
 	FlashAttention bool
+	// KVBlockRows is the block size, in positions, of the model's KV pools
+	// (KVPool); 0 means KVBlock. Set it before the first cache.
+	KVBlockRows int
+
+	poolMu sync.Mutex
+	pools  map[gpu.Device]*KVPool
 }
 
 // Block is one LFM2 decoder layer; exactly one of Conv and Attn is set.
@@ -143,35 +151,38 @@ func InvFreqBF16(theta float64, headDim int) []float32 {
 }
 
 // Cache is one sequence's recurrent state: the last L−1 conv inputs of each
-// conv layer and the keys and values of each attention layer. A layer with
-// a sliding window keeps only the keys and values of the last Window−1
-// positions between forward passes (what the next position can see), so
-// its memory stays bounded however long the sequence grows.
+// conv layer and, in blocks of its model's KVPool, the keys and values of
+// each attention layer. A layer with a sliding window gives back the
+// blocks that hold only positions no later position can see (all but the
+// last Window−1), so its memory stays bounded however long the sequence
+// grows.
 type Cache struct {
 	m    *Model
 	dev  gpu.Device
+	pool *KVPool
 	pos  int
 	conv []gpu.Tensor // per layer: [L−1, hidden] (conv layers)
-	// Per attention layer: rows [0, pos−base[i]) of k[i], v[i] hold the keys
-	// and values of positions [base[i], pos); spare buffers of the same
-	// capacity take the kept rows when a window trims them.
-	k, v   []gpu.Tensor
-	k2, v2 []gpu.Tensor
-	base   []int
-	cap    []int
+	// tabs holds a block table per group of the pool (the attention layers
+	// of one window share it); group[i] is layer i's.
+	tabs  []*kvTable
+	group []int
 }
 
-// NewCache returns an empty cache for m on dev.
+// NewCache returns an empty cache for m on dev; its keys and values go in
+// m's pool on dev (KVPool).
 func (m *Model) NewCache(dev gpu.Device) *Cache {
 	n := len(m.Blocks)
-	c := &Cache{m: m, dev: dev,
-		conv: make([]gpu.Tensor, n),
-		k:    make([]gpu.Tensor, n),
-		v:    make([]gpu.Tensor, n),
-		k2:   make([]gpu.Tensor, n),
-		v2:   make([]gpu.Tensor, n),
-		base: make([]int, n),
-		cap:  make([]int, n),
+	p := m.KVPool(dev)
+	c := &Cache{m: m, dev: dev, pool: p,
+		conv:  make([]gpu.Tensor, n),
+		group: make([]int, n),
+	}
+	for _, g := range p.groups {
+		gi := len(c.tabs)
+		c.tabs = append(c.tabs, &kvTable{g: g})
+		for _, li := range g.layers {
+			c.group[li] = gi
+		}
 	}
 	for i, b := range m.Blocks {
 		if b.Conv != nil {
@@ -185,159 +196,145 @@ func (m *Model) NewCache(dev gpu.Device) *Cache {
 func (c *Cache) Len() int { return c.pos }
 
 // Held returns the number of positions whose keys and values layer i
-// holds (0 for a conv layer).
+// holds (0 for a conv layer): from the start of its first block to the
+// last position seen. A windowed layer holds at least its last Window−1
+// positions (what the next position can see), and less than a block more.
 func (c *Cache) Held(i int) int {
-	if c.m.Blocks[i].Attn == nil {
+	if c.m.Blocks[i].Attn == nil || c.tabs == nil {
 		return 0
 	}
-	return c.pos - c.base[i]
+	return c.pos - c.tabs[c.group[i]].first*c.pool.rows
 }
 
-// Free releases the cache's device memory.
+// BlockRows returns the positions of one of the cache's KV blocks.
+func (c *Cache) BlockRows() int { return c.pool.rows }
+
+// Free releases the cache's device memory: its conv states, and its blocks
+// back to the pool.
 func (c *Cache) Free() {
 	for i := range c.conv {
-		for _, t := range []gpu.Tensor{c.conv[i], c.k[i], c.v[i], c.k2[i], c.v2[i]} {
-			if !t.IsNil() {
-				c.dev.Free(t)
+		if !c.conv[i].IsNil() {
+			c.dev.Free(c.conv[i])
+		}
+	}
+	for _, t := range c.tabs {
+		c.pool.give(t.g, t.ids)
+		if !t.dev.IsNil() {
+			c.dev.Free(t.dev)
+		}
+	}
+	c.conv, c.tabs = nil, nil
+}
+
+// blocksFor returns how many blocks a table of group g holds once grown
+// to positions: every block up to them, for a windowed group at most the
+// blocks a window and one block of new rows can span.
+func (p *KVPool) blocksFor(g *kvGroup, positions int) int {
+	n := (positions + p.rows - 1) / p.rows
+	if g.window > 0 {
+		n = min(n, (g.window-1+p.rows+p.rows-1)/p.rows+1)
+	}
+	return n
+}
+
+// reserve gives every table the blocks up to position c.pos+n.
+func (c *Cache) reserve(q gpu.Queue, n int) error {
+	end := (c.pos + n + c.pool.rows - 1) / c.pool.rows // logical blocks needed
+	for _, t := range c.tabs {
+		if need := end - t.first - len(t.ids); need > 0 {
+			ids, err := c.pool.take(q, t.g, t.ids, need)
+			if err != nil {
+				return err
 			}
+			t.ids, t.dirty = ids, true
 		}
 	}
-	c.conv, c.k, c.v, c.k2, c.v2 = nil, nil, nil, nil, nil
-	clear(c.cap)
+	return nil
 }
 
-// KVBlock is the granularity, in positions, of a cache's key and value
-// buffers: they grow to a multiple of it (never by doubling), so that what
-// a conversation holds is its positions rounded up to a block.
-const KVBlock = 256
-
-func roundBlock(n int) int { return (n + KVBlock - 1) / KVBlock * KVBlock }
-
-// reserve grows each attention layer's KV buffers to hold n more positions.
-func (c *Cache) reserve(q gpu.Queue, n int) {
-	for i, b := range c.m.Blocks {
-		if b.Attn == nil {
-			continue
-		}
-		if need := c.pos - c.base[i] + n; need > c.cap[i] {
-			c.growLayer(q, i, roundBlock(need))
-		}
-	}
-}
-
-// Grow gives every full-attention layer room for positions positions in
+// Grow gives every full-attention layer blocks for positions positions in
 // all (a windowed layer for its window and one block of new rows), so
-// that the passes up to there allocate nothing: a turn's cache is sized
-// once, when it is admitted. It never shrinks a buffer.
-func (c *Cache) Grow(q gpu.Queue, positions int) {
-	for i, b := range c.m.Blocks {
-		if b.Attn == nil {
-			continue
-		}
-		if nc := c.layerCap(b.Attn, positions); nc > c.cap[i] {
-			c.growLayer(q, i, nc)
-		}
-	}
-}
-
-// layerCap is the capacity Grow gives an attention layer for positions.
-func (c *Cache) layerCap(a *Attention, positions int) int {
-	if a.Window > 0 {
-		positions = min(positions, a.Window-1+KVBlock)
-	}
-	return roundBlock(positions)
-}
-
-// growLayer reallocates attention layer i's buffers with room for nc
-// positions, keeping the rows it holds.
-func (c *Cache) growLayer(q gpu.Queue, i, nc int) {
-	b := c.m.Blocks[i]
-	held := c.pos - c.base[i]
-	kv := b.Attn.KVHeads * b.Attn.HeadD
-	for _, p := range []*gpu.Tensor{&c.k[i], &c.v[i]} {
-		t := c.dev.Alloc(gpu.F32, nc, kv)
-		if held > 0 {
-			q.Copy(t.Slice(0, held), p.Slice(0, held))
-		}
-		if !p.IsNil() {
-			c.dev.Free(*p)
-		}
-		*p = t
-	}
-	if b.Attn.Window > 0 {
-		for _, p := range []*gpu.Tensor{&c.k2[i], &c.v2[i]} {
-			if !p.IsNil() {
-				c.dev.Free(*p)
+// that the passes up to there take nothing from the pool: a turn's blocks
+// are taken once, when it is admitted. It never gives blocks back. When
+// the pool, at its limit, cannot give a table all its blocks, that table
+// takes none and Grow returns an error wrapping ErrKVPoolFull.
+func (c *Cache) Grow(q gpu.Queue, positions int) error {
+	var errs []error
+	for _, t := range c.tabs {
+		if need := c.pool.blocksFor(t.g, positions) - len(t.ids); need > 0 {
+			ids, err := c.pool.take(q, t.g, t.ids, need)
+			if err != nil {
+				errs = append(errs, err)
+				continue
 			}
-			*p = c.dev.Alloc(gpu.F32, nc, kv)
+			t.ids, t.dirty = ids, true
+		}
+		if len(t.ids) > 0 {
+			t.upload(q, c.dev) // the device table's memory too
 		}
 	}
-	c.cap[i] = nc
+	return errors.Join(errs...)
 }
 
-// Bytes returns the device memory the cache holds: conv states and the
-// key and value buffers at their capacity.
+// Bytes returns the device memory the cache holds: conv states and its
+// blocks' keys and values.
 func (c *Cache) Bytes() int64 {
 	var n int64
 	for i, b := range c.m.Blocks {
-		switch {
-		case b.Conv != nil && c.conv != nil:
+		if b.Conv != nil && c.conv != nil {
 			n += int64(c.conv[i].Len()) * 4
-		case b.Attn != nil:
-			n += int64(c.cap[i]) * c.m.kvRowBytes(b.Attn)
 		}
+	}
+	for _, t := range c.tabs {
+		n += int64(len(t.ids)) * t.g.bytes
 	}
 	return n
 }
 
 // BytesFor returns what a cache of m holds once grown (Grow) to
-// positions: what a conversation of that length costs.
+// positions: what a conversation of that length costs, its positions
+// rounded up to whole blocks of the pool's size.
 func (m *Model) BytesFor(positions int) int64 {
 	var n int64
-	c := &Cache{m: m}
+	rows := m.KVBlockRows
+	if rows <= 0 {
+		rows = KVBlock
+	}
+	p := &KVPool{rows: rows}
 	for _, b := range m.Blocks {
 		switch {
 		case b.Conv != nil:
 			n += int64(b.Conv.L-1) * int64(m.Cfg.HiddenSize) * 4
 		case b.Attn != nil:
-			n += int64(c.layerCap(b.Attn, positions)) * m.kvRowBytes(b.Attn)
+			g := &kvGroup{window: b.Attn.Window}
+			n += int64(p.blocksFor(g, positions)) * int64(rows) * m.kvRowBytes(b.Attn)
 		}
 	}
 	return n
 }
 
 // kvRowBytes is one position's keys and values in an attention layer's
-// buffers (fp32; a windowed layer's spares double it).
+// pool (fp32).
 func (m *Model) kvRowBytes(a *Attention) int64 {
-	n := int64(2*a.KVHeads*a.HeadD) * 4
-	if a.Window > 0 {
-		n *= 2
-	}
-	return n
+	return int64(2*a.KVHeads*a.HeadD) * 4
 }
 
-// trim drops, in every windowed attention layer, the keys and values no
-// later position can see: all but the last Window−1.
-func (c *Cache) trim(q gpu.Queue) {
-	for i, b := range c.m.Blocks {
-		if b.Attn == nil || b.Attn.Window <= 0 {
+// trim gives back, in every windowed group, the blocks that hold only
+// positions no later position can see (before the last Window−1).
+func (c *Cache) trim() {
+	for _, t := range c.tabs {
+		if t.g.window <= 0 {
 			continue
 		}
-		keep := b.Attn.Window - 1
-		held := c.pos - c.base[i]
-		if held <= keep {
+		keep := max(0, c.pos-(t.g.window-1)) / c.pool.rows // first logical block still visible
+		n := min(keep-t.first, len(t.ids))
+		if n <= 0 {
 			continue
 		}
-		// The kept rows move to the spare buffers (a copy between distinct
-		// buffers; the ranges of one buffer would overlap), which become
-		// the live ones.
-		if keep > 0 {
-			q.Copy(c.k2[i].Slice(0, keep), c.k[i].Slice(held-keep, held))
-			q.Copy(c.v2[i].Slice(0, keep), c.v[i].Slice(held-keep, held))
-		}
-		c.k[i], c.k2[i] = c.k2[i], c.k[i]
-		c.v[i], c.v2[i] = c.v2[i], c.v[i]
-		c.base[i] = c.pos - keep
+		c.pool.give(t.g, t.ids[:n])
+		t.ids = append(t.ids[:0], t.ids[n:]...)
+		t.first += n
+		t.dirty = true
 	}
 }
 
@@ -366,7 +363,11 @@ func (m *Model) Forward(c *nn.Ctx, x gpu.Tensor, seqs []Seq) gpu.Tensor {
 		panic(fmt.Sprintf("lfm2: forward of %v for %d rows", x, total))
 	}
 	for _, s := range seqs {
-		s.Cache.reserve(c.Q, s.Rows)
+		if err := s.Cache.reserve(c.Q, s.Rows); err != nil {
+			// The caller's memory budget admits what the pool holds (or
+			// the pool has no limit): running out here is a sizing bug.
+			panic(fmt.Sprintf("lfm2: forward of %d rows at position %d: %v", s.Rows, s.Cache.pos, err))
+		}
 	}
 	w := c.Tmp(total, H)
 	c.Q.Copy(w, x)
@@ -375,7 +376,7 @@ func (m *Model) Forward(c *nn.Ctx, x gpu.Tensor, seqs []Seq) gpu.Tensor {
 	}
 	for _, s := range seqs {
 		s.Cache.pos += s.Rows
-		s.Cache.trim(c.Q)
+		s.Cache.trim()
 	}
 	out := c.Tmp(total, H)
 	m.rmsNorm(c, out, w, m.Norm)
@@ -492,17 +493,30 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h gpu.Tensor, seqs []Seq) {
 		if s.Rows == 0 {
 			continue
 		}
-		// Key row j of the cache is position base+j; the window mask is
+		cc := s.Cache
+		t := cc.tabs[cc.group[i]]
+		kp, vp := t.g.layerPools(i)
+		br := cc.pool.rows
+		// The new rows go into their blocks (a chunk may span several).
+		for j := 0; j < s.Rows; {
+			a := cc.pos + j
+			row := int(t.ids[a/br-t.first])*br + a%br
+			n := min(s.Rows-j, br-a%br)
+			c.Q.Copy(kp.Slice(row, row+n), k.Slice(r0+j, r0+j+n))
+			c.Q.Copy(vp.Slice(row, row+n), v.Slice(r0+j, r0+j+n))
+			j += n
+		}
+		t.upload(c.Q, cc.dev)
+		// Key row j of the table is position base+j; the window mask is
 		// relative, so positions are given relative to base.
-		p := s.Cache.pos - s.Cache.base[i]
-		kc, vc := s.Cache.k[i], s.Cache.v[i]
-		c.Q.Copy(kc.Slice(p, p+s.Rows), k.Slice(r0, r0+s.Rows))
-		c.Q.Copy(vc.Slice(p, p+s.Rows), v.Slice(r0, r0+s.Rows))
-		c.Q.Attention(o.Slice(r0, r0+s.Rows), q.Slice(r0, r0+s.Rows), kc.Slice(0, p+s.Rows), vc.Slice(0, p+s.Rows), gpu.AttnParams{
+		base := t.first * br
+		p := cc.pos - base
+		c.Q.Attention(o.Slice(r0, r0+s.Rows), q.Slice(r0, r0+s.Rows), kp, vp, gpu.AttnParams{
 			Heads: at.Heads, KVHeads: at.KVHeads, HeadDim: hd,
 			Scale: float32(1 / math.Sqrt(float64(hd))),
 			QPos0: p, Causal: true, Window: at.Window,
 			ProbBF16: c.P == nn.BF16 && m.FlashAttention,
+			Blocks:   t.dev, BlockRows: br, Keys: p + s.Rows,
 		})
 		r0 += s.Rows
 	}

@@ -171,8 +171,10 @@ func TestLoadErrors(t *testing.T) {
 
 // TestSlidingWindowCache: with the attention layers made sliding (window
 // 4), a prefill then single steps and chunks give one prefill's rows bit
-// for bit, while each windowed layer keeps only the last window−1 keys
-// and values between passes; the window changes the output.
+// for bit, with KV blocks of 1, 2 and 3 positions, while each windowed
+// layer keeps between passes only the blocks that hold its last window−1
+// positions (the others go back to the pool); the window changes the
+// output.
 func TestSlidingWindowCache(t *testing.T) {
 	tm := loadTestModel(t)
 	cfg := tm.cfg.LFM
@@ -202,21 +204,35 @@ func TestSlidingWindowCache(t *testing.T) {
 	if slices.Equal(whole, full) {
 		t.Error("a window of 4 gives the rows of full attention")
 	}
-	for _, chunk := range []int{1, 2, 5} {
-		cache := m.NewCache(tm.dev)
-		var got []float32
-		for lo := 0; lo < N; lo += chunk {
-			hi := min(lo+chunk, N)
-			got = append(got, read(t, c, m.Forward(c, x.Slice(lo, hi), []Seq{{Cache: cache, Rows: hi - lo}}))...)
-			for i, b := range m.Blocks {
-				if b.Attn != nil && cache.Held(i) != min(hi, window-1) {
-					t.Fatalf("chunk %d: after %d positions layer %d holds %d, want %d", chunk, hi, i, cache.Held(i), min(hi, window-1))
+	for _, br := range []int{1, 2, 3} {
+		// A model of its own per block size (the pool's size is fixed at
+		// its first cache).
+		mb, err := Load(weights.New(tm.dev, f).Sub("lfm"), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mb.KVBlockRows = br
+		for _, chunk := range []int{1, 2, 5} {
+			cache := mb.NewCache(tm.dev)
+			var got []float32
+			for lo := 0; lo < N; lo += chunk {
+				hi := min(lo+chunk, N)
+				got = append(got, read(t, c, mb.Forward(c, x.Slice(lo, hi), []Seq{{Cache: cache, Rows: hi - lo}}))...)
+				// The first kept block is the one position hi−(window−1) is in.
+				want := hi - max(0, hi-(window-1))/br*br
+				for i, b := range mb.Blocks {
+					if b.Attn != nil && cache.Held(i) != want {
+						t.Fatalf("blocks of %d, chunk %d: after %d positions layer %d holds %d, want %d", br, chunk, hi, i, cache.Held(i), want)
+					}
 				}
 			}
+			if !slices.Equal(got, whole) {
+				t.Errorf("blocks of %d: chunks of %d differ from the whole pass", br, chunk)
+			}
+			cache.Free()
+			if st := mb.KVPool(tm.dev).Stats(); st.Free != st.Blocks {
+				t.Errorf("blocks of %d: after Free %d of %d blocks are free", br, st.Free, st.Blocks)
+			}
 		}
-		if !slices.Equal(got, whole) {
-			t.Errorf("chunks of %d differ from the whole pass", chunk)
-		}
-		cache.Free()
 	}
 }
