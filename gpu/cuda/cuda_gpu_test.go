@@ -370,3 +370,138 @@ func TestGemvrVariantsBitIdentical(t *testing.T) {
 		d.Free(w)
 	}
 }
+
+// TestNormFusedEqualsSeparate: the fused norm kernels (gpu.NormFuser) give
+// the bits of the op sequences they replace — every rounding flag, a bf16
+// and an f32 norm weight, products with folded epilogues after them, and
+// head rotations in both styles, fp32 and bf16, in place and into another
+// buffer.
+func TestNormFusedEqualsSeparate(t *testing.T) {
+	d := openGPU(t)
+	rng := rand.New(rand.NewPCG(12, 13))
+	randBF16 := func(n int) []byte {
+		b := make([]byte, 2*n)
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint16(b[2*i:], gpu.F32ToBF16(float32(rng.NormFloat64())))
+		}
+		return b
+	}
+	vals := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	run := func(unfused bool, fn func(q *Queue) []gpu.Tensor) [][]float32 {
+		q := d.NewQueue("fuse").(*Queue)
+		q.unfused = unfused
+		outs := fn(q)
+		res := make([][]float32, len(outs))
+		for i, o := range outs {
+			res[i] = make([]float32, o.Len())
+			if err := q.Read(res[i], o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return res
+	}
+	same := func(name string, a, b [][]float32) {
+		for i := range a {
+			for j := range a[i] {
+				if math.Float32bits(a[i][j]) != math.Float32bits(b[i][j]) {
+					t.Errorf("%s: output %d element %d: fused %v, separate %v", name, i, j, a[i][j], b[i][j])
+					return
+				}
+			}
+		}
+	}
+	for _, sh := range []struct{ N, K int }{{1536, 1024}, {1024, 2048}, {65, 264}, {8192, 2048}} {
+		w, err := d.Load(gpu.BF16, sh.N, sh.K, randBF16(sh.N*sh.K))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nwb, err := d.Load(gpu.BF16, 1, sh.K, randBF16(sh.K))
+		if err != nil {
+			t.Fatal(err)
+		}
+		xs, nwf, other := vals(sh.K), vals(sh.K), vals(sh.N)
+		for ci, c := range []struct {
+			round, roundW, f32w bool
+			epi                 string
+		}{{true, true, false, "round"}, {false, true, false, "silu"}, {false, false, true, "add"}, {true, false, false, ""}} {
+			fn := func(q *Queue) []gpu.Tensor {
+				x, h, y, o := d.Alloc(gpu.F32, 1, sh.K), d.Alloc(gpu.F32, 1, sh.K), d.Alloc(gpu.F32, 1, sh.N), d.Alloc(gpu.F32, 1, sh.N)
+				q.Write(x, xs)
+				q.Write(o, other)
+				nw := nwb
+				if c.f32w {
+					nw = d.Alloc(gpu.F32, 1, sh.K)
+					q.Write(nw, nwf)
+				}
+				gpu.NormMatMul(q, y, h, x, gpu.RowNorm{Eps: 1e-5, Round: c.round, W: nw, RoundW: c.roundW}, w, gpu.Tensor{})
+				switch c.epi {
+				case "round":
+					q.RoundBF16(y)
+				case "silu":
+					q.RoundBF16(y)
+					q.Act(y, y, gpu.SiLU)
+					q.RoundBF16(y)
+				case "add":
+					q.Add(y, y, o)
+					q.RoundBF16(y)
+				}
+				return []gpu.Tensor{y, h}
+			}
+			same(fmt.Sprintf("normmatmul %dx%d case %d", sh.N, sh.K, ci), run(false, fn), run(true, fn))
+		}
+		d.Free(w)
+		d.Free(nwb)
+	}
+	for ci, c := range []struct {
+		style           gpu.RoPEStyle
+		hd, heads, rows int
+		bf16, round     bool
+		nround, inplace bool
+	}{
+		{gpu.Interleaved, 64, 16, 1, false, true, false, false},
+		{gpu.Interleaved, 64, 4, 3, false, true, false, true},
+		{gpu.RotateHalf, 64, 32, 1, true, false, true, true},
+		{gpu.RotateHalf, 64, 8, 5, true, false, true, false},
+		{gpu.RotateHalf, 128, 3, 2, false, false, true, false},
+	} {
+		nwb, err := d.Load(gpu.BF16, 1, c.hd, randBF16(c.hd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols := c.hd * c.heads
+		xs := vals(c.rows * (cols + 7))
+		inv := make([]float32, c.hd/2)
+		for j := range inv {
+			inv[j] = float32(math.Pow(1e6, -2*float64(j)/float64(c.hd)))
+		}
+		pos := make([]int32, c.rows)
+		for r := range pos {
+			pos[r] = int32(rng.IntN(5000))
+		}
+		fn := func(q *Queue) []gpu.Tensor {
+			whole := d.Alloc(gpu.F32, c.rows, cols+7)
+			q.Write(whole, xs)
+			src := whole.ColSlice(3, 3+cols)
+			dst := src
+			if !c.inplace {
+				dst = d.Alloc(gpu.F32, c.rows, cols)
+			}
+			if c.inplace && c.rows > 1 {
+				dst = d.Alloc(gpu.F32, c.rows, cols)
+				q.Copy(dst, src)
+				src = dst
+			}
+			rp := gpu.RoPEParams{Style: c.style, HeadDim: c.hd, InvFreq: inv, Pos: pos, BF16: c.bf16}
+			gpu.HeadNormRoPE(q, dst, src, gpu.RowNorm{Eps: 1e-5, Round: c.nround, W: nwb, RoundW: true}, rp, c.round)
+			return []gpu.Tensor{dst}
+		}
+		same(fmt.Sprintf("headnormrope case %d", ci), run(false, fn), run(true, fn))
+		d.Free(nwb)
+	}
+}

@@ -847,8 +847,6 @@ __device__ __forceinline__ void mm_tile(float* d, i64 ldd, const float* x, i64 l
     }
 }
 
-extern "C" {
-
 // gemv_bf16 is matmul_r1_bf16 for one row of x with four chunks of
 // weights in flight per lane (the decode step streams every weight once;
 // how many bytes are in flight sets its speed). The products are
@@ -859,52 +857,6 @@ extern "C" {
 // of a sum: lane l adds x[k]·w[k] for its k = 8l + 256j + e in ascending
 // order, then the warp's butterfly — the FMA kernels' order, so a row's
 // bits do not depend on the variant (queue.go: gemvVariant picks one).
-#define GEMV(name, C, U)                                                                                        \
-  __global__ void __launch_bounds__(128) name(float* d, const float* x, const u16* w, i64 ldw, const void* bias, \
-                                              int bdt, int N, int K, EPI_PARAMS) {                              \
-    int lane = threadIdx.x & 31;                                                                                \
-    int n0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * C;                                                         \
-    if (n0 >= N) return;                                                                                        \
-    const u16* wr[C];                                                                                           \
-    _Pragma("unroll") for (int c = 0; c < C; c++) wr[c] = w + (i64)min(n0 + c, N - 1) * ldw;                    \
-    float acc[C];                                                                                               \
-    _Pragma("unroll") for (int c = 0; c < C; c++) acc[c] = 0.0f;                                                \
-    int k0 = 8 * lane;                                                                                          \
-    for (; k0 + 256 * (U - 1) + 8 <= K; k0 += 256 * U) {                                                        \
-      uint4 wv[U][C];                                                                                           \
-      float4 xa[U], xb[U];                                                                                      \
-      _Pragma("unroll") for (int u = 0; u < U; u++) {                                                           \
-        _Pragma("unroll") for (int c = 0; c < C; c++) wv[u][c] = __ldg((const uint4*)(wr[c] + k0 + 256 * u));   \
-        xa[u] = *(const float4*)(x + k0 + 256 * u);                                                             \
-        xb[u] = *(const float4*)(x + k0 + 256 * u + 4);                                                         \
-      }                                                                                                         \
-      _Pragma("unroll") for (int u = 0; u < U; u++) {                                                           \
-        float xs[8] = {xa[u].x, xa[u].y, xa[u].z, xa[u].w, xb[u].x, xb[u].y, xb[u].z, xb[u].w};                 \
-        _Pragma("unroll") for (int e = 0; e < 8; e++) {                                                         \
-          _Pragma("unroll") for (int c = 0; c < C; c++) {                                                       \
-            u32 q = e < 2 ? wv[u][c].x : e < 4 ? wv[u][c].y : e < 6 ? wv[u][c].z : wv[u][c].w;                  \
-            float wf = (e & 1) ? __uint_as_float(q & 0xffff0000u) : __uint_as_float(q << 16);                   \
-            acc[c] = fmaf(xs[e], wf, acc[c]);                                                                   \
-          }                                                                                                     \
-        }                                                                                                       \
-      }                                                                                                         \
-    }                                                                                                           \
-    for (; k0 < K; k0 += 256) {                                                                                 \
-      _Pragma("unroll") for (int e = 0; e < 8; e++) {                                                           \
-        if (k0 + e < K) {                                                                                       \
-          float xv = x[k0 + e];                                                                                 \
-          _Pragma("unroll") for (int c = 0; c < C; c++) acc[c] = fmaf(xv, bf16f(wr[c][k0 + e]), acc[c]);        \
-        }                                                                                                       \
-      }                                                                                                         \
-    }                                                                                                           \
-    _Pragma("unroll") for (int c = 0; c < C; c++) _Pragma("unroll") for (int o = 16; o > 0; o >>= 1) acc[c] +=  \
-        __shfl_xor_sync(0xffffffffu, acc[c], o);                                                                \
-    _Pragma("unroll") for (int c = 0; c < C; c++) {                                                             \
-      int n = n0 + c;                                                                                           \
-      if (lane == c && n < N) d[n] = epi(gemv_bias(acc[c], bias, bdt, n), EPI_ARGS, 0, n);                      \
-    }                                                                                                           \
-  }
-
 __device__ __forceinline__ float gemv_bias(float v, const void* bias, int bdt, int n) {
 #ifdef FAULT_GEMV
   if (bias && n > 0) v += load(bias, bdt, n - 1);
@@ -914,12 +866,191 @@ __device__ __forceinline__ float gemv_bias(float v, const void* bias, int bdt, i
   return v;
 }
 
+template <int C, int U>
+__device__ __forceinline__ void gemv_row(float* d, const float* x, const u16* w, i64 ldw, const void* bias, int bdt,
+                                         int N, int K, EPI_PARAMS) {
+  int lane = threadIdx.x & 31;
+  int n0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * C;
+  if (n0 >= N) return;
+  const u16* wr[C];
+#pragma unroll
+  for (int c = 0; c < C; c++) wr[c] = w + (i64)min(n0 + c, N - 1) * ldw;
+  float acc[C];
+#pragma unroll
+  for (int c = 0; c < C; c++) acc[c] = 0.0f;
+  int k0 = 8 * lane;
+  for (; k0 + 256 * (U - 1) + 8 <= K; k0 += 256 * U) {
+    uint4 wv[U][C];
+    float4 xa[U], xb[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+#pragma unroll
+      for (int c = 0; c < C; c++) wv[u][c] = __ldg((const uint4*)(wr[c] + k0 + 256 * u));
+      xa[u] = *(const float4*)(x + k0 + 256 * u);
+      xb[u] = *(const float4*)(x + k0 + 256 * u + 4);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      float xs[8] = {xa[u].x, xa[u].y, xa[u].z, xa[u].w, xb[u].x, xb[u].y, xb[u].z, xb[u].w};
+#pragma unroll
+      for (int e = 0; e < 8; e++) {
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+          u32 q = e < 2 ? wv[u][c].x : e < 4 ? wv[u][c].y : e < 6 ? wv[u][c].z : wv[u][c].w;
+          float wf = (e & 1) ? __uint_as_float(q & 0xffff0000u) : __uint_as_float(q << 16);
+          acc[c] = fmaf(xs[e], wf, acc[c]);
+        }
+      }
+    }
+  }
+  for (; k0 < K; k0 += 256) {
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      if (k0 + e < K) {
+        float xv = x[k0 + e];
+#pragma unroll
+        for (int c = 0; c < C; c++) acc[c] = fmaf(xv, bf16f(wr[c][k0 + e]), acc[c]);
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < C; c++)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], o);
+#pragma unroll
+  for (int c = 0; c < C; c++) {
+    int n = n0 + c;
+    if (lane == c && n < N) d[n] = epi(gemv_bias(acc[c], bias, bdt, n), EPI_ARGS, 0, n);
+  }
+}
+
+#define GEMV(name, C, U)                                                                                        \
+  __global__ void __launch_bounds__(128) name(float* d, const float* x, const u16* w, i64 ldw, const void* bias, \
+                                              int bdt, int N, int K, EPI_PARAMS) {                              \
+    gemv_row<C, U>(d, x, w, ldw, bias, bdt, N, K, EPI_ARGS);                                                    \
+  }
+
+// ---- a row norm fused into what follows it ---------------------------------
+
+// rms_inv returns rmsnorm_f32's 1/sqrt(mean(x²) + eps) of the cols values
+// at x from a block of 128 threads, in rmsnorm_f32's own order (a block of
+// 256): thread j plays threads j and j+128 of it (each summing its strided
+// elements in c order), the 8 warps' butterflies are taken as there, and
+// their sums combined as blockSum's last butterfly combines 8 lanes
+// (zeros added elsewhere are exact): ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)).
+// The same floats, so the norm fused into a product or a rotation gives
+// the bits of the separate kernels. Every thread gets the result.
+__device__ float rms_inv(const float* x, int cols, float eps, float* sh) {
+  float lo = 0.0f, hi = 0.0f;
+  for (int c = threadIdx.x; c < cols; c += 256) lo = fmaf(x[c], x[c], lo);
+  for (int c = threadIdx.x + 128; c < cols; c += 256) hi = fmaf(x[c], x[c], hi);
+  for (int o = 16; o > 0; o >>= 1) {
+    lo += __shfl_xor_sync(0xffffffffu, lo, o);
+    hi += __shfl_xor_sync(0xffffffffu, hi, o);
+  }
+  int w = threadIdx.x >> 5;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) {
+    sh[w] = lo;
+    sh[w + 4] = hi;
+  }
+  __syncthreads();
+  float ss = ((sh[0] + sh[4]) + (sh[2] + sh[6])) + ((sh[1] + sh[5]) + (sh[3] + sh[7]));
+#ifdef FAULT_NORMFUSE
+  return (float)(1.0 / sqrt((double)(ss / (float)cols)));
+#else
+  return (float)(1.0 / sqrt((double)(ss / (float)cols + eps)));
+#endif
+}
+
+// rms_apply is rmsnorm_f32's output step for element c.
+__device__ __forceinline__ float rms_apply(float x, float inv, int rnd, const void* w, int wdt, int rnd1, int c) {
+  float v = OUT(x * inv);
+  if (w) {
+    v *= load(w, wdt, c);
+    if (rnd1) v = rbf16(v);
+  }
+  return v;
+}
+
+// gemv_norm(name, C, U): one row h = rmsnorm(x) (rmsnorm_f32's floats,
+// written by block 0 for the ops that read h later) and d = h·wᵀ (+ bias),
+// GEMV's sums: every block normalises x into shared memory itself (K ≤
+// 12288 floats), then runs the one-row product from there. One kernel
+// instead of two dependent ones.
+#define GEMV_NORM(name, C, U)                                                                                  \
+  __global__ void __launch_bounds__(128) name(float* d, float* h, const float* x, int K, float eps, int nrnd,    \
+                                              const void* nw, int nwdt, int nrnd1, const u16* w, i64 ldw,       \
+                                              const void* bias, int bdt, int N, EPI_PARAMS) {                   \
+    extern __shared__ float4 xs4[];                                                                             \
+    __shared__ float sh[8];                                                                                     \
+    float* xs = (float*)xs4;                                                                                    \
+    float inv = rms_inv(x, K, eps, sh);                                                                         \
+    for (int c = threadIdx.x; c < K; c += 128) {                                                                \
+      float v = rms_apply(x[c], inv, nrnd, nw, nwdt, nrnd1, c);                                                 \
+      xs[c] = v;                                                                                                \
+      if (blockIdx.x == 0) h[c] = v;                                                                            \
+    }                                                                                                           \
+    __syncthreads();                                                                                            \
+    gemv_row<C, U>(d, xs, w, ldw, bias, bdt, N, K, EPI_ARGS);                                                   \
+  }
+
+extern "C" {
+
 GEMV(gemv_bf16, 4, 4)
 GEMV(gemv_bf16_c1u4, 1, 4)
 GEMV(gemv_bf16_c1u8, 1, 8)
 GEMV(gemv_bf16_c2u4, 2, 4)
 GEMV(gemv_bf16_c2u8, 2, 8)
 GEMV(gemv_bf16_c4u8, 4, 8)
+GEMV_NORM(gemvn_bf16_c1u4, 1, 4)
+GEMV_NORM(gemvn_bf16_c1u8, 1, 8)
+GEMV_NORM(gemvn_bf16_c2u4, 2, 4)
+GEMV_NORM(gemvn_bf16_c2u8, 2, 8)
+GEMV_NORM(gemvn_bf16_c4u4, 4, 4)
+GEMV_NORM(gemvn_bf16_c4u8, 4, 8)
+
+// headnorm_rope: one block of 128 threads per (row r, head h) of src: the
+// head's hd values normalised as rmsnorm_f32 does one row of hd (rms_inv,
+// rms_apply), then rotated as rope_f32 rotates them (one thread per pair;
+// interleaved or half pairs; bf16 mode), written to dst (which may be src
+// itself: the head is read into shared memory first); rnd rounds the
+// rotated fp32 values (a folded RoundBF16). Replaces a copy, a norm with
+// its weight and roundings, and a rotation with its rounding.
+__global__ void __launch_bounds__(128) headnorm_rope_f32(float* d, i64 ldd, const float* src, i64 lds, int heads,
+                                                         int hd, float eps, int nrnd, const void* nw, int nwdt,
+                                                         int nrnd1, int interleaved, const float* invf,
+                                                         const int* pos, int bf16, int rnd) {
+  extern __shared__ float4 ys4[];
+  __shared__ float sh[8];
+  float* y = (float*)ys4;
+  int r = blockIdx.x / heads, hh = blockIdx.x % heads;
+  const float* x = src + (i64)r * lds + (i64)hh * hd;
+  float inv = rms_inv(x, hd, eps, sh);
+  for (int c = threadIdx.x; c < hd; c += 128) y[c] = rms_apply(x[c], inv, nrnd, nw, nwdt, nrnd1, c);
+  __syncthreads();
+  float* row = d + (i64)r * ldd + (i64)hh * hd;
+  int half = hd / 2;
+  for (int j = threadIdx.x; j < half; j += 128) {
+#ifdef FAULT_HEADROPE
+    float ang = (float)pos[r] * invf[half - 1 - j];
+#else
+    float ang = (float)pos[r] * invf[j];
+#endif
+    float c = (float)cos((double)ang), s = (float)sin((double)ang);
+    if (bf16) { c = rbf16(c); s = rbf16(s); }
+    int i0 = interleaved ? 2 * j : j;
+    int i1 = interleaved ? 2 * j + 1 : j + half;
+    float x0 = y[i0], x1 = y[i1];
+    if (bf16) {
+      row[i0] = rbf16(rbf16(x0 * c) - rbf16(x1 * s));
+      row[i1] = rbf16(rbf16(x1 * c) + rbf16(x0 * s));
+    } else {
+      row[i0] = OUT(x0 * c - x1 * s);
+      row[i1] = OUT(x1 * c + x0 * s);
+    }
+  }
+}
 
 // GEMVR(name, R, C, U): the one-row kernel's scheme for R rows of x at
 // once (a few sessions' decode rows): each warp sums C weight rows against

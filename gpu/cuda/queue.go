@@ -21,6 +21,7 @@ var kernelNames = []string{
 	"matmul_r1_bf16", "matmul_r2_bf16", "matmul_r4_bf16", "matmul_r8_bf16",
 	"matmul_r1_f16", "matmul_r2_f16", "matmul_r4_f16", "matmul_r8_f16",
 	"gemv_bf16", "gemv_bf16_c1u4", "gemv_bf16_c1u8", "gemv_bf16_c2u4", "gemv_bf16_c2u8", "gemv_bf16_c4u8",
+	"gemvn_bf16_c1u4", "gemvn_bf16_c1u8", "gemvn_bf16_c2u4", "gemvn_bf16_c2u8", "gemvn_bf16_c4u4", "gemvn_bf16_c4u8", "headnorm_rope_f32",
 	"gemvr_bf16_r2c4u4", "gemvr_bf16_r2c2u8", "gemvr_bf16_r4c4u4", "gemvr_bf16_r4c2u4", "gemvr_bf16_r4c4u2",
 	"gemvr_bf16_r8c4u2", "gemvr_bf16_r8c2u4", "gemvr_bf16_r8c8u1",
 	"gemvp_bf16_r2c4u2", "gemvp_bf16_r2c2u4", "gemvp_bf16_r4c4u2", "gemvp_bf16_r4c2u4", "gemvp_bf16_r4c2u2",
@@ -103,13 +104,16 @@ type Queue struct {
 	// to the tile kernels (the reference order the variants are held to).
 	gemvrForce string
 	tileForce  bool
-	stats      queueStats
-	split      *buffer // x split into bf16 parts for the tensor-core products
-	flags      *buffer // which parts each row of split needs
-	err        error   // sticky: the first failure, returned by Read and Sync
-	params     []unsafe.Pointer
-	graphs     graphCache // owner thread only
-	fuse       fused      // guarded by mu
+	// unfused makes the gpu.NormFuser ops launch their op sequence
+	// (tests: fused == separate, bit for bit).
+	unfused bool
+	stats   queueStats
+	split   *buffer // x split into bf16 parts for the tensor-core products
+	flags   *buffer // which parts each row of split needs
+	err     error   // sticky: the first failure, returned by Read and Sync
+	params  []unsafe.Pointer
+	graphs  graphCache // owner thread only
+	fuse    fused      // guarded by mu
 }
 
 var _ gpu.Queue = (*Queue)(nil)
@@ -310,9 +314,7 @@ func (q *Queue) fuseBinary(op int, dst, a, b gpu.Tensor) bool {
 	return true
 }
 
-func sameView(a, b gpu.Tensor) bool {
-	return a.Buf == b.Buf && a.Off == b.Off && a.Rows == b.Rows && a.Cols == b.Cols && a.Stride == b.Stride
-}
+func sameView(a, b gpu.Tensor) bool { return gpu.SameView(a, b) }
 
 // launch records a kernel launch; false when there is nothing to launch.
 func (q *Queue) launch(name string, grid [3]uint32, block [2]uint32, shm int, args ...arg) bool {
@@ -843,10 +845,22 @@ func (q *Queue) Attention(dst, qt, k, v gpu.Tensor, ap gpu.AttnParams) {
 		panic(fmt.Sprintf("cuda: attention q %v k %v v %v dst %v heads %d/%d dim %d", qt, k, v, dst, ap.Heads, ap.KVHeads, hd))
 	}
 	wantF32("attention", dst, qt, k, v)
+	// Paged keys: the kernel reads key row j at pool row
+	// blocks[j/BlockRows]·BlockRows + j%BlockRows. The table's entries lie
+	// in device memory and are not checked here (one outside the pool reads
+	// outside it); the CPU backend checks them.
+	nkeys, blocks, brows := k.Rows, gpu.Tensor{}, 1
+	if !ap.Blocks.IsNil() {
+		b := ap.Blocks
+		if ap.BlockRows < 1 || ap.Keys < 0 || b.DType() != gpu.I32 || b.Rows != 1 || b.Cols*ap.BlockRows < ap.Keys || k.Rows%ap.BlockRows != 0 {
+			panic(fmt.Sprintf("cuda: paged attention of %d keys in blocks of %d rows, table %v, pool %v", ap.Keys, ap.BlockRows, b, k))
+		}
+		nkeys, blocks, brows = ap.Keys, b, ap.BlockRows
+	}
 	if qt.Rows == 0 {
 		return
 	}
-	maxL := max(k.Rows, 1)
+	maxL := max(nkeys, 1)
 	// The scores scratch holds rows·heads·keys floats: long prefills run in
 	// chunks of rows so that it stays within maxScores (each row's result
 	// does not depend on the chunk it is in).
@@ -867,7 +881,8 @@ func (q *Queue) Attention(dst, qt, k, v gpu.Tensor, ap gpu.AttnParams) {
 	shm := 4 * (hd + 32 + max(128, hd))
 	q.launchOut(dst, "attention_f32", [3]uint32{uint32(qt.Rows), uint32(ap.Heads), 1}, blk128, shm,
 		q.t(dst), ld(dst), q.t(qt), ld(qt), q.t(k), ld(k), q.t(v), ld(v), q.t(sc), i(maxL),
-		i(ap.Heads), i(ap.KVHeads), i(hd), f(ap.Scale), i(ap.QPos0), b2i(ap.Causal), i(ap.Window), i(k.Rows), b2i(ap.ProbBF16))
+		i(ap.Heads), i(ap.KVHeads), i(hd), f(ap.Scale), i(ap.QPos0), b2i(ap.Causal), i(ap.Window), i(nkeys), b2i(ap.ProbBF16),
+		q.t(blocks), i(brows))
 }
 
 // maxScores bounds the attention scratch in floats (256 MiB).

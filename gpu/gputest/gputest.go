@@ -113,7 +113,7 @@ func (r Report) Summary() string {
 var Ops = []string{
 	"fill", "copy", "write", "transpose", "add", "mul", "addrow", "mulrow", "scale", "roundbf16",
 	"act", "glu", "rmsnorm", "layernorm", "softmax", "rope", "embed", "embedids", "shortconv", "matmul",
-	"attention", "conv1d", "convtranspose1d", "conv2d", "sample",
+	"attention", "conv1d", "convtranspose1d", "conv2d", "sample", "normmatmul", "headnormrope",
 }
 
 // checkers maps every op name of Ops to its checks.
@@ -143,6 +143,8 @@ var checkers = map[string]func(*harness){
 	"conv1d":          checkConv1D,
 	"convtranspose1d": checkConvTranspose1D,
 	"conv2d":          checkConv2D,
+	"normmatmul":      checkNormMatMul,
+	"headnormrope":    checkHeadNormRoPE,
 }
 
 // Run checks every op of a queue of dev against a float64 host replay and

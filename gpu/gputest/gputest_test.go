@@ -324,6 +324,24 @@ func (q *faultQueue) Softmax(dst gpu.Tensor) {
 	}
 }
 
+// NormMatMul and HeadNormRoPE make faultQueue a gpu.NormFuser, so the
+// fused ops' checks can be shown to catch a fused kernel's faults.
+func (q *faultQueue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tensor) {
+	if q.fault == "normmatmul/no-eps" {
+		n.Eps = 0
+	}
+	gpu.NormMatMul(q.Queue, dst, h, x, n, w, bias)
+}
+
+func (q *faultQueue) HeadNormRoPE(dst, src gpu.Tensor, n gpu.RowNorm, rp gpu.RoPEParams, round bool) {
+	if q.fault == "headnormrope/freq-reversed" {
+		inv := slices.Clone(rp.InvFreq)
+		slices.Reverse(inv)
+		rp.InvFreq = inv
+	}
+	gpu.HeadNormRoPE(q.Queue, dst, src, n, rp, round)
+}
+
 func (q *faultQueue) RoPE(dst gpu.Tensor, p gpu.RoPEParams) {
 	switch q.fault {
 	case "rope/pos+1":
@@ -509,6 +527,10 @@ func TestFaults(t *testing.T) {
 		{fault: "conv1d/shift", mustFail: func(c Check) bool { return !strings.Contains(c.Case, "pad=0") }},
 		{fault: "convtranspose1d/shift", mustFail: contains("")},
 		{fault: "conv2d/shift", mustFail: contains("")},
+		{fault: "normmatmul/no-eps", mustFail: func(c Check) bool { // the product is checked from the h written
+			return strings.Contains(c.Case, "eps=0.5") && strings.HasSuffix(c.Case, "/norm")
+		}},
+		{fault: "headnormrope/freq-reversed", mustFail: contains("")},
 	} {
 		t.Run(strings.ReplaceAll(tc.fault, "/", "_"), func(t *testing.T) {
 			op, _, _ := strings.Cut(tc.fault, "/")

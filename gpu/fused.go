@@ -1,0 +1,91 @@
+package gpu
+
+import "fmt"
+
+// RowNorm is an RMS normalisation of rows as the reference's norms run it:
+// y = x / sqrt(mean(x²) + Eps), rounded to bfloat16 when Round; then, when
+// W ([1, cols], any float dtype) is set, y = y ⊙ W, rounded when RoundW.
+// Lfm2RMSNorm is {Round: true, W, RoundW: true}; liquid-audio's
+// transformer.py RMSNorm is {W, RoundW: true}.
+type RowNorm struct {
+	Eps    float32
+	Round  bool
+	W      Tensor
+	RoundW bool
+}
+
+// NormFuser is a Queue that runs a row norm inside the op that consumes it
+// (one kernel where there would be two or more dependent ones). Each method
+// gives exactly the floats of the op sequence it stands for (NormMatMul and
+// HeadNormRoPE below run that sequence on queues without it): fusing moves
+// no rounding point and changes no order of a sum.
+type NormFuser interface {
+	// NormMatMul is NormRows(h, x, n) then MatMul(dst, h, w, bias).
+	NormMatMul(dst, h, x Tensor, n RowNorm, w, bias Tensor)
+	// HeadNormRoPE is HeadNormRoPE's sequence; see there.
+	HeadNormRoPE(dst, src Tensor, n RowNorm, rp RoPEParams, round bool)
+}
+
+// NormRows sets dst to the normalised rows of x (n's norm, rounding and
+// weight; dst may be x).
+func NormRows(q Queue, dst, x Tensor, n RowNorm) {
+	q.RMSNorm(dst, x, n.Eps)
+	if n.Round {
+		q.RoundBF16(dst)
+	}
+	if !n.W.IsNil() {
+		q.MulRow(dst, dst, n.W)
+		if n.RoundW {
+			q.RoundBF16(dst)
+		}
+	}
+}
+
+// NormMatMul sets h to the normalised rows of x (NormRows) and dst =
+// h·wᵀ + bias (MatMul), fused where q can (NormFuser). h is written either
+// way, for later readers. h must not alias x; dst must not alias h or x.
+func NormMatMul(q Queue, dst, h, x Tensor, n RowNorm, w, bias Tensor) {
+	if f, ok := q.(NormFuser); ok {
+		f.NormMatMul(dst, h, x, n, w, bias)
+		return
+	}
+	NormRows(q, h, x, n)
+	q.MatMul(dst, h, w, bias)
+}
+
+// HeadNormRoPE sets dst to src with every head (rp.HeadDim columns) of
+// every row normalised on its own (n: a per-head q/k layernorm) and then
+// rotated (RoPE with rp; a fp32 rotation rounded to bfloat16 afterwards
+// when round): Copy(dst, src) where they differ, NormRows over the heads,
+// RoPE, RoundBF16. dst is contiguous or one row; src is the same view as
+// dst or does not overlap it.
+func HeadNormRoPE(q Queue, dst, src Tensor, n RowNorm, rp RoPEParams, round bool) {
+	if dst.Rows != src.Rows || dst.Cols != src.Cols || rp.HeadDim <= 0 || dst.Cols%rp.HeadDim != 0 {
+		panic(fmt.Sprintf("gpu: head norm-rope %v from %v, head %d", dst, src, rp.HeadDim))
+	}
+	if f, ok := q.(NormFuser); ok {
+		f.HeadNormRoPE(dst, src, n, rp, round)
+		return
+	}
+	HeadNormRoPESeq(q, dst, src, n, rp, round)
+}
+
+// HeadNormRoPESeq is HeadNormRoPE as the sequence of ops it stands for
+// (what a NormFuser runs where its fused kernel does not apply).
+func HeadNormRoPESeq(q Queue, dst, src Tensor, n RowNorm, rp RoPEParams, round bool) {
+	if !SameView(dst, src) {
+		q.Copy(dst, src)
+	}
+	heads := dst.Rows * dst.Cols / rp.HeadDim
+	h := dst.Reshape(heads, rp.HeadDim)
+	NormRows(q, h, h, n)
+	q.RoPE(dst, rp)
+	if round {
+		q.RoundBF16(dst)
+	}
+}
+
+// SameView says a and b are the same view of the same buffer.
+func SameView(a, b Tensor) bool {
+	return a.Buf == b.Buf && a.Off == b.Off && a.Rows == b.Rows && a.Cols == b.Cols && a.Stride == b.Stride
+}

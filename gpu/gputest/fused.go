@@ -1,0 +1,161 @@
+package gputest
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+)
+
+// The fused ops of gpu.NormFuser (through gpu.NormMatMul and
+// gpu.HeadNormRoPE, so a queue without them is checked on the sequence they
+// stand for). Their bit-equality with that sequence on a backend is the
+// backend's own test; here each output is held to a float64 replay.
+
+// normReplay returns x's rows normalised in float64 (weight w, or none),
+// and the bound of each: rmsnorm's (γ_n + 8u)·|ref| and one more rounding
+// for the weight's product.
+func normReplay(x, w []float32, rows, cols int, eps float32) (want, bound []float64) {
+	want, bound = make([]float64, rows*cols), make([]float64, rows*cols)
+	for r := 0; r < rows; r++ {
+		xr := x[r*cols : (r+1)*cols]
+		var ss float64
+		for _, v := range xr {
+			ss += float64(v) * float64(v)
+		}
+		inv := 1 / math.Sqrt(ss/float64(cols)+float64(eps))
+		for k, v := range xr {
+			y := float64(v) * inv
+			if w != nil {
+				y *= float64(w[k])
+			}
+			want[r*cols+k] = y
+			bound[r*cols+k] = (gamma(cols) + 9*u) * math.Abs(y)
+		}
+	}
+	return want, bound
+}
+
+// checkNormMatMul: h is checked against the norm's replay, dst against
+// the product replayed from the h the op wrote (the kernel's own rounding
+// point between the two). One-row shapes with 16-byte rows (what a fused
+// kernel takes), a ragged K and several rows (the separate launches); eps
+// 0.5 makes a norm that drops eps fail by a factor.
+func checkNormMatMul(h *harness) {
+	for i, c := range []struct {
+		M, K, N int
+		eps     float32
+		weight  bool
+	}{{1, 1024, 33, 1e-5, true}, {1, 2048, 300, 0.5, true}, {1, 64, 1029, 0.5, false}, {1, 264, 5, 0.5, true},
+		{1, 1030, 7, 0.5, true}, {3, 296, 5, 0.5, true}} {
+		xv := h.values(c.M*c.K, 1)
+		x := h.input(c.M, c.K, false, xv)
+		var nw operand
+		var wv []float32
+		if c.weight {
+			nw = h.weight(gpu.BF16, 1, c.K, false, 1)
+			wv = nw.vals
+		}
+		w := h.weight(gpu.BF16, c.N, c.K, false, 1)
+		var b operand
+		bt := gpu.Tensor{}
+		if i%2 == 0 {
+			b = h.vector(gpu.F32, c.N, 1)
+			bt = b.view
+		}
+		hv, dst := h.f32(c.M, c.K, false), h.f32(c.M, c.N, i%3 == 1)
+		gpu.NormMatMul(h.q, dst.view, hv.view, x.view, gpu.RowNorm{Eps: c.eps, W: nw.view}, w.view, bt)
+		name := fmt.Sprintf("M=%d/K=%d/N=%d/eps=%g/weight=%v", c.M, c.K, c.N, c.eps, c.weight)
+		want, bound := normReplay(xv, wv, c.M, c.K, c.eps)
+		h.verify(name+"/norm", hv, want, bound, x, nw)
+		got, err := h.read(hv)
+		if err != nil {
+			h.fail(name, "%v", err)
+			continue
+		}
+		hk := make([]float32, c.M*c.K)
+		for r := 0; r < c.M; r++ {
+			for k := 0; k < c.K; k++ {
+				hk[r*c.K+k] = got[hv.at(r, k)]
+			}
+		}
+		want, bound = matmulReplay(hk, w.vals, b.vals, c.M, c.K, c.N)
+		h.verify(name+"/product", dst, want, bound, x, w, b)
+	}
+}
+
+// checkHeadNormRoPE: every head normalised (normReplay over rows·heads
+// rows of hd), then rotated as checkRoPE replays a rotation (cos and sin of
+// the fp32 angle, rounded to fp32) in float64; a rotated value adds to the
+// norm's relative error two products and a sum, so the bound is
+// (γ_hd + 12u)·(|y₀·cos| + |y₁·sin|). Into another buffer (the copy the op
+// replaces), from a strided source, and in place.
+func checkHeadNormRoPE(h *harness) {
+	for _, c := range []struct {
+		style     gpu.RoPEStyle
+		hd, heads int
+		pos       []int32
+		mode      string
+		eps       float32
+		weight    bool
+		theta     float64
+	}{
+		{gpu.Interleaved, 64, 2, []int32{5}, "", 1e-5, true, 1e6},
+		{gpu.RotateHalf, 64, 3, []int32{3, 900, 17}, "strided", 0.5, true, 1e4},
+		{gpu.RotateHalf, 128, 1, []int32{4000}, "inplace", 0.5, false, 1e6},
+		{gpu.Interleaved, 6, 3, []int32{0, 7}, "inplace", 0.5, true, 1e4},
+	} {
+		rows, cols := len(c.pos), c.hd*c.heads
+		half := c.hd / 2
+		invf := make([]float32, half)
+		for j := range invf {
+			invf[j] = float32(math.Pow(c.theta, -2*float64(j)/float64(c.hd)))
+		}
+		xv := h.values(rows*cols, 1)
+		src := h.input(rows, cols, c.mode == "strided", xv)
+		var nw operand
+		var wv []float32
+		if c.weight {
+			nw = h.weight(gpu.BF16, 1, c.hd, false, 1)
+			wv = nw.vals
+		}
+		dst, srcs := src, []operand{nw}
+		if c.mode != "inplace" {
+			dst, srcs = h.f32(rows, cols, false), []operand{src, nw}
+		}
+		rp := gpu.RoPEParams{Style: c.style, HeadDim: c.hd, InvFreq: invf, Pos: c.pos}
+		gpu.HeadNormRoPE(h.q, dst.view, src.view, gpu.RowNorm{Eps: c.eps, W: nw.view}, rp, false)
+		y, ybound := normReplay(xv, wv, rows*c.heads, c.hd, c.eps)
+		want, bound := make([]float64, rows*cols), make([]float64, rows*cols)
+		for r := 0; r < rows; r++ {
+			for j := 0; j < half; j++ {
+				ang := float32(c.pos[r]) * invf[j]
+				cs, sn := float64(float32(math.Cos(float64(ang)))), float64(float32(math.Sin(float64(ang))))
+				for hh := 0; hh < cols; hh += c.hd {
+					i0, i1 := r*cols+hh+j, r*cols+hh+j+half
+					if c.style == gpu.Interleaved {
+						i0, i1 = r*cols+hh+2*j, r*cols+hh+2*j+1
+					}
+					y0, y1 := y[i0], y[i1]
+					want[i0], want[i1] = y0*cs-y1*sn, y1*cs+y0*sn
+					e := ybound[i0]/math.Max(math.Abs(y0), 1e-300) + 3*u
+					if y0 == 0 {
+						e = gamma(c.hd) + 12*u
+					}
+					e = math.Max(e, gamma(c.hd)+12*u)
+					bound[i0] = e * (math.Abs(y0*cs) + math.Abs(y1*sn))
+					bound[i1] = e * (math.Abs(y1*cs) + math.Abs(y0*sn))
+				}
+			}
+		}
+		h.verify(fmt.Sprintf("%s/hd=%d/heads=%d/rows=%d/%s/eps=%g/weight=%v", styleName(c.style), c.hd, c.heads, rows, c.mode, c.eps, c.weight),
+			dst, want, bound, srcs...)
+	}
+}
+
+func styleName(s gpu.RoPEStyle) string {
+	if s == gpu.Interleaved {
+		return "interleaved"
+	}
+	return "half"
+}
