@@ -237,8 +237,7 @@ func (d *Depth) frame(c *nn.Ctx, h gpu.Tensor, pick func(i int, logits, prev gpu
 			d.block(c, l, x, kc[l], vc[l], i)
 		}
 		// get_logits: to_logits(embedding_norm(out)).
-		d.rmsNorm(c, n, x, d.EmbNorm[i])
-		c.Q.MatMul(logits, n, d.ToLogits[i], gpu.Tensor{})
+		gpu.NormMatMul(c.Q, logits, n, x, d.norm(c, d.EmbNorm[i]), d.ToLogits[i], gpu.Tensor{})
 		c.Round(logits)
 		if err := pick(i, logits, prev); err != nil {
 			return err
@@ -247,11 +246,10 @@ func (d *Depth) frame(c *nn.Ctx, h gpu.Tensor, pick func(i int, logits, prev gpu
 	return nil
 }
 
-// rmsNorm is transformer.py's RMSNorm: (norm(x.float()) · w).type_as(x).
-func (d *Depth) rmsNorm(c *nn.Ctx, dst, x, w gpu.Tensor) {
-	c.Q.RMSNorm(dst, x, float32(d.Cfg.NormEps()))
-	c.Q.MulRow(dst, dst, w)
-	c.Round(dst)
+// norm is transformer.py's RMSNorm: (norm(x.float()) · w).type_as(x) —
+// the weight's product of the unrounded fp32 norm, rounded once.
+func (d *Depth) norm(c *nn.Ctx, w gpu.Tensor) gpu.RowNorm {
+	return gpu.RowNorm{Eps: float32(d.Cfg.NormEps()), W: w, RoundW: c.P == nn.BF16}
 }
 
 func linear(c *nn.Ctx, dst, x, w gpu.Tensor) {
@@ -269,32 +267,28 @@ func (d *Depth) block(c *nn.Ctx, l int, x, kc, vc gpu.Tensor, pos int) {
 	H, KVH, hd := d.Cfg.Heads(), d.Cfg.KVHeads(), d.Cfg.HeadDim()
 	kvd := KVH * hd
 	h := c.Tmp(B, D)
-	d.rmsNorm(c, h, x, L.OpNorm)
 	qkv := c.Tmp(B, D+2*kvd)
-	linear(c, qkv, h, L.QKV)
+	gpu.NormMatMul(c.Q, qkv, h, x, d.norm(c, L.OpNorm), L.QKV, gpu.Tensor{})
+	c.Round(qkv)
 	// k and v go straight to the frame's cache row pos (the B sessions'
-	// [B, kvd] rows are that row's [1, B·kvd]); q is a view of qkv for one
-	// row, a contiguous copy for several (the attention reads it as one
-	// row of B·H heads).
+	// [B, kvd] rows are that row's [1, B·kvd]); q stays in qkv for one row
+	// and goes to a contiguous tensor for several (the attention reads it
+	// as one row of B·H heads). Each head: q/k layernorm, then the fp32
+	// rotation, rounded (HeadNormRoPE: the copy, norm and rotation).
 	q := qkv.ColSlice(0, D)
 	if B > 1 {
 		q = c.Tmp(B, D)
-		c.Q.Copy(q, qkv.ColSlice(0, D))
 	}
 	k, v := kc.Row(pos).Reshape(B, kvd), vc.Row(pos).Reshape(B, kvd)
-	c.Q.Copy(k, qkv.ColSlice(D, D+kvd))
-	c.Q.Copy(v, qkv.ColSlice(D+kvd, D+2*kvd))
-	d.rmsNorm(c, q.Reshape(B*H, hd), q.Reshape(B*H, hd), L.QNorm)
-	d.rmsNorm(c, k.Reshape(B*KVH, hd), k.Reshape(B*KVH, hd), L.KNorm)
 	p := make([]int32, B)
 	for r := range p {
 		p[r] = int32(pos)
 	}
 	rp := gpu.RoPEParams{Style: gpu.Interleaved, HeadDim: hd, InvFreq: d.InvFreq, Pos: p}
-	c.Q.RoPE(q, rp)
-	c.Round(q)
-	c.Q.RoPE(k, rp)
-	c.Round(k)
+	bf16 := c.P == nn.BF16
+	gpu.HeadNormRoPE(c.Q, q, qkv.ColSlice(0, D), d.norm(c, L.QNorm), rp, bf16)
+	gpu.HeadNormRoPE(c.Q, k, qkv.ColSlice(D, D+kvd), d.norm(c, L.KNorm), rp, bf16)
+	c.Q.Copy(v, qkv.ColSlice(D+kvd, D+2*kvd))
 	o := c.Tmp(B, D)
 	c.Q.Attention(o.Reshape(1, B*D), q.Reshape(1, B*D), kc.Slice(0, pos+1), vc.Slice(0, pos+1), gpu.AttnParams{
 		Heads: B * H, KVHeads: B * KVH, HeadDim: hd,
@@ -306,10 +300,10 @@ func (d *Depth) block(c *nn.Ctx, l int, x, kc, vc gpu.Tensor, pos int) {
 	linear(c, a, o, L.Out)
 	c.Q.Add(a, a, x) // h += x
 	c.Round(a)
-	d.rmsNorm(c, h, a, L.FFNNorm)
 	F := L.W1.Rows
 	g1, g3 := c.Tmp(B, F), c.Tmp(B, F)
-	linear(c, g1, h, L.W1)
+	gpu.NormMatMul(c.Q, g1, h, a, d.norm(c, L.FFNNorm), L.W1, gpu.Tensor{})
+	c.Round(g1)
 	c.Q.Act(g1, g1, gpu.SiLU)
 	c.Round(g1)
 	linear(c, g3, h, L.W3)
