@@ -26,6 +26,7 @@ var Faults = map[string]string{
 	"MMA":             "matmul",          // swaps the two k halves of x in the tensor-core kernel (MatMul "mma")
 	"ATTN_MASK":       "attention",       // sliding window one key too wide
 	"ATTN_ROUND":      "attention",       // drops the bf16 rounding of exp(s − m)
+	"PAGED":           "attention",       // ignores the block table (pool rows read as contiguous)
 	"CONV1D":          "conv1d",          // input index off by one
 	"CONVTR":          "convtranspose1d", // kernel taps reversed
 	"CONV2D":          "conv2d",          // first kernel row's column shifted

@@ -1408,10 +1408,21 @@ MMA_KERNEL(mma_bf16_m32, 4)
 // (i, h)) and takes their maximum m; phase 2 replaces them by p = exp(s − m)
 // (rounded to bf16 when probBF16) and sums the unrounded p into l; phase 3
 // computes out[d] = Σ_j p_j·v[j, d] / l (j ascending per thread group,
-// groups added in order).
+// groups added in order). With a block table (blocks not null) k and v are
+// pools of brows-row blocks and key row j is pool row
+// blocks[j/brows]·brows + j%brows (attn_row); the arithmetic is the same.
+__device__ __forceinline__ i64 attn_row(const int* blocks, int brows, int j) {
+#ifdef FAULT_PAGED
+  return j;  // ignores the table: pool rows read as if contiguous
+#else
+  return blocks ? (i64)blocks[j / brows] * brows + j % brows : (i64)j;
+#endif
+}
+
 __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, const float* k, i64 ldk, const float* v,
                               i64 ldv, float* sc, i64 maxL, int heads, int kvheads, int hd, float scale, int qpos0,
-                              int causal, int window, int nkeys, int probBF16, int rnd) {
+                              int causal, int window, int nkeys, int probBF16, const int* blocks, int brows,
+                              int rnd) {
   extern __shared__ float shm[];  // hd floats of q, then 32 for reductions, then hd*groups partials
   float* qs = shm;
   float* red = shm + hd;
@@ -1437,7 +1448,7 @@ __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, cons
   float* s = sc + ((i64)i * heads + h) * maxL;
   float m = NEG_INF;
   for (int j = threadIdx.x; j < L; j += blockDim.x) {
-    const float* kr = k + (i64)(first + j) * ldk + (i64)kh * hd;
+    const float* kr = k + attn_row(blocks, brows, first + j) * ldk + (i64)kh * hd;
     float a = 0.0f;
     // Four independent chains (dims e ≡ 0..3 mod 4), added in order: the
     // loads of a key row are in flight together.
@@ -1474,23 +1485,25 @@ __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, cons
   if (g < groups && e < hd) {
     float a = 0.0f;
     // Four independent chains over the group's keys, added in order.
-    const float* vb = v + (i64)first * ldv + (i64)kh * hd + e;
+    const float* vb = v + (i64)kh * hd + e;
+#define VROW(jj) vb[attn_row(blocks, brows, first + (jj)) * ldv]
     float a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
     int j = g;
     for (; j + 3 * groups < L; j += 4 * groups) {
-      a = fmaf(s[j], vb[(i64)j * ldv], a);
-      a1 = fmaf(s[j + groups], vb[(i64)(j + groups) * ldv], a1);
-      a2 = fmaf(s[j + 2 * groups], vb[(i64)(j + 2 * groups) * ldv], a2);
-      a3 = fmaf(s[j + 3 * groups], vb[(i64)(j + 3 * groups) * ldv], a3);
+      a = fmaf(s[j], VROW(j), a);
+      a1 = fmaf(s[j + groups], VROW(j + groups), a1);
+      a2 = fmaf(s[j + 2 * groups], VROW(j + 2 * groups), a2);
+      a3 = fmaf(s[j + 3 * groups], VROW(j + 3 * groups), a3);
     }
-    for (; j < L; j += groups) a = fmaf(s[j], vb[(i64)j * ldv], a);
+    for (; j < L; j += groups) a = fmaf(s[j], VROW(j), a);
+#undef VROW
     a = (a + a1) + (a2 + a3);
     part[g * hd + e] = a;
   }
   if (hd > (int)blockDim.x) {  // large heads: each thread loops over dims
     for (int e2 = threadIdx.x; e2 < hd; e2 += blockDim.x) {
       float a = 0.0f;
-      for (int j = 0; j < L; j++) a = fmaf(s[j], v[(i64)(first + j) * ldv + (i64)kh * hd + e2], a);
+      for (int j = 0; j < L; j++) a = fmaf(s[j], v[attn_row(blocks, brows, first + j) * ldv + (i64)kh * hd + e2], a);
       out[e2] = OUT(a / l);
     }
     return;
