@@ -383,14 +383,15 @@ func (m *Model) Forward(c *nn.Ctx, x gpu.Tensor, seqs []Seq) gpu.Tensor {
 	return out
 }
 
-// rmsNorm is Lfm2RMSNorm: normalise in fp32, round to bf16, multiply by
-// the weight (bf16 × bf16, rounded).
-func (m *Model) rmsNorm(c *nn.Ctx, dst, x, w gpu.Tensor) {
-	c.Q.RMSNorm(dst, x, float32(m.Cfg.NormEps))
-	c.Round(dst)
-	c.Q.MulRow(dst, dst, w)
-	c.Round(dst)
+// norm is Lfm2RMSNorm: normalise in fp32, round to bf16, multiply by the
+// weight (bf16 × bf16, rounded).
+func (m *Model) norm(c *nn.Ctx, w gpu.Tensor) gpu.RowNorm {
+	bf16 := c.P == nn.BF16
+	return gpu.RowNorm{Eps: float32(m.Cfg.NormEps), Round: bf16, W: w, RoundW: bf16}
 }
+
+// rmsNorm is Lfm2RMSNorm of x into dst.
+func (m *Model) rmsNorm(c *nn.Ctx, dst, x, w gpu.Tensor) { gpu.NormRows(c.Q, dst, x, m.norm(c, w)) }
 
 // linear computes dst = x·wᵀ + b and rounds it (an nn.Linear output).
 func linear(c *nn.Ctx, dst, x, w, b gpu.Tensor) {
@@ -404,20 +405,22 @@ func (m *Model) block(c *nn.Ctx, i int, w gpu.Tensor, seqs []Seq) {
 	defer c.A.Release(mark)
 	b := &m.Blocks[i]
 	R, H := w.Rows, w.Cols
+	// The operator norm runs inside the operator's first product
+	// (gpu.NormMatMul: one kernel on a GPU for a decode row), which writes
+	// the normalised rows h for the products after it.
 	h := c.Tmp(R, H)
-	m.rmsNorm(c, h, w, b.OpNorm)
 	op := c.Tmp(R, H)
 	if b.Conv != nil {
-		m.shortConv(c, i, op, h, seqs)
+		m.shortConv(c, i, op, h, w, seqs)
 	} else {
-		m.attention(c, i, op, h, seqs)
+		m.attention(c, i, op, h, w, seqs)
 	}
 	c.Q.Add(op, op, w) // hidden_states = op + residual
 	c.Round(op)
-	m.rmsNorm(c, h, op, b.FFNNorm)
 	F := b.W1.Rows
 	a, g := c.Tmp(R, F), c.Tmp(R, F)
-	linear(c, a, h, b.W1, gpu.Tensor{})
+	gpu.NormMatMul(c.Q, a, h, op, m.norm(c, b.FFNNorm), b.W1, gpu.Tensor{})
+	c.Round(a)
 	c.Q.Act(a, a, gpu.SiLU)
 	c.Round(a)
 	linear(c, g, h, b.W3, gpu.Tensor{})
@@ -431,11 +434,14 @@ func (m *Model) block(c *nn.Ctx, i int, w gpu.Tensor, seqs []Seq) {
 	c.Round(w)
 }
 
-func (m *Model) shortConv(c *nn.Ctx, i int, dst, h gpu.Tensor, seqs []Seq) {
+// shortConv runs the conv operator of layer i on the operator norm of the
+// residual stream w (written to h).
+func (m *Model) shortConv(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 	sc := m.Blocks[i].Conv
 	R, H := h.Rows, h.Cols
 	bcx := c.Tmp(R, 3*H)
-	linear(c, bcx, h, sc.InProj, sc.InProjB)
+	gpu.NormMatMul(c.Q, bcx, h, w, m.norm(c, m.Blocks[i].OpNorm), sc.InProj, sc.InProjB)
+	c.Round(bcx)
 	B, C, X := bcx.ColSlice(0, H), bcx.ColSlice(H, 2*H), bcx.ColSlice(2*H, 3*H)
 	bx := c.Tmp(R, H)
 	c.Q.Mul(bx, B, X)
@@ -460,7 +466,9 @@ func (m *Model) shortConv(c *nn.Ctx, i int, dst, h gpu.Tensor, seqs []Seq) {
 	linear(c, dst, conv, sc.OutProj, sc.OutProjB)
 }
 
-func (m *Model) attention(c *nn.Ctx, i int, dst, h gpu.Tensor, seqs []Seq) {
+// attention runs the attention operator of layer i on the operator norm
+// of the residual stream w (written to h).
+func (m *Model) attention(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 	at := m.Blocks[i].Attn
 	R := h.Rows
 	hd := at.HeadD
@@ -471,11 +479,10 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h gpu.Tensor, seqs []Seq) {
 	// rotation that would write the cache directly — on a GPU each changed
 	// kernel argument costs a graph-node update on the host.
 	q, k, v := c.Tmp(R, qd), c.Tmp(R, kvd), c.Tmp(R, kvd)
-	linear(c, q, h, at.Q, gpu.Tensor{})
+	gpu.NormMatMul(c.Q, q, h, w, m.norm(c, m.Blocks[i].OpNorm), at.Q, gpu.Tensor{})
+	c.Round(q)
 	linear(c, k, h, at.K, gpu.Tensor{})
 	linear(c, v, h, at.V, gpu.Tensor{})
-	m.rmsNorm(c, q.Reshape(R*at.Heads, hd), q.Reshape(R*at.Heads, hd), at.QNorm)
-	m.rmsNorm(c, k.Reshape(R*at.KVHeads, hd), k.Reshape(R*at.KVHeads, hd), at.KNorm)
 	pos := make([]int32, R)
 	r0 := 0
 	for _, s := range seqs {
@@ -484,9 +491,11 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h gpu.Tensor, seqs []Seq) {
 		}
 		r0 += s.Rows
 	}
+	// q_layernorm / k_layernorm per head, then the bf16 rotation (one op
+	// each: gpu.HeadNormRoPE).
 	rp := gpu.RoPEParams{Style: gpu.RotateHalf, HeadDim: hd, InvFreq: m.InvFreq, Pos: pos, BF16: c.P == nn.BF16}
-	c.Q.RoPE(q, rp)
-	c.Q.RoPE(k, rp)
+	gpu.HeadNormRoPE(c.Q, q, q, m.norm(c, at.QNorm), rp, false)
+	gpu.HeadNormRoPE(c.Q, k, k, m.norm(c, at.KNorm), rp, false)
 	o := c.Tmp(R, qd)
 	r0 = 0
 	for _, s := range seqs {
