@@ -180,3 +180,34 @@ func TestAttentionPagedBadTable(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkAttentionPaged is BenchmarkAttention's backbone shapes with the
+// keys paged in blocks of 64 rows of a shuffled pool (what stages/lfm2's
+// caches pass), next to the contiguous keys: the cost of the table.
+func BenchmarkAttentionPaged(b *testing.B) {
+	for _, ks := range benchKernels(b) {
+		for _, c := range []struct{ rows, keys int }{{93, 93}, {1, 500}, {1, 2000}} {
+			for _, paged := range []bool{false, true} {
+				b.Run(fmt.Sprintf("%s/rows%d/keys%d/paged=%v", ks.name, c.rows, c.keys, paged), func(b *testing.B) {
+					d := newDevice(benchWorkers, ks.asm)
+					defer d.Close()
+					q := d.NewQueue("bench")
+					qt := benchTensor(d, gpu.F32, c.rows, 2048)
+					k := benchTensor(d, gpu.F32, c.keys, 512)
+					v := benchTensor(d, gpu.F32, c.keys, 512)
+					o := d.Alloc(gpu.F32, c.rows, 2048)
+					p := gpu.AttnParams{Heads: 32, KVHeads: 8, HeadDim: 64, Scale: 0.125, QPos0: c.keys - c.rows, Causal: true}
+					if paged {
+						rng := rand.New(rand.NewPCG(1, 2))
+						k, _, p.Blocks = pagedCopy(d, rng, k, 64, 4)
+						rng = rand.New(rand.NewPCG(1, 2))
+						v, _, _ = pagedCopy(d, rng, v, 64, 4)
+						p.BlockRows, p.Keys = 64, c.keys
+					}
+					best := timed(b, func() { q.Attention(o, qt, k, v, p) })
+					b.ReportMetric(best.Seconds()*1e6, "µs-best")
+				})
+			}
+		}
+	}
+}
