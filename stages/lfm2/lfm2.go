@@ -228,7 +228,9 @@ func (c *Cache) Free() {
 
 // blocksFor returns how many blocks a table of group g holds once grown
 // to positions: every block up to them, for a windowed group at most the
-// blocks a window and one block of new rows can span.
+// blocks a window and one block of new rows can span. (A pass of more new
+// rows than a block takes the further blocks it spans while it runs and
+// gives them back after it: the engine's prefill chunks are one block.)
 func (p *KVPool) blocksFor(g *kvGroup, positions int) int {
 	n := (positions + p.rows - 1) / p.rows
 	if g.window > 0 {
