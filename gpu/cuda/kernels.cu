@@ -457,6 +457,39 @@ __device__ double block_max(double v, double* shd) {
   return r;
 }
 
+// shc_bin, run by warp 0, finds the radix digit of the k-th largest key:
+// the largest b whose bins from 255 down to b hold ≥ k entries (0 if none
+// do), sets shc[0] = b and shc[1] = k − (the entries above b) — the serial
+// scan's answer, from a warp's prefix sums (lane l holds bins 255−8l …
+// 248−8l).
+__device__ void shc_bin(const u32* bins, int k, int* shc) {
+  int lane = threadIdx.x & 31;
+  int c[8], own = 0;
+#pragma unroll
+  for (int e = 0; e < 8; e++) {
+    c[e] = (int)bins[255 - 8 * lane - e];
+    own += c[e];
+  }
+  int incl = own;  // inclusive prefix over lanes 0..lane
+  for (int o = 1; o < 32; o <<= 1) {
+    int t = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += t;
+  }
+  int before = incl - own;
+  // The first lane whose inclusive count reaches k holds the digit.
+  u32 hit = __ballot_sync(0xffffffffu, incl >= k);
+  int src = hit ? __ffs(hit) - 1 : 31;
+  if (lane == src) {
+    int cum = before, b = 255 - 8 * lane, e = 0;
+    for (; e < 8; e++, b--) {
+      if (b == 0 || cum + c[e] >= k) break;
+      cum += c[e];
+    }
+    shc[0] = b;
+    shc[1] = k - cum;
+  }
+}
+
 extern "C" {
 
 // sample_f32: one block per row r of logits [B, V]; ids[r*ldi] gets the
@@ -523,12 +556,17 @@ __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float
     if (tid == 0) *out = b;
     return;
   }
-  auto qval = [&](int i) { return pval(i) / a.temp; };
+  // q = p / temp once per entry, kept in ew[i] (by token id) for the
+  // passes below: each thread reads back only the entries it wrote (every
+  // pass strides i = tid + j·nt), and a candidate's ew[i] becomes its
+  // exponential in the compaction pass, by the same thread.
   bool nan = false;
   for (int i = tid; i < V; i += nt) {
-    double q = qval(i);
+    double q = pval(i) / a.temp;
+    ew[i] = q;
     nan |= q != q;
   }
+  auto qval = [&](int i) { return ew[i]; };
   if (__syncthreads_or(nan)) {
     int b = block_argmax(V, logit, shd, shi);
     if (tid == 0) *out = b;
@@ -551,15 +589,7 @@ __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float
         if ((key & mask) == prefix) atomicAdd(&bins[(key >> shift) & 255ull], 1u);
       }
       __syncthreads();
-      if (tid == 0) {
-        int cum = 0, b = 255;
-        for (; b > 0; b--) {
-          if (cum + (int)bins[b] >= k) break;
-          cum += (int)bins[b];
-        }
-        shc[0] = b;
-        shc[1] = k - cum;
-      }
+      if (tid < 32) shc_bin(bins, k, shc);
       __syncthreads();
       prefix |= (unsigned long long)shc[0] << shift;
       mask |= 255ull << shift;
@@ -866,12 +896,21 @@ __device__ __forceinline__ float gemv_bias(float v, const void* bias, int bdt, i
   return v;
 }
 
-template <int C, int U>
+// gemv_row is the body of the one-row kernels: d[n] = x·w[n] (+ bias) for
+// the C weight rows of each warp. pro() runs once, by every thread of the
+// block, after the warp's first weight chunks are requested and before x
+// is read: a fused prologue (GEMV_NORM's norm into shared memory) then
+// overlaps the first loads' latency instead of preceding it.
+struct no_prologue {
+  __device__ void operator()() const {}
+};
+
+template <int C, int U, class Pro>
 __device__ __forceinline__ void gemv_row(float* d, const float* x, const u16* w, i64 ldw, const void* bias, int bdt,
-                                         int N, int K, EPI_PARAMS) {
+                                         int N, int K, Pro pro, EPI_PARAMS) {
   int lane = threadIdx.x & 31;
   int n0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * C;
-  if (n0 >= N) return;
+  bool active = n0 < N;
   const u16* wr[C];
 #pragma unroll
   for (int c = 0; c < C; c++) wr[c] = w + (i64)min(n0 + c, N - 1) * ldw;
@@ -879,13 +918,20 @@ __device__ __forceinline__ void gemv_row(float* d, const float* x, const u16* w,
 #pragma unroll
   for (int c = 0; c < C; c++) acc[c] = 0.0f;
   int k0 = 8 * lane;
-  for (; k0 + 256 * (U - 1) + 8 <= K; k0 += 256 * U) {
-    uint4 wv[U][C];
+  uint4 wv[U][C];
+  bool full = active && k0 + 256 * (U - 1) + 8 <= K;
+  if (full) {
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+      for (int c = 0; c < C; c++) wv[u][c] = __ldg((const uint4*)(wr[c] + k0 + 256 * u));
+  }
+  pro();
+  if (!active) return;
+  while (full) {
     float4 xa[U], xb[U];
 #pragma unroll
     for (int u = 0; u < U; u++) {
-#pragma unroll
-      for (int c = 0; c < C; c++) wv[u][c] = __ldg((const uint4*)(wr[c] + k0 + 256 * u));
       xa[u] = *(const float4*)(x + k0 + 256 * u);
       xb[u] = *(const float4*)(x + k0 + 256 * u + 4);
     }
@@ -901,6 +947,14 @@ __device__ __forceinline__ void gemv_row(float* d, const float* x, const u16* w,
           acc[c] = fmaf(xs[e], wf, acc[c]);
         }
       }
+    }
+    k0 += 256 * U;
+    full = k0 + 256 * (U - 1) + 8 <= K;
+    if (full) {
+#pragma unroll
+      for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int c = 0; c < C; c++) wv[u][c] = __ldg((const uint4*)(wr[c] + k0 + 256 * u));
     }
   }
   for (; k0 < K; k0 += 256) {
@@ -927,7 +981,7 @@ __device__ __forceinline__ void gemv_row(float* d, const float* x, const u16* w,
 #define GEMV(name, C, U)                                                                                        \
   __global__ void __launch_bounds__(128) name(float* d, const float* x, const u16* w, i64 ldw, const void* bias, \
                                               int bdt, int N, int K, EPI_PARAMS) {                              \
-    gemv_row<C, U>(d, x, w, ldw, bias, bdt, N, K, EPI_ARGS);                                                    \
+    gemv_row<C, U>(d, x, w, ldw, bias, bdt, N, K, no_prologue{}, EPI_ARGS);                                     \
   }
 
 // ---- a row norm fused into what follows it ---------------------------------
@@ -985,14 +1039,16 @@ __device__ __forceinline__ float rms_apply(float x, float inv, int rnd, const vo
     extern __shared__ float4 xs4[];                                                                             \
     __shared__ float sh[8];                                                                                     \
     float* xs = (float*)xs4;                                                                                    \
-    float inv = rms_inv(x, K, eps, sh);                                                                         \
-    for (int c = threadIdx.x; c < K; c += 128) {                                                                \
-      float v = rms_apply(x[c], inv, nrnd, nw, nwdt, nrnd1, c);                                                 \
-      xs[c] = v;                                                                                                \
-      if (blockIdx.x == 0) h[c] = v;                                                                            \
-    }                                                                                                           \
-    __syncthreads();                                                                                            \
-    gemv_row<C, U>(d, xs, w, ldw, bias, bdt, N, K, EPI_ARGS);                                                   \
+    auto norm = [&]() {                                                                                         \
+      float inv = rms_inv(x, K, eps, sh);                                                                       \
+      for (int c = threadIdx.x; c < K; c += 128) {                                                              \
+        float v = rms_apply(x[c], inv, nrnd, nw, nwdt, nrnd1, c);                                               \
+        xs[c] = v;                                                                                              \
+        if (blockIdx.x == 0) h[c] = v;                                                                          \
+      }                                                                                                         \
+      __syncthreads();                                                                                          \
+    };                                                                                                          \
+    gemv_row<C, U>(d, xs, w, ldw, bias, bdt, N, K, norm, EPI_ARGS);                                             \
   }
 
 extern "C" {
@@ -1116,97 +1172,14 @@ __global__ void __launch_bounds__(128) headnorm_rope_f32(float* d, i64 ldd, cons
     }                                                                                                           \
   }
 
-// GEMVP(name, R, C, U): GEMVR with the next U chunks' weights loaded
-// while the current ones are multiplied (two register sets, used in
-// turn), so a warp keeps weight bytes in flight through its products —
-// with several rows of x the products are long enough to leave the memory
-// idle otherwise. The chunks are still accumulated in k order: the same
-// sums, the same bits.
-#define GEMVP_LOAD(wv, k, C, U)                                                                                      \
-  _Pragma("unroll") for (int u = 0; u < U; u++) _Pragma("unroll") for (int c = 0; c < C; c++) wv[u][c] =        \
-      __ldg((const uint4*)(wr[c] + (k) + 256 * u));
-#define GEMVP_FMA(wv, k, R, C, U)                                                                                       \
-  _Pragma("unroll") for (int u = 0; u < U; u++) {                                                               \
-    _Pragma("unroll") for (int hf = 0; hf < 2; hf++) {                                                          \
-      float4 xv[R];                                                                                             \
-      _Pragma("unroll") for (int r = 0; r < R; r++) xv[r] = *(const float4*)(xr[r] + (k) + 256 * u + 4 * hf);   \
-      _Pragma("unroll") for (int e = 0; e < 4; e++) {                                                           \
-        _Pragma("unroll") for (int c = 0; c < C; c++) {                                                         \
-          u32 q = hf == 0 ? (e < 2 ? wv[u][c].x : wv[u][c].y) : (e < 2 ? wv[u][c].z : wv[u][c].w);              \
-          float wf = (e & 1) ? __uint_as_float(q & 0xffff0000u) : __uint_as_float(q << 16);                     \
-          _Pragma("unroll") for (int r = 0; r < R; r++) {                                                       \
-            float xe = e == 0 ? xv[r].x : e == 1 ? xv[r].y : e == 2 ? xv[r].z : xv[r].w;                        \
-            acc[r][c] = fmaf(xe, wf, acc[r][c]);                                                                \
-          }                                                                                                     \
-        }                                                                                                       \
-      }                                                                                                         \
-    }                                                                                                           \
-  }
-#define GEMVP(name, R, C, U)                                                                                   \
-  __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,  \
-                                              const void* bias, int bdt, int M, int N, int K, EPI_PARAMS) {     \
-    int lane = threadIdx.x & 31;                                                                                \
-    int n0 = (blockIdx.y * 4 + (threadIdx.x >> 5)) * C, m0 = blockIdx.x * R;                                    \
-    if (n0 >= N) return;                                                                                        \
-    const u16* wr[C];                                                                                           \
-    _Pragma("unroll") for (int c = 0; c < C; c++) wr[c] = w + (i64)min(n0 + c, N - 1) * ldw;                    \
-    const float* xr[R];                                                                                         \
-    _Pragma("unroll") for (int r = 0; r < R; r++) xr[r] = x + (i64)min(m0 + r, M - 1) * ldx;                    \
-    float acc[R][C];                                                                                            \
-    _Pragma("unroll") for (int r = 0; r < R; r++) _Pragma("unroll") for (int c = 0; c < C; c++) acc[r][c] = 0.0f; \
-    const int step = 256 * U;                                                                                   \
-    int k0 = 8 * lane;                                                                                          \
-    uint4 wa[U][C], wb[U][C];                                                                                   \
-    bool have = k0 + step - 256 + 8 <= K;                                                                       \
-    if (have) { GEMVP_LOAD(wa, k0, C, U) }                                                                            \
-    while (have) {                                                                                              \
-      bool next = k0 + 2 * step - 256 + 8 <= K;                                                                 \
-      if (next) { GEMVP_LOAD(wb, k0 + step, C, U) }                                                                   \
-      GEMVP_FMA(wa, k0, R, C, U)                                                                                         \
-      k0 += step;                                                                                               \
-      if (!next) break;                                                                                         \
-      next = k0 + 2 * step - 256 + 8 <= K;                                                                      \
-      if (next) { GEMVP_LOAD(wa, k0 + step, C, U) }                                                                   \
-      GEMVP_FMA(wb, k0, R, C, U)                                                                                         \
-      k0 += step;                                                                                               \
-      have = next;                                                                                              \
-    }                                                                                                           \
-    for (; k0 < K; k0 += 256) {                                                                                 \
-      _Pragma("unroll") for (int e = 0; e < 8; e++) {                                                           \
-        if (k0 + e < K) {                                                                                       \
-          _Pragma("unroll") for (int c = 0; c < C; c++) {                                                       \
-            float wf = bf16f(wr[c][k0 + e]);                                                                    \
-            _Pragma("unroll") for (int r = 0; r < R; r++) acc[r][c] = fmaf(xr[r][k0 + e], wf, acc[r][c]);      \
-          }                                                                                                     \
-        }                                                                                                       \
-      }                                                                                                         \
-    }                                                                                                           \
-    _Pragma("unroll") for (int r = 0; r < R; r++) _Pragma("unroll") for (int c = 0; c < C; c++)                 \
-        _Pragma("unroll") for (int o = 16; o > 0; o >>= 1) acc[r][c] += __shfl_xor_sync(0xffffffffu, acc[r][c], o); \
-    _Pragma("unroll") for (int r = 0; r < R; r++) _Pragma("unroll") for (int c = 0; c < C; c++) {               \
-      int m = m0 + r, n = n0 + c;                                                                               \
-      if (lane == ((r * C + c) & 31) && m < M && n < N)                                                         \
-        d[(i64)m * ldd + n] = epi(gemv_bias(acc[r][c], bias, bdt, n), EPI_ARGS, m, n);                          \
-    }                                                                                                           \
-  }
-
-GEMVP(gemvp_bf16_r2c4u2, 2, 4, 2)
-GEMVP(gemvp_bf16_r2c2u4, 2, 2, 4)
-GEMVP(gemvp_bf16_r4c4u2, 4, 4, 2)
-GEMVP(gemvp_bf16_r4c2u4, 4, 2, 4)
-GEMVP(gemvp_bf16_r4c2u2, 4, 2, 2)
-GEMVP(gemvp_bf16_r8c4u1, 8, 4, 1)
-GEMVP(gemvp_bf16_r8c2u2, 8, 2, 2)
-GEMVP(gemvp_bf16_r8c2u1, 8, 2, 1)
-
 GEMVR(gemvr_bf16_r2c4u4, 2, 4, 4)
 GEMVR(gemvr_bf16_r2c2u8, 2, 2, 8)
+GEMVR(gemvr_bf16_r3c4u4, 3, 4, 4)
 GEMVR(gemvr_bf16_r4c4u4, 4, 4, 4)
-GEMVR(gemvr_bf16_r4c2u4, 4, 2, 4)
 GEMVR(gemvr_bf16_r4c4u2, 4, 4, 2)
+GEMVR(gemvr_bf16_r4c8u2, 4, 8, 2)
+GEMVR(gemvr_bf16_r4c8u1, 4, 8, 1)
 GEMVR(gemvr_bf16_r8c4u2, 8, 4, 2)
-GEMVR(gemvr_bf16_r8c2u4, 8, 2, 4)
-GEMVR(gemvr_bf16_r8c8u1, 8, 8, 1)
 
 // One warp per tile; blockDim.x = 128 (4 warps); grid.x covers N/C tiles
 // by 4, grid.y covers M/R.
@@ -1454,6 +1427,18 @@ __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, cons
     // loads of a key row are in flight together.
     float a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
     int e = 0;
+    if (hd == 64) {
+      // The models' head size, unrolled so that the row's 64 loads are in
+      // flight at once (the same four chains in the same order).
+#pragma unroll
+      for (int e4 = 0; e4 < 64; e4 += 4) {
+        a = fmaf(qs[e4], kr[e4], a);
+        a1 = fmaf(qs[e4 + 1], kr[e4 + 1], a1);
+        a2 = fmaf(qs[e4 + 2], kr[e4 + 2], a2);
+        a3 = fmaf(qs[e4 + 3], kr[e4 + 3], a3);
+      }
+      e = 64;
+    }
     for (; e + 4 <= hd; e += 4) {
       a = fmaf(qs[e], kr[e], a);
       a1 = fmaf(qs[e + 1], kr[e + 1], a1);
@@ -1489,6 +1474,23 @@ __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, cons
 #define VROW(jj) vb[attn_row(blocks, brows, first + (jj)) * ldv]
     float a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
     int j = g;
+    // Sixteen keys' values loaded before their products (four rounds of
+    // the four chains below, in their order), so the reads overlap.
+    for (; j + 15 * groups < L; j += 16 * groups) {
+      float vv[16], ss[16];
+#pragma unroll
+      for (int t = 0; t < 16; t++) {
+        vv[t] = VROW(j + t * groups);
+        ss[t] = s[j + t * groups];
+      }
+#pragma unroll
+      for (int t = 0; t < 16; t += 4) {
+        a = fmaf(ss[t], vv[t], a);
+        a1 = fmaf(ss[t + 1], vv[t + 1], a1);
+        a2 = fmaf(ss[t + 2], vv[t + 2], a2);
+        a3 = fmaf(ss[t + 3], vv[t + 3], a3);
+      }
+    }
     for (; j + 3 * groups < L; j += 4 * groups) {
       a = fmaf(s[j], VROW(j), a);
       a1 = fmaf(s[j + groups], VROW(j + groups), a1);

@@ -22,3 +22,4 @@ long long __double_as_longlong(double); double __longlong_as_double(long long);
 int __syncthreads_or(int); unsigned __ballot_sync(unsigned, int); int __popc(unsigned);
 unsigned atomicOr(unsigned*, unsigned); unsigned atomicAdd(unsigned*, unsigned);
 using std::rint; using std::ldexp; using std::fmax;
+int __shfl_up_sync(unsigned, int, int); int __ffs(int);
