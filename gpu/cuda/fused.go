@@ -30,11 +30,13 @@ func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tens
 		q.MatMul(dst, h, w, bias)
 		return
 	}
+	// The one-row kernel's variant with four chunks in flight (the eight-
+	// chunk ones hold too many registers through the norm: measured slower).
 	name, rows := gemvVariant(N, K)
-	if name == "gemv_bf16" {
-		name = "gemv_bf16_c4u4"
+	name = strings.Replace(strings.Replace(name, "u8", "u4", 1), "gemv_", "gemvn_", 1)
+	if name == "gemvn_bf16" {
+		name = "gemvn_bf16_c4u4"
 	}
-	name = strings.Replace(name, "gemv_", "gemvn_", 1)
 	q.launchEpi(epiProduct, dst, name, [3]uint32{uint32((N + rows - 1) / rows), 1, 1}, blk128, 4*K,
 		q.t(dst), q.t(h), q.t(x), i(K), f(n.Eps), b2i(n.Round), q.t(n.W), p(dtCode(n.W.DType())), b2i(n.RoundW && !n.W.IsNil()),
 		q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(N))
