@@ -22,8 +22,45 @@ type RowNorm struct {
 type NormFuser interface {
 	// NormMatMul is NormRows(h, x, n) then MatMul(dst, h, w, bias).
 	NormMatMul(dst, h, x Tensor, n RowNorm, w, bias Tensor)
-	// HeadNormRoPE is HeadNormRoPE's sequence; see there.
-	HeadNormRoPE(dst, src Tensor, n RowNorm, rp RoPEParams, round bool)
+	// PrepHeads is PrepHeads's sequence; see there.
+	PrepHeads(rp RoPEParams, round bool, items []HeadPrep)
+}
+
+// HeadPrep is one tensor of an attention's inputs for PrepHeads: Dst =
+// HeadNormRoPE of Src with Norm, or, for a Copy item, Dst = Src.
+type HeadPrep struct {
+	Dst, Src Tensor
+	Norm     RowNorm
+	Copy     bool
+}
+
+// PrepHeads runs HeadNormRoPE(it.Dst, it.Src, it.Norm, rp, round) — or
+// Copy(it.Dst, it.Src) for a Copy item — for every item, as one op where
+// q can (NormFuser: one launch for an attention's q, k and v). The items'
+// rows are rp's; no item's Dst may overlap another item's Src or Dst.
+func PrepHeads(q Queue, rp RoPEParams, round bool, items ...HeadPrep) {
+	for _, it := range items {
+		if it.Dst.Rows != it.Src.Rows || it.Dst.Cols != it.Src.Cols || (!it.Copy && (rp.HeadDim <= 0 || it.Dst.Cols%rp.HeadDim != 0)) {
+			panic(fmt.Sprintf("gpu: prep heads %v from %v, head %d", it.Dst, it.Src, rp.HeadDim))
+		}
+	}
+	if f, ok := q.(NormFuser); ok {
+		f.PrepHeads(rp, round, items)
+		return
+	}
+	PrepHeadsSeq(q, rp, round, items)
+}
+
+// PrepHeadsSeq is PrepHeads as the sequence of ops it stands for (what a
+// NormFuser runs where its fused kernel does not apply).
+func PrepHeadsSeq(q Queue, rp RoPEParams, round bool, items []HeadPrep) {
+	for _, it := range items {
+		if it.Copy {
+			q.Copy(it.Dst, it.Src)
+			continue
+		}
+		HeadNormRoPESeq(q, it.Dst, it.Src, it.Norm, rp, round)
+	}
 }
 
 // NormRows sets dst to the normalised rows of x (n's norm, rounding and
@@ -57,17 +94,9 @@ func NormMatMul(q Queue, dst, h, x Tensor, n RowNorm, w, bias Tensor) {
 // every row normalised on its own (n: a per-head q/k layernorm) and then
 // rotated (RoPE with rp; a fp32 rotation rounded to bfloat16 afterwards
 // when round): Copy(dst, src) where they differ, NormRows over the heads,
-// RoPE, RoundBF16. dst is contiguous or one row; src is the same view as
-// dst or does not overlap it.
+// RoPE, RoundBF16. src is the same view as dst or does not overlap it.
 func HeadNormRoPE(q Queue, dst, src Tensor, n RowNorm, rp RoPEParams, round bool) {
-	if dst.Rows != src.Rows || dst.Cols != src.Cols || rp.HeadDim <= 0 || dst.Cols%rp.HeadDim != 0 {
-		panic(fmt.Sprintf("gpu: head norm-rope %v from %v, head %d", dst, src, rp.HeadDim))
-	}
-	if f, ok := q.(NormFuser); ok {
-		f.HeadNormRoPE(dst, src, n, rp, round)
-		return
-	}
-	HeadNormRoPESeq(q, dst, src, n, rp, round)
+	PrepHeads(q, rp, round, HeadPrep{Dst: dst, Src: src, Norm: n})
 }
 
 // HeadNormRoPESeq is HeadNormRoPE as the sequence of ops it stands for
@@ -76,9 +105,16 @@ func HeadNormRoPESeq(q Queue, dst, src Tensor, n RowNorm, rp RoPEParams, round b
 	if !SameView(dst, src) {
 		q.Copy(dst, src)
 	}
-	heads := dst.Rows * dst.Cols / rp.HeadDim
-	h := dst.Reshape(heads, rp.HeadDim)
-	NormRows(q, h, h, n)
+	heads := dst.Cols / rp.HeadDim
+	if dst.Contiguous() {
+		h := dst.Reshape(dst.Rows*heads, rp.HeadDim)
+		NormRows(q, h, h, n)
+	} else { // a strided view: its heads row by row
+		for r := 0; r < dst.Rows; r++ {
+			h := dst.Row(r).Reshape(heads, rp.HeadDim)
+			NormRows(q, h, h, n)
+		}
+	}
 	q.RoPE(dst, rp)
 	if round {
 		q.RoundBF16(dst)

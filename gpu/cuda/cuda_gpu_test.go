@@ -504,4 +504,46 @@ func TestNormFusedEqualsSeparate(t *testing.T) {
 		same(fmt.Sprintf("headnormrope case %d", ci), run(false, fn), run(true, fn))
 		d.Free(nwb)
 	}
+	// An attention's q (in place in qkv), k (into a cache row) and v
+	// (copied) in one PrepHeads, one and three rows.
+	for _, rows := range []int{1, 3} {
+		const hd, hq, hk = 64, 16, 4
+		cols := (hq + 2*hk) * hd
+		qn, err := d.Load(gpu.BF16, 1, hd, randBF16(hd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kn, err := d.Load(gpu.BF16, 1, hd, randBF16(hd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		xs := vals(rows * cols)
+		inv := make([]float32, hd/2)
+		for j := range inv {
+			inv[j] = float32(math.Pow(1e6, -2*float64(j)/float64(hd)))
+		}
+		pos := make([]int32, rows)
+		for r := range pos {
+			pos[r] = int32(r + 3)
+		}
+		fn := func(q *Queue) []gpu.Tensor {
+			qkv := d.Alloc(gpu.F32, rows, cols)
+			q.Write(qkv, xs)
+			kc, vc := d.Alloc(gpu.F32, 8, rows*hk*hd), d.Alloc(gpu.F32, 8, rows*hk*hd)
+			k, v := kc.Row(5).Reshape(rows, hk*hd), vc.Row(5).Reshape(rows, hk*hd)
+			qd := qkv.ColSlice(0, hq*hd)
+			if rows > 1 {
+				qd = d.Alloc(gpu.F32, rows, hq*hd)
+			}
+			n := func(w gpu.Tensor) gpu.RowNorm { return gpu.RowNorm{Eps: 1e-5, W: w, RoundW: true} }
+			gpu.PrepHeads(q, gpu.RoPEParams{Style: gpu.Interleaved, HeadDim: hd, InvFreq: inv, Pos: pos}, true,
+				gpu.HeadPrep{Dst: qd, Src: qkv.ColSlice(0, hq*hd), Norm: n(qn)},
+				gpu.HeadPrep{Dst: k, Src: qkv.ColSlice(hq*hd, (hq+hk)*hd), Norm: n(kn)},
+				gpu.HeadPrep{Dst: v, Src: qkv.ColSlice((hq+hk)*hd, cols), Copy: true})
+			return []gpu.Tensor{qd, k, v}
+		}
+		same(fmt.Sprintf("prepheads rows %d", rows), run(false, fn), run(true, fn))
+		d.Free(qn)
+		d.Free(kn)
+	}
 }

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"os"
@@ -415,5 +416,72 @@ func TestChunkBoundaryIsNotFoldedInto(t *testing.T) {
 	q.RoundBF16(y)
 	if len(q.rec.cmds) != 1 || q.rec.cmds[0].fn != q.d.fns["round_bf16"] {
 		t.Errorf("the rounding after a chunk boundary: %d commands recorded, want one round_bf16", len(q.rec.cmds))
+	}
+}
+
+// TestFusedLaunches: which fused ops take one launch and which fall back
+// to their op sequence, and what PrepHeads packs for the kernel.
+func TestFusedLaunches(t *testing.T) {
+	x, h := fakeTensor(gpu.F32, 1, 64), fakeTensor(gpu.F32, 1, 64)
+	y := fakeTensor(gpu.F32, 1, 32)
+	w, nw := fakeTensor(gpu.BF16, 32, 64), fakeTensor(gpu.BF16, 1, 64)
+	x3, h3, y3 := fakeTensor(gpu.F32, 3, 64), fakeTensor(gpu.F32, 3, 64), fakeTensor(gpu.F32, 3, 32)
+	n := gpu.RowNorm{Eps: 1e-5, Round: true, W: nw, RoundW: true}
+	qkv := fakeTensor(gpu.F32, 1, 4*16)
+	kc, vc := fakeTensor(gpu.F32, 1, 16), fakeTensor(gpu.F32, 1, 16)
+	hn := gpu.RowNorm{Eps: 1e-6, W: fakeTensor(gpu.BF16, 1, 8), RoundW: true}
+	rp := gpu.RoPEParams{Style: gpu.Interleaved, HeadDim: 8, InvFreq: make([]float32, 4), Pos: []int32{5}}
+	items := []gpu.HeadPrep{
+		{Dst: qkv.ColSlice(0, 32), Src: qkv.ColSlice(0, 32), Norm: hn},
+		{Dst: kc, Src: qkv.ColSlice(32, 48), Norm: hn},
+		{Dst: vc, Src: qkv.ColSlice(48, 64), Copy: true},
+	}
+	for _, c := range []struct {
+		name   string
+		ops    func(q *Queue)
+		first  string
+		launch int
+	}{
+		{"one row: norm inside the product", func(q *Queue) { q.NormMatMul(y, h, x, n, w, gpu.Tensor{}) }, "gemvn_bf16_c1u4", 1},
+		{"three rows: norm, then the product", func(q *Queue) { q.NormMatMul(y3, h3, x3, n, w, gpu.Tensor{}) }, "rmsnorm_f32", 2},
+		{"h aliasing x: separate", func(q *Queue) { q.NormMatMul(y, x, x, n, w, gpu.Tensor{}) }, "rmsnorm_f32", 2},
+		{"q, k, v of one qkv: one launch", func(q *Queue) { q.PrepHeads(rp, true, items) }, "prep_heads_f32", 1},
+		{"overlapping columns: the sequence", func(q *Queue) {
+			q.PrepHeads(rp, true, []gpu.HeadPrep{items[0], {Dst: kc, Src: qkv.ColSlice(24, 40), Norm: hn}})
+		}, "rmsnorm_f32", 5},
+	} {
+		q := hostQueue()
+		c.ops(q)
+		if got := len(q.rec.cmds); got != c.launch {
+			t.Errorf("%s: %d launches, want %d", c.name, got, c.launch)
+		}
+		if len(q.rec.cmds) > 0 && q.rec.cmds[0].fn != q.d.fns[c.first] {
+			t.Errorf("%s: first kernel is not %s", c.name, c.first)
+		}
+	}
+	// The items' records: pointers, strides, heads, flags, first blocks.
+	q := hostQueue()
+	q.PrepHeads(rp, false, items)
+	if len(q.rec.up) < 3*headItemBytes {
+		t.Fatalf("uploaded %d bytes, want 3 items of %d", len(q.rec.up), headItemBytes)
+	}
+	le := binary.LittleEndian
+	for i, it := range items {
+		b := q.rec.up[i*headItemBytes:]
+		if got := uintptr(le.Uint64(b[0:])); got != uintptr(q.ptr(it.Dst)) {
+			t.Errorf("item %d: dst %#x, want %#x", i, got, q.ptr(it.Dst))
+		}
+		if got := int(le.Uint64(b[24:])); got != it.Src.Stride {
+			t.Errorf("item %d: src stride %d, want %d", i, got, it.Src.Stride)
+		}
+		if heads, first := le.Uint32(b[40:]), le.Uint32(b[64:]); int(heads) != it.Dst.Cols/8 || int(first) != []int{0, 4, 6}[i] {
+			t.Errorf("item %d: %d heads from block %d", i, heads, first)
+		}
+		if cp := le.Uint32(b[60:]); (cp == 1) != it.Copy {
+			t.Errorf("item %d: copy flag %d", i, cp)
+		}
+	}
+	if c := q.rec.cmds[0]; c.grid[0] != 8 {
+		t.Errorf("prep heads grid %v, want 8 blocks (4 + 2 + 2 heads)", c.grid)
 	}
 }

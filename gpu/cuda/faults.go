@@ -30,6 +30,6 @@ var Faults = map[string]string{
 	"CONV1D":          "conv1d",          // input index off by one
 	"CONVTR":          "convtranspose1d", // kernel taps reversed
 	"CONV2D":          "conv2d",          // first kernel row's column shifted
-	"NORMFUSE":        "normmatmul",      // the fused norms drop eps (GEMV_NORM, headnorm_rope: rms_inv)
+	"NORMFUSE":        "normmatmul",      // the fused norms drop eps (GEMV_NORM, prep_heads: rms_inv)
 	"HEADROPE":        "headnormrope",    // the fused rotation reads the frequencies reversed
 }

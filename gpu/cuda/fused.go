@@ -1,7 +1,9 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -42,29 +44,110 @@ func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tens
 		q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(N))
 }
 
-// HeadNormRoPE implements gpu.NormFuser: one kernel (kernels.cu:
-// headnorm_rope_f32) per (row, head) block normalises the head as
-// rmsnorm_f32 does and rotates it as rope_f32 does, reading src and
-// writing dst — a copy, a norm and a rotation in one launch, the same
-// floats.
-func (q *Queue) HeadNormRoPE(dst, src gpu.Tensor, n gpu.RowNorm, rp gpu.RoPEParams, round bool) {
+// headItemBytes is the size of kernels.cu's struct head_item.
+const headItemBytes = 72
+
+// PrepHeads implements gpu.NormFuser: one launch of prep_heads_f32 for all
+// the items, one block per (item, row, head) — a copy, or the head's norm
+// as rmsnorm_f32 computes it and its rotation as rope_f32 does, the same
+// floats. The items' pointers travel in the launch's uploaded bytes, so a
+// replayed graph whose destination rows move (a cache row a step) needs no
+// node update. Items the kernel cannot take run as their op sequence.
+func (q *Queue) PrepHeads(rp gpu.RoPEParams, round bool, items []gpu.HeadPrep) {
 	hd := rp.HeadDim
-	if hd <= 0 || hd%2 != 0 || dst.Cols%hd != 0 || len(rp.InvFreq) != hd/2 || len(rp.Pos) != dst.Rows ||
-		dst.Rows != src.Rows || dst.Cols != src.Cols || (!n.W.IsNil() && (n.W.Len() < hd || dtCode(n.W.DType()) == 0)) {
-		panic(fmt.Sprintf("cuda: head norm-rope %v from %v, head %d, invfreq %d, pos %d, weight %v", dst, src, hd, len(rp.InvFreq), len(rp.Pos), n.W))
+	rows := -1
+	for _, it := range items {
+		wantF32("prepheads", it.Dst, it.Src)
+		if rows >= 0 && it.Dst.Rows != rows {
+			panic(fmt.Sprintf("cuda: prep heads: items of %d and %d rows", rows, it.Dst.Rows))
+		}
+		rows = it.Dst.Rows
+		if !it.Copy && (!it.Norm.W.IsNil() && (it.Norm.W.Len() < hd || dtCode(it.Norm.W.DType()) == 0)) {
+			panic(fmt.Sprintf("cuda: prep heads: norm weight %v for heads of %d", it.Norm.W, hd))
+		}
 	}
-	wantF32("headnormrope", dst, src)
-	if dst.Rows == 0 {
+	if len(items) == 0 || rows == 0 {
 		return
 	}
-	if q.unfused || 4*hd > 4*normFuseMaxK || (dst.Buf == src.Buf && !sameView(dst, src)) {
-		gpu.HeadNormRoPESeq(q, dst, src, n, rp, round)
+	norms := false
+	for _, it := range items {
+		norms = norms || !it.Copy
+	}
+	if norms && (hd <= 0 || hd%2 != 0 || len(rp.InvFreq) != hd/2 || len(rp.Pos) != rows) {
+		panic(fmt.Sprintf("cuda: prep heads: head %d, invfreq %d, pos %d for %d rows", hd, len(rp.InvFreq), len(rp.Pos), rows))
+	}
+	fuse := !q.unfused && hd > 0 && hd <= normFuseMaxK
+	for i, it := range items {
+		if it.Dst.Buf == it.Src.Buf && !sameView(it.Dst, it.Src) {
+			fuse = false // a partial overlap: the blocks could race
+		}
+		for j, o := range items {
+			if i != j && (it.Dst.Buf == o.Src.Buf || it.Dst.Buf == o.Dst.Buf) && !disjointCols(it.Dst, o) {
+				fuse = false
+			}
+		}
+	}
+	if !fuse {
+		gpu.PrepHeadsSeq(q, rp, round, items)
 		return
 	}
-	heads := dst.Cols / hd
-	invf := q.constant(rp.InvFreq)
-	po := q.put(bytesOf(rp.Pos))
-	q.launch("headnorm_rope_f32", [3]uint32{uint32(dst.Rows * heads), 1, 1}, blk128, 4*hd,
-		q.t(dst), ld(dst), q.t(src), ld(src), i(heads), i(hd), f(n.Eps), b2i(n.Round), q.t(n.W), p(dtCode(n.W.DType())),
-		b2i(n.RoundW && !n.W.IsNil()), b2i(rp.Style == gpu.Interleaved), invf, upload(po), b2i(rp.BF16), b2i(round))
+	buf := make([]byte, headItemBytes*len(items))
+	blocks := 0
+	for i, it := range items {
+		b := buf[i*headItemBytes:]
+		heads := it.Dst.Cols / hd
+		le := binary.LittleEndian
+		le.PutUint64(b[0:], uint64(q.ptr(it.Dst)))
+		le.PutUint64(b[8:], uint64(it.Dst.Stride))
+		le.PutUint64(b[16:], uint64(q.ptr(it.Src)))
+		le.PutUint64(b[24:], uint64(it.Src.Stride))
+		le.PutUint64(b[32:], uint64(q.ptr(it.Norm.W)))
+		le.PutUint32(b[40:], uint32(heads))
+		le.PutUint32(b[44:], uint32(hd))
+		le.PutUint32(b[48:], uint32(dtCode(it.Norm.W.DType())))
+		le.PutUint32(b[52:], uint32(b01(it.Norm.Round)))
+		le.PutUint32(b[56:], uint32(b01(it.Norm.RoundW && !it.Norm.W.IsNil())))
+		le.PutUint32(b[60:], uint32(b01(it.Copy)))
+		le.PutUint32(b[64:], uint32(blocks))
+		le.PutUint32(b[68:], math.Float32bits(it.Norm.Eps))
+		blocks += rows * heads
+	}
+	off := q.put(buf)
+	var invf arg
+	var pos int
+	if norms {
+		invf = q.constant(rp.InvFreq)
+		pos = q.put(bytesOf(rp.Pos))
+	} else {
+		invf, pos = p(0), q.put(make([]byte, 4))
+	}
+	q.launch("prep_heads_f32", [3]uint32{uint32(blocks), 1, 1}, blk128, 4*hd,
+		upload(off), i(len(items)), b2i(rp.Style == gpu.Interleaved), invf, upload(pos), b2i(rp.BF16), b2i(round))
+}
+
+// disjointCols says an item's destination and another item's tensors of
+// the same buffer cover different columns of the same rows (q, k and v of
+// one packed qkv) — the only sharing PrepHeads fuses.
+func disjointCols(d gpu.Tensor, o gpu.HeadPrep) bool {
+	for _, t := range []gpu.Tensor{o.Src, o.Dst} {
+		if t.Buf != d.Buf {
+			continue
+		}
+		if t.Stride != d.Stride || t.Rows != d.Rows {
+			return false
+		}
+		// Same rows: column ranges [off, off+cols) mod stride must not meet.
+		a0, b0 := d.Off%d.Stride, t.Off%t.Stride
+		if d.Off-a0 != t.Off-b0 || (a0 < b0+t.Cols && b0 < a0+d.Cols) {
+			return false
+		}
+	}
+	return true
+}
+
+func b01(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1067,26 +1067,45 @@ GEMV_NORM(gemvn_bf16_c1u4, 1, 4)
 GEMV_NORM(gemvn_bf16_c2u4, 2, 4)
 GEMV_NORM(gemvn_bf16_c4u4, 4, 4)
 
-// headnorm_rope: one block of 128 threads per (row r, head h) of src: the
-// head's hd values normalised as rmsnorm_f32 does one row of hd (rms_inv,
-// rms_apply), then rotated as rope_f32 rotates them (one thread per pair;
-// interleaved or half pairs; bf16 mode), written to dst (which may be src
-// itself: the head is read into shared memory first); rnd rounds the
-// rotated fp32 values (a folded RoundBF16). Replaces a copy, a norm with
-// its weight and roundings, and a rotation with its rounding.
-__global__ void __launch_bounds__(128) headnorm_rope_f32(float* d, i64 ldd, const float* src, i64 lds, int heads,
-                                                         int hd, float eps, int nrnd, const void* nw, int nwdt,
-                                                         int nrnd1, int interleaved, const float* invf,
-                                                         const int* pos, int bf16, int rnd) {
+// head_item mirrors the host's packing (fused.go: headItemBytes): one
+// tensor of an attention's inputs for prep_heads_f32.
+struct head_item {
+  float* d;
+  i64 ldd;
+  const float* s;
+  i64 lds;
+  const void* nw;
+  int heads, hd, nwdt, nrnd, nrnd1, copy, first;
+  float eps;
+};
+
+// prep_heads_f32: one block of 128 threads per (item, row r, head h), the
+// items' blocks one after another (item i's from items[i].first). A copy
+// item copies the head; the others normalise it as rmsnorm_f32 does one
+// row of hd (rms_inv, rms_apply), then rotate it as rope_f32 does (one
+// thread per pair; interleaved or half pairs; bf16 mode), rnd rounding the
+// rotated fp32 values (a folded RoundBF16). A head is read into shared
+// memory before it is written, so d may be s itself. Replaces, per
+// attention, the copies, norms and rotations of q, k and v: one launch.
+__global__ void __launch_bounds__(128) prep_heads_f32(const head_item* items, int nitems, int interleaved,
+                                                      const float* invf, const int* pos, int bf16, int rnd) {
   extern __shared__ float4 ys4[];
   __shared__ float sh[8];
   float* y = (float*)ys4;
-  int r = blockIdx.x / heads, hh = blockIdx.x % heads;
-  const float* x = src + (i64)r * lds + (i64)hh * hd;
-  float inv = rms_inv(x, hd, eps, sh);
-  for (int c = threadIdx.x; c < hd; c += 128) y[c] = rms_apply(x[c], inv, nrnd, nw, nwdt, nrnd1, c);
+  int it = 0;
+  while (it + 1 < nitems && (int)blockIdx.x >= items[it + 1].first) it++;
+  const head_item a = items[it];
+  int b = blockIdx.x - a.first;
+  int r = b / a.heads, hh = b % a.heads, hd = a.hd;
+  const float* x = a.s + (i64)r * a.lds + (i64)hh * hd;
+  float* row = a.d + (i64)r * a.ldd + (i64)hh * hd;
+  if (a.copy) {
+    for (int c = threadIdx.x; c < hd; c += 128) row[c] = x[c];
+    return;
+  }
+  float inv = rms_inv(x, hd, a.eps, sh);
+  for (int c = threadIdx.x; c < hd; c += 128) y[c] = rms_apply(x[c], inv, a.nrnd, a.nw, a.nwdt, a.nrnd1, c);
   __syncthreads();
-  float* row = d + (i64)r * ldd + (i64)hh * hd;
   int half = hd / 2;
   for (int j = threadIdx.x; j < half; j += 128) {
 #ifdef FAULT_HEADROPE

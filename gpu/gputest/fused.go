@@ -151,6 +151,82 @@ func checkHeadNormRoPE(h *harness) {
 		h.verify(fmt.Sprintf("%s/hd=%d/heads=%d/rows=%d/%s/eps=%g/weight=%v", styleName(c.style), c.hd, c.heads, rows, c.mode, c.eps, c.weight),
 			dst, want, bound, srcs...)
 	}
+	checkPrepHeads(h)
+}
+
+// checkPrepHeads: an attention's q, k and v in one PrepHeads from one
+// packed qkv row set (q in place, k into another buffer, v copied), each
+// held to checkHeadNormRoPE's replay (the copy exactly).
+func checkPrepHeads(h *harness) {
+	const hd, hq, hk = 64, 4, 2
+	pos := []int32{6, 300}
+	rows, cols := len(pos), (hq+2*hk)*hd
+	invf := make([]float32, hd/2)
+	for j := range invf {
+		invf[j] = float32(math.Pow(1e6, -2*float64(j)/float64(hd)))
+	}
+	xv := h.values(rows*cols, 1)
+	qkv := h.input(rows, cols, false, xv)
+	qn, kn := h.weight(gpu.BF16, 1, hd, false, 1), h.weight(gpu.BF16, 1, hd, false, 1)
+	kd, vd := h.f32(rows, hk*hd, false), h.f32(rows, hk*hd, true)
+	q := qkv.view.ColSlice(0, hq*hd)
+	rp := gpu.RoPEParams{Style: gpu.Interleaved, HeadDim: hd, InvFreq: invf, Pos: pos}
+	gpu.PrepHeads(h.q, rp, false,
+		gpu.HeadPrep{Dst: q, Src: q, Norm: gpu.RowNorm{Eps: 0.5, W: qn.view}},
+		gpu.HeadPrep{Dst: kd.view, Src: qkv.view.ColSlice(hq*hd, (hq+hk)*hd), Norm: gpu.RowNorm{Eps: 1e-5, W: kn.view}},
+		gpu.HeadPrep{Dst: vd.view, Src: qkv.view.ColSlice((hq+hk)*hd, cols), Copy: true})
+	part := func(c0, n int) []float32 {
+		out := make([]float32, rows*n)
+		for r := 0; r < rows; r++ {
+			copy(out[r*n:(r+1)*n], xv[r*cols+c0:r*cols+c0+n])
+		}
+		return out
+	}
+	rotate := func(x, w []float32, heads int, eps float32) (want, bound []float64) {
+		y, yb := normReplay(x, w, rows*heads, hd, eps)
+		n := heads * hd
+		want, bound = make([]float64, rows*n), make([]float64, rows*n)
+		for r := 0; r < rows; r++ {
+			for j := 0; j < hd/2; j++ {
+				ang := float32(pos[r]) * invf[j]
+				cs, sn := float64(float32(math.Cos(float64(ang)))), float64(float32(math.Sin(float64(ang))))
+				for hh := 0; hh < n; hh += hd {
+					i0, i1 := r*n+hh+2*j, r*n+hh+2*j+1
+					y0, y1 := y[i0], y[i1]
+					want[i0], want[i1] = y0*cs-y1*sn, y1*cs+y0*sn
+					e := gamma(hd) + 12*u
+					if y0 != 0 {
+						e = math.Max(e, yb[i0]/math.Abs(y0)+3*u)
+					}
+					bound[i0] = e * (math.Abs(y0*cs) + math.Abs(y1*sn))
+					bound[i1] = e * (math.Abs(y1*cs) + math.Abs(y0*sn))
+				}
+			}
+		}
+		return want, bound
+	}
+	// q lives in qkv: verify reads the whole row set, so the replay holds
+	// q's rotated heads and k, v's untouched source columns.
+	qw, qb := rotate(part(0, hq*hd), qn.vals, hq, 0.5)
+	want, bound := make([]float64, rows*cols), make([]float64, rows*cols)
+	for r := 0; r < rows; r++ {
+		for c := 0; c < cols; c++ {
+			if c < hq*hd {
+				want[r*cols+c], bound[r*cols+c] = qw[r*hq*hd+c], qb[r*hq*hd+c]
+			} else {
+				want[r*cols+c] = float64(xv[r*cols+c])
+			}
+		}
+	}
+	h.verify("prep/q-in-qkv", qkv, want, bound, qn)
+	kw, kb := rotate(part(hq*hd, hk*hd), kn.vals, hk, 1e-5)
+	h.verify("prep/k", kd, kw, kb, kn)
+	vv := part((hq+hk)*hd, hk*hd)
+	vw := make([]float64, len(vv))
+	for i, v := range vv {
+		vw[i] = float64(v)
+	}
+	h.verify("prep/v-copy", vd, vw, make([]float64, len(vv)))
 }
 
 func styleName(s gpu.RoPEStyle) string {

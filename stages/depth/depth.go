@@ -273,8 +273,8 @@ func (d *Depth) block(c *nn.Ctx, l int, x, kc, vc gpu.Tensor, pos int) {
 	// k and v go straight to the frame's cache row pos (the B sessions'
 	// [B, kvd] rows are that row's [1, B·kvd]); q stays in qkv for one row
 	// and goes to a contiguous tensor for several (the attention reads it
-	// as one row of B·H heads). Each head: q/k layernorm, then the fp32
-	// rotation, rounded (HeadNormRoPE: the copy, norm and rotation).
+	// as one row of B·H heads). Each q/k head: its layernorm, then the fp32
+	// rotation, rounded; v copied (one PrepHeads: one launch on a GPU).
 	q := qkv.ColSlice(0, D)
 	if B > 1 {
 		q = c.Tmp(B, D)
@@ -285,10 +285,10 @@ func (d *Depth) block(c *nn.Ctx, l int, x, kc, vc gpu.Tensor, pos int) {
 		p[r] = int32(pos)
 	}
 	rp := gpu.RoPEParams{Style: gpu.Interleaved, HeadDim: hd, InvFreq: d.InvFreq, Pos: p}
-	bf16 := c.P == nn.BF16
-	gpu.HeadNormRoPE(c.Q, q, qkv.ColSlice(0, D), d.norm(c, L.QNorm), rp, bf16)
-	gpu.HeadNormRoPE(c.Q, k, qkv.ColSlice(D, D+kvd), d.norm(c, L.KNorm), rp, bf16)
-	c.Q.Copy(v, qkv.ColSlice(D+kvd, D+2*kvd))
+	gpu.PrepHeads(c.Q, rp, c.P == nn.BF16,
+		gpu.HeadPrep{Dst: q, Src: qkv.ColSlice(0, D), Norm: d.norm(c, L.QNorm)},
+		gpu.HeadPrep{Dst: k, Src: qkv.ColSlice(D, D+kvd), Norm: d.norm(c, L.KNorm)},
+		gpu.HeadPrep{Dst: v, Src: qkv.ColSlice(D+kvd, D+2*kvd), Copy: true})
 	o := c.Tmp(B, D)
 	c.Q.Attention(o.Reshape(1, B*D), q.Reshape(1, B*D), kc.Slice(0, pos+1), vc.Slice(0, pos+1), gpu.AttnParams{
 		Heads: B * H, KVHeads: B * KVH, HeadDim: hd,

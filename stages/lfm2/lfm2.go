@@ -493,11 +493,12 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 		}
 		r0 += s.Rows
 	}
-	// q_layernorm / k_layernorm per head, then the bf16 rotation (one op
-	// each: gpu.HeadNormRoPE).
+	// q_layernorm / k_layernorm per head, then the bf16 rotation (one
+	// gpu.PrepHeads for both: one launch on a GPU).
 	rp := gpu.RoPEParams{Style: gpu.RotateHalf, HeadDim: hd, InvFreq: m.InvFreq, Pos: pos, BF16: c.P == nn.BF16}
-	gpu.HeadNormRoPE(c.Q, q, q, m.norm(c, at.QNorm), rp, false)
-	gpu.HeadNormRoPE(c.Q, k, k, m.norm(c, at.KNorm), rp, false)
+	gpu.PrepHeads(c.Q, rp, false,
+		gpu.HeadPrep{Dst: q, Src: q, Norm: m.norm(c, at.QNorm)},
+		gpu.HeadPrep{Dst: k, Src: k, Norm: m.norm(c, at.KNorm)})
 	o := c.Tmp(R, qd)
 	r0 = 0
 	for _, s := range seqs {
