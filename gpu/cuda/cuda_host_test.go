@@ -485,3 +485,19 @@ func TestFusedLaunches(t *testing.T) {
 		t.Errorf("prep heads grid %v, want 8 blocks (4 + 2 + 2 heads)", c.grid)
 	}
 }
+
+// TestGemvrVariant: the few-row pick by rows, and that every pick is a
+// variant the bit-identity test covers.
+func TestGemvrVariant(t *testing.T) {
+	for M, want := range map[int]string{2: "gemvr_bf16_r2c4u4", 3: "gemvr_bf16_r3c4u4", 4: "gemvr_bf16_r4c4u2", 32: "gemvr_bf16_r4c4u2"} {
+		if got := gemvrVariant(M).name; got != want {
+			t.Errorf("M=%d: %s, want %s", M, got, want)
+		}
+	}
+	for M := 2; M <= gemvrMaxRows; M++ {
+		v := gemvrVariant(M)
+		if !slices.Contains(gemvrVariants, v) {
+			t.Errorf("M=%d: %v is not among the tested variants", M, v)
+		}
+	}
+}

@@ -176,12 +176,16 @@ const gemvrMaxRows = 32
 
 // gemvrVariant returns the few-row kernel for M rows of x (2 ≤ M ≤
 // gemvrMaxRows), the fastest measured on an H200 (BenchmarkGemvRows over
-// the 256 MiB text head): two rows a tile for two rows, four (the tiles of
-// one weight slice side by side, so it is read from memory once and from
-// L2 after) beyond.
+// the 256 MiB text head, docs/performance.md): a tile of two rows for two,
+// of three for three, of four beyond (the tiles of one weight slice side
+// by side, so it is read from memory once and from L2 after). Every
+// variant gives the same bits (TestGemvrVariantsBitIdentical).
 func gemvrVariant(M int) gemvrKernel {
-	if M <= 2 {
+	switch M {
+	case 2:
 		return gemvrByName("gemvr_bf16_r2c4u4")
+	case 3:
+		return gemvrByName("gemvr_bf16_r3c4u4")
 	}
 	return gemvrByName("gemvr_bf16_r4c4u2")
 }
