@@ -296,13 +296,7 @@ func TestGemvVariantsBitIdentical(t *testing.T) {
 			if err := q.Read(got, y); err != nil {
 				t.Fatal(err)
 			}
-			bad := 0
-			for n := range got {
-				if math.Float32bits(got[n]) != math.Float32bits(want[sh.N+n]) {
-					bad++
-				}
-			}
-			if bad > 0 {
+			if bad := differing(got, want[sh.N:]); bad > 0 {
 				t.Errorf("%s on %dx%d: %d/%d outputs differ from the tile kernel's row", v.name, sh.N, sh.K, bad, sh.N)
 			}
 			d.Free(y)
@@ -353,13 +347,7 @@ func TestGemvrVariantsBitIdentical(t *testing.T) {
 				if err := q.Read(got, y); err != nil {
 					t.Fatal(err)
 				}
-				bad := 0
-				for n := range got {
-					if math.Float32bits(got[n]) != math.Float32bits(want[n]) {
-						bad++
-					}
-				}
-				if bad > 0 {
+				if bad := differing(got, want); bad > 0 {
 					t.Errorf("%q on M=%d %dx%d: %d/%d outputs differ from the tile kernels'", v.name, M, sh.N, sh.K, bad, len(got))
 				}
 			}
@@ -546,4 +534,15 @@ func TestNormFusedEqualsSeparate(t *testing.T) {
 		d.Free(qn)
 		d.Free(kn)
 	}
+}
+
+// differing counts the elements of got whose bits differ from want's.
+func differing(got, want []float32) int {
+	bad := 0
+	for n := range got {
+		if math.Float32bits(got[n]) != math.Float32bits(want[n]) {
+			bad++
+		}
+	}
+	return bad
 }
