@@ -303,25 +303,6 @@ __global__ void softmax_f32(float* d, i64 ldd, int cols) {
 
 // ---- RoPE ------------------------------------------------------------------
 
-// rope_rotate writes the pair (x0, x1) rotated by the fp32 angle ang into
-// row[i0], row[i1]: cos and sin in double, rounded to fp32 (as the host's
-// float64 replay); in bf16 mode cos, sin, each product and each sum
-// rounded to bf16, else one output rounding when rnd (a folded RoundBF16).
-// rope_f32 and prep_heads_f32 both rotate with it, so their bits agree.
-__device__ __forceinline__ void rope_rotate(float* row, int i0, int i1, float x0, float x1, float ang, int bf16,
-                                            int rnd) {
-  float c = (float)cos((double)ang), s = (float)sin((double)ang);
-  if (bf16) {
-    c = rbf16(c);
-    s = rbf16(s);
-    row[i0] = rbf16(rbf16(x0 * c) - rbf16(x1 * s));
-    row[i1] = rbf16(rbf16(x1 * c) + rbf16(x0 * s));
-  } else {
-    row[i0] = OUT(x0 * c - x1 * s);
-    row[i1] = OUT(x1 * c + x0 * s);
-  }
-}
-
 // rope rotates rows in place: row r is at position pos[r]; pair j of each
 // head rotates by pos·invf[j] (fp32 product, cos/sin in double rounded to
 // float as the CPU backend does). interleaved pairs (2j, 2j+1), else (j,
@@ -341,10 +322,19 @@ __global__ void rope_f32(float* d, i64 ldd, int rows, int cols, int hd, int inte
 #else
     float ang = (float)pos[r] * invf[j];
 #endif
+    float c = (float)cos((double)ang), s = (float)sin((double)ang);
+    if (bf16) { c = rbf16(c); s = rbf16(s); }
     float* row = d + (i64)r * ldd;
     int i0 = interleaved ? h + 2 * j : h + j;
     int i1 = interleaved ? h + 2 * j + 1 : h + j + half;
-    rope_rotate(row, i0, i1, row[i0], row[i1], ang, bf16, rnd);
+    float x0 = row[i0], x1 = row[i1];
+    if (bf16) {
+      row[i0] = rbf16(rbf16(x0 * c) - rbf16(x1 * s));
+      row[i1] = rbf16(rbf16(x1 * c) + rbf16(x0 * s));
+    } else {
+      row[i0] = OUT(x0 * c - x1 * s);
+      row[i1] = OUT(x1 * c + x0 * s);
+    }
   }
 }
 
@@ -1123,9 +1113,18 @@ __global__ void __launch_bounds__(128) prep_heads_f32(const head_item* items, in
 #else
     float ang = (float)pos[r] * invf[j];
 #endif
+    float c = (float)cos((double)ang), s = (float)sin((double)ang);
+    if (bf16) { c = rbf16(c); s = rbf16(s); }
     int i0 = interleaved ? 2 * j : j;
     int i1 = interleaved ? 2 * j + 1 : j + half;
-    rope_rotate(row, i0, i1, y[i0], y[i1], ang, bf16, rnd);
+    float x0 = y[i0], x1 = y[i1];
+    if (bf16) {
+      row[i0] = rbf16(rbf16(x0 * c) - rbf16(x1 * s));
+      row[i1] = rbf16(rbf16(x1 * c) + rbf16(x0 * s));
+    } else {
+      row[i0] = OUT(x0 * c - x1 * s);
+      row[i1] = OUT(x1 * c + x0 * s);
+    }
   }
 }
 
