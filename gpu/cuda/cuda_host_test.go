@@ -501,3 +501,46 @@ func TestGemvrVariant(t *testing.T) {
 		}
 	}
 }
+
+// TestPagedAttentionArguments: with a block table the launch passes the
+// table, its block rows and the key count (not the pool's rows); without,
+// a null table, one-row blocks and the key rows; a table that cannot hold
+// the keys is refused.
+func TestPagedAttentionArguments(t *testing.T) {
+	const heads, hd = 4, 8
+	qt, dst := fakeTensor(gpu.F32, 1, heads*hd), fakeTensor(gpu.F32, 1, heads*hd)
+	pool, vpool := fakeTensor(gpu.F32, 4*16, 2*hd), fakeTensor(gpu.F32, 4*16, 2*hd)
+	table := fakeTensor(gpu.I32, 1, 3)
+	ap := gpu.AttnParams{Heads: heads, KVHeads: 2, HeadDim: hd, Scale: 0.25, QPos0: 40, Causal: true}
+	for _, c := range []struct {
+		name         string
+		p            gpu.AttnParams
+		nkeys, brows int
+		table        uintptr
+	}{
+		{"contiguous", ap, 64, 1, 0},
+		{"paged", func() gpu.AttnParams { p := ap; p.Blocks, p.BlockRows, p.Keys = table, 16, 41; return p }(), 41, 16, table.Buf.(*buffer).ptr},
+	} {
+		q := hostQueue()
+		q.scores = &buffer{ptr: 1 << 40, dt: gpu.F32, n: maxScores}
+		q.Attention(dst, qt, pool, vpool, c.p)
+		if len(q.rec.cmds) != 1 {
+			t.Fatalf("%s: %d launches", c.name, len(q.rec.cmds))
+		}
+		cm := q.rec.cmds[0]
+		args := q.rec.slots[cm.a0 : cm.a0+cm.na]
+		// … window, nkeys, probBF16, blocks, brows, then the fused rounding.
+		n := len(args)
+		if int(args[n-5]) != c.nkeys || uintptr(args[n-3]) != c.table || int(args[n-2]) != c.brows {
+			t.Errorf("%s: nkeys %d, table %#x, block rows %d; want %d, %#x, %d", c.name, args[n-5], args[n-3], args[n-2], c.nkeys, c.table, c.brows)
+		}
+	}
+	bad := ap
+	bad.Blocks, bad.BlockRows, bad.Keys = table, 16, 49 // 3 blocks of 16 hold 48 keys
+	defer func() {
+		if recover() == nil {
+			t.Error("a table too short for its keys was accepted")
+		}
+	}()
+	hostQueue().Attention(dst, qt, pool, vpool, bad)
+}
