@@ -17,8 +17,8 @@ type RowNorm struct {
 // NormFuser is a Queue that runs a row norm inside the op that consumes it
 // (one kernel where there would be two or more dependent ones). Each method
 // gives exactly the floats of the op sequence it stands for (NormMatMul and
-// HeadNormRoPE below run that sequence on queues without it): fusing moves
-// no rounding point and changes no order of a sum.
+// PrepHeads below run that sequence on queues without it): fusing moves no
+// rounding point and changes no order of a sum.
 type NormFuser interface {
 	// NormMatMul is NormRows(h, x, n) then MatMul(dst, h, w, bias).
 	NormMatMul(dst, h, x Tensor, n RowNorm, w, bias Tensor)

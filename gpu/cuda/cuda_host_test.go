@@ -446,6 +446,9 @@ func TestFusedLaunches(t *testing.T) {
 		{"three rows: norm, then the product", func(q *Queue) { q.NormMatMul(y3, h3, x3, n, w, gpu.Tensor{}) }, "rmsnorm_f32", 2},
 		{"h aliasing x: separate", func(q *Queue) { q.NormMatMul(y, x, x, n, w, gpu.Tensor{}) }, "rmsnorm_f32", 2},
 		{"q, k, v of one qkv: one launch", func(q *Queue) { q.PrepHeads(rp, true, items) }, "prep_heads_f32", 1},
+		{"a copy of part of a head: the sequence", func(q *Queue) {
+			q.PrepHeads(rp, true, []gpu.HeadPrep{{Dst: fakeTensor(gpu.F32, 1, 12), Src: qkv.ColSlice(48, 60), Copy: true}})
+		}, "copy_u32", 1},
 		{"overlapping columns: the sequence", func(q *Queue) {
 			q.PrepHeads(rp, true, []gpu.HeadPrep{items[0], {Dst: kc, Src: qkv.ColSlice(24, 40), Norm: hn}})
 		}, "rmsnorm_f32", 5},

@@ -81,6 +81,9 @@ func (q *Queue) PrepHeads(rp gpu.RoPEParams, round bool, items []gpu.HeadPrep) {
 		if it.Dst.Buf == it.Src.Buf && !sameView(it.Dst, it.Src) {
 			fuse = false // a partial overlap: the blocks could race
 		}
+		if hd > 0 && it.Dst.Cols%hd != 0 {
+			fuse = false // a copy item the kernel's whole heads would not cover
+		}
 		for j, o := range items {
 			if i != j && (it.Dst.Buf == o.Src.Buf || it.Dst.Buf == o.Dst.Buf) && !disjointCols(it.Dst, o) {
 				fuse = false
