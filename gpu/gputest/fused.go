@@ -125,29 +125,8 @@ func checkHeadNormRoPE(h *harness) {
 		}
 		rp := gpu.RoPEParams{Style: c.style, HeadDim: c.hd, InvFreq: invf, Pos: c.pos}
 		gpu.HeadNormRoPE(h.q, dst.view, src.view, gpu.RowNorm{Eps: c.eps, W: nw.view}, rp, false)
-		y, ybound := normReplay(xv, wv, rows*c.heads, c.hd, c.eps)
-		want, bound := make([]float64, rows*cols), make([]float64, rows*cols)
-		for r := 0; r < rows; r++ {
-			for j := 0; j < half; j++ {
-				ang := float32(c.pos[r]) * invf[j]
-				cs, sn := float64(float32(math.Cos(float64(ang)))), float64(float32(math.Sin(float64(ang))))
-				for hh := 0; hh < cols; hh += c.hd {
-					i0, i1 := r*cols+hh+j, r*cols+hh+j+half
-					if c.style == gpu.Interleaved {
-						i0, i1 = r*cols+hh+2*j, r*cols+hh+2*j+1
-					}
-					y0, y1 := y[i0], y[i1]
-					want[i0], want[i1] = y0*cs-y1*sn, y1*cs+y0*sn
-					e := ybound[i0]/math.Max(math.Abs(y0), 1e-300) + 3*u
-					if y0 == 0 {
-						e = gamma(c.hd) + 12*u
-					}
-					e = math.Max(e, gamma(c.hd)+12*u)
-					bound[i0] = e * (math.Abs(y0*cs) + math.Abs(y1*sn))
-					bound[i1] = e * (math.Abs(y1*cs) + math.Abs(y0*sn))
-				}
-			}
-		}
+		y, _ := normReplay(xv, wv, rows*c.heads, c.hd, c.eps)
+		want, bound := headRoPEReplay(y, rows, cols, c.hd, c.pos, invf, c.style)
 		h.verify(fmt.Sprintf("%s/hd=%d/heads=%d/rows=%d/%s/eps=%g/weight=%v", styleName(c.style), c.hd, c.heads, rows, c.mode, c.eps, c.weight),
 			dst, want, bound, srcs...)
 	}
@@ -183,27 +162,8 @@ func checkPrepHeads(h *harness) {
 		return out
 	}
 	rotate := func(x, w []float32, heads int, eps float32) (want, bound []float64) {
-		y, yb := normReplay(x, w, rows*heads, hd, eps)
-		n := heads * hd
-		want, bound = make([]float64, rows*n), make([]float64, rows*n)
-		for r := 0; r < rows; r++ {
-			for j := 0; j < hd/2; j++ {
-				ang := float32(pos[r]) * invf[j]
-				cs, sn := float64(float32(math.Cos(float64(ang)))), float64(float32(math.Sin(float64(ang))))
-				for hh := 0; hh < n; hh += hd {
-					i0, i1 := r*n+hh+2*j, r*n+hh+2*j+1
-					y0, y1 := y[i0], y[i1]
-					want[i0], want[i1] = y0*cs-y1*sn, y1*cs+y0*sn
-					e := gamma(hd) + 12*u
-					if y0 != 0 {
-						e = math.Max(e, yb[i0]/math.Abs(y0)+3*u)
-					}
-					bound[i0] = e * (math.Abs(y0*cs) + math.Abs(y1*sn))
-					bound[i1] = e * (math.Abs(y1*cs) + math.Abs(y0*sn))
-				}
-			}
-		}
-		return want, bound
+		y, _ := normReplay(x, w, rows*heads, hd, eps)
+		return headRoPEReplay(y, rows, heads*hd, hd, pos, invf, gpu.Interleaved)
 	}
 	// q lives in qkv: verify reads the whole row set, so the replay holds
 	// q's rotated heads and k, v's untouched source columns.
@@ -227,6 +187,34 @@ func checkPrepHeads(h *harness) {
 		vw[i] = float64(v)
 	}
 	h.verify("prep/v-copy", vd, vw, make([]float64, len(vv)))
+}
+
+// headRoPEReplay rotates the normalised heads y ([rows, cols], heads of hd
+// columns) as checkRoPE's replay rotates (cos and sin of the fp32 angle,
+// rounded to fp32, then float64), and bounds each value: the norm's
+// relative error (normReplay: γ_hd + 9u) and three roundings more (two
+// products and a sum) over |y₀·cos| + |y₁·sin|.
+func headRoPEReplay(y []float64, rows, cols, hd int, pos []int32, invf []float32, style gpu.RoPEStyle) (want, bound []float64) {
+	want, bound = make([]float64, rows*cols), make([]float64, rows*cols)
+	e := gamma(hd) + 12*u
+	half := hd / 2
+	for r := 0; r < rows; r++ {
+		for j := 0; j < half; j++ {
+			ang := float32(pos[r]) * invf[j]
+			cs, sn := float64(float32(math.Cos(float64(ang)))), float64(float32(math.Sin(float64(ang))))
+			for hh := 0; hh < cols; hh += hd {
+				i0, i1 := r*cols+hh+j, r*cols+hh+j+half
+				if style == gpu.Interleaved {
+					i0, i1 = r*cols+hh+2*j, r*cols+hh+2*j+1
+				}
+				y0, y1 := y[i0], y[i1]
+				want[i0], want[i1] = y0*cs-y1*sn, y1*cs+y0*sn
+				bound[i0] = e * (math.Abs(y0*cs) + math.Abs(y1*sn))
+				bound[i1] = e * (math.Abs(y1*cs) + math.Abs(y0*sn))
+			}
+		}
+	}
+	return want, bound
 }
 
 func styleName(s gpu.RoPEStyle) string {
