@@ -354,27 +354,6 @@ func BenchmarkConv(b *testing.B) {
 	}
 }
 
-// BenchmarkAttention: LFM2's GQA (32 query heads, 8 KV heads, 64 dims) for
-// a 93-row prefill and for one decode row over 500 and 2000 cached keys.
-func BenchmarkAttention(b *testing.B) {
-	for _, ks := range benchKernels(b) {
-		for _, c := range []struct{ rows, keys int }{{93, 93}, {1, 500}, {1, 2000}} {
-			b.Run(fmt.Sprintf("%s/rows%d/keys%d", ks.name, c.rows, c.keys), func(b *testing.B) {
-				d := newDevice(benchWorkers, ks.asm)
-				defer d.Close()
-				q := d.NewQueue("bench")
-				qt := benchTensor(d, gpu.F32, c.rows, 2048)
-				k := benchTensor(d, gpu.F32, c.keys, 512)
-				v := benchTensor(d, gpu.F32, c.keys, 512)
-				o := d.Alloc(gpu.F32, c.rows, 2048)
-				p := gpu.AttnParams{Heads: 32, KVHeads: 8, HeadDim: 64, Scale: 0.125, QPos0: c.keys - c.rows, Causal: true}
-				best := timed(b, func() { q.Attention(o, qt, k, v, p) })
-				b.ReportMetric(best.Seconds()*1e6, "µs-best")
-			})
-		}
-	}
-}
-
 // BenchmarkElementwise: activations, norms and adds on a prefill block
 // ([93, 2048]) and on codec activations ([24000, 64]), in ns per element.
 func BenchmarkElementwise(b *testing.B) {
