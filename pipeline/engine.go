@@ -377,9 +377,9 @@ func (e *Engine) Start(ctx context.Context, s *Session, req Request) (*Stream, e
 	if s.chat.Empty() && s.turns == 0 {
 		sys := req.System
 		if sys == "" {
-			mode := family.Interleaved
-			if req.Mode == Sequential {
-				mode = family.Sequential
+			mode := req.Mode
+			if mode != Sequential {
+				mode = Interleaved
 			}
 			sys = e.m.Template().SystemPrompt(mode)
 		}

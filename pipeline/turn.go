@@ -9,28 +9,19 @@ import (
 	"github.com/omni-pipe/omni-pipe/stages/family"
 )
 
-// Mode is how a turn alternates text and audio.
-type Mode uint8
+// Mode is how a turn alternates text and audio: the family's modes (its
+// default system prompt depends on the mode too).
+type Mode = family.Mode
 
 const (
 	// Interleaved is speech-to-speech: blocks of NText text tokens and
 	// NAudio audio frames until <|text_end|>, then audio until the
 	// end-of-audio frame (generate_interleaved).
-	Interleaved Mode = iota + 1
+	Interleaved = family.Interleaved
 	// Sequential is ASR and TTS: text until <|audio_start|>, then audio until
 	// end-of-audio, then text until <|im_end|> (generate_sequential).
-	Sequential
+	Sequential = family.Sequential
 )
-
-func (m Mode) String() string {
-	switch m {
-	case Interleaved:
-		return "interleaved"
-	case Sequential:
-		return "sequential"
-	}
-	return fmt.Sprintf("Mode(%d)", uint8(m))
-}
 
 // Kind is what a backbone step samples.
 type Kind uint8
