@@ -106,18 +106,8 @@ func BenchmarkKernelChain(b *testing.B) {
 	d := openGPU(b)
 	const chain = 256
 	rng := rand.New(rand.NewPCG(5, 6))
-	vals := make([]float32, 2048)
-	for i := range vals {
-		vals[i] = float32(rng.NormFloat64())
-	}
-	raw := make([]uint16, 1024*1024)
-	for i := range raw {
-		raw[i] = gpu.F32ToBF16(float32(rng.NormFloat64()))
-	}
-	w, err := d.Load(gpu.BF16, 1024, 1024, unsafe.Slice((*byte)(unsafe.Pointer(&raw[0])), 2*len(raw)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	vals := normals(rng, 2048)
+	w := loadNormalBF16(b, d, rng, 1024, 1024)
 	defer d.Free(w)
 	x, y := d.Alloc(gpu.F32, 1, 2048), d.Alloc(gpu.F32, 1, 2048)
 	defer d.Free(x)
@@ -170,15 +160,7 @@ func BenchmarkGemvLarge(b *testing.B) {
 	d := openGPU(b)
 	for _, sh := range []struct{ N, K int }{{65536, 2048}, {8192, 8192}} {
 		b.Run(fmt.Sprintf("%dx%d", sh.N, sh.K), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(7, 8))
-			raw := make([]uint16, sh.N*sh.K)
-			for i := range raw {
-				raw[i] = gpu.F32ToBF16(float32(rng.NormFloat64()))
-			}
-			w, err := d.Load(gpu.BF16, sh.N, sh.K, unsafe.Slice((*byte)(unsafe.Pointer(&raw[0])), 2*len(raw)))
-			if err != nil {
-				b.Fatal(err)
-			}
+			w := loadNormalBF16(b, d, rand.New(rand.NewPCG(7, 8)), sh.N, sh.K)
 			defer d.Free(w)
 			x, y := d.Alloc(gpu.F32, 1, sh.K), d.Alloc(gpu.F32, 1, sh.N)
 			defer d.Free(x)
@@ -208,15 +190,7 @@ func BenchmarkGemvLarge(b *testing.B) {
 func BenchmarkGemvRows(b *testing.B) {
 	d := openGPU(b)
 	const N, K = 65536, 2048
-	rng := rand.New(rand.NewPCG(11, 12))
-	raw := make([]uint16, N*K)
-	for i := range raw {
-		raw[i] = gpu.F32ToBF16(float32(rng.NormFloat64()))
-	}
-	w, err := d.Load(gpu.BF16, N, K, unsafe.Slice((*byte)(unsafe.Pointer(&raw[0])), 2*len(raw)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	w := loadNormalBF16(b, d, rand.New(rand.NewPCG(11, 12)), N, K)
 	defer d.Free(w)
 	for _, M := range []int{2, 3, 4, 8, 16, 32} {
 		names := []string{"auto", "tile"}

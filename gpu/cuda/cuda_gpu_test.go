@@ -267,18 +267,8 @@ func TestGemvVariantsBitIdentical(t *testing.T) {
 	d := openGPU(t)
 	rng := rand.New(rand.NewPCG(9, 9))
 	for _, sh := range []struct{ N, K int }{{1024, 1024}, {2816, 1024}, {1024, 2816}, {2048, 8192}, {777, 1000}, {3, 4104}, {1536, 264}, {65, 2056}} {
-		wb := make([]byte, 2*sh.N*sh.K)
-		for i := 0; i < sh.N*sh.K; i++ {
-			binary.LittleEndian.PutUint16(wb[2*i:], gpu.F32ToBF16(float32(rng.NormFloat64())))
-		}
-		w, err := d.Load(gpu.BF16, sh.N, sh.K, wb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		xs := make([]float32, 2*sh.K)
-		for i := range xs {
-			xs[i] = float32(rng.NormFloat64())
-		}
+		w := loadNormalBF16(t, d, rng, sh.N, sh.K)
+		xs := normals(rng, 2*sh.K)
 		q := d.NewQueue("gemv").(*Queue)
 		x2 := d.Alloc(gpu.F32, 2, sh.K)
 		y2 := d.Alloc(gpu.F32, 2, sh.N)
@@ -316,20 +306,10 @@ func TestGemvrVariantsBitIdentical(t *testing.T) {
 	d := openGPU(t)
 	rng := rand.New(rand.NewPCG(10, 10))
 	for _, sh := range []struct{ N, K int }{{1024, 1024}, {2816, 1024}, {1024, 2816}, {777, 1000}, {3, 4104}, {1536, 264}, {65, 2056}} {
-		wb := make([]byte, 2*sh.N*sh.K)
-		for i := 0; i < sh.N*sh.K; i++ {
-			binary.LittleEndian.PutUint16(wb[2*i:], gpu.F32ToBF16(float32(rng.NormFloat64())))
-		}
-		w, err := d.Load(gpu.BF16, sh.N, sh.K, wb)
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := loadNormalBF16(t, d, rng, sh.N, sh.K)
 		q := d.NewQueue("gemvr").(*Queue)
 		for _, M := range []int{2, 3, 4, 5, 8, 11, 32} {
-			xs := make([]float32, M*sh.K)
-			for i := range xs {
-				xs[i] = float32(rng.NormFloat64())
-			}
+			xs := normals(rng, M*sh.K)
 			x, y := d.Alloc(gpu.F32, M, sh.K), d.Alloc(gpu.F32, M, sh.N)
 			q.Write(x, xs)
 			q.tileForce = true
@@ -367,20 +347,7 @@ func TestGemvrVariantsBitIdentical(t *testing.T) {
 func TestNormFusedEqualsSeparate(t *testing.T) {
 	d := openGPU(t)
 	rng := rand.New(rand.NewPCG(12, 13))
-	randBF16 := func(n int) []byte {
-		b := make([]byte, 2*n)
-		for i := 0; i < n; i++ {
-			binary.LittleEndian.PutUint16(b[2*i:], gpu.F32ToBF16(float32(rng.NormFloat64())))
-		}
-		return b
-	}
-	vals := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	vals := func(n int) []float32 { return normals(rng, n) }
 	run := func(unfused bool, fn func(q *Queue) []gpu.Tensor) [][]float32 {
 		q := d.NewQueue("fuse").(*Queue)
 		q.unfused = unfused
@@ -405,14 +372,8 @@ func TestNormFusedEqualsSeparate(t *testing.T) {
 		}
 	}
 	for _, sh := range []struct{ N, K int }{{1536, 1024}, {1024, 2048}, {65, 264}, {8192, 2048}} {
-		w, err := d.Load(gpu.BF16, sh.N, sh.K, randBF16(sh.N*sh.K))
-		if err != nil {
-			t.Fatal(err)
-		}
-		nwb, err := d.Load(gpu.BF16, 1, sh.K, randBF16(sh.K))
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := loadNormalBF16(t, d, rng, sh.N, sh.K)
+		nwb := loadNormalBF16(t, d, rng, 1, sh.K)
 		xs, nwf, other := vals(sh.K), vals(sh.K), vals(sh.N)
 		for ci, c := range []struct {
 			round, roundW, f32w bool
@@ -458,10 +419,7 @@ func TestNormFusedEqualsSeparate(t *testing.T) {
 		{gpu.RotateHalf, 64, 8, 5, true, false, true, false},
 		{gpu.RotateHalf, 128, 3, 2, false, false, true, false},
 	} {
-		nwb, err := d.Load(gpu.BF16, 1, c.hd, randBF16(c.hd))
-		if err != nil {
-			t.Fatal(err)
-		}
+		nwb := loadNormalBF16(t, d, rng, 1, c.hd)
 		cols := c.hd * c.heads
 		xs := vals(c.rows * (cols + 7))
 		inv := make([]float32, c.hd/2)
@@ -497,14 +455,8 @@ func TestNormFusedEqualsSeparate(t *testing.T) {
 	for _, rows := range []int{1, 3} {
 		const hd, hq, hk = 64, 16, 4
 		cols := (hq + 2*hk) * hd
-		qn, err := d.Load(gpu.BF16, 1, hd, randBF16(hd))
-		if err != nil {
-			t.Fatal(err)
-		}
-		kn, err := d.Load(gpu.BF16, 1, hd, randBF16(hd))
-		if err != nil {
-			t.Fatal(err)
-		}
+		qn := loadNormalBF16(t, d, rng, 1, hd)
+		kn := loadNormalBF16(t, d, rng, 1, hd)
 		xs := vals(rows * cols)
 		inv := make([]float32, hd/2)
 		for j := range inv {
@@ -545,4 +497,28 @@ func differing(got, want []float32) int {
 		}
 	}
 	return bad
+}
+
+// loadNormalBF16 loads an [n, k] bf16 weight of standard normal values
+// drawn from rng.
+func loadNormalBF16(tb testing.TB, d *Device, rng *rand.Rand, n, k int) gpu.Tensor {
+	tb.Helper()
+	b := make([]byte, 2*n*k)
+	for i := 0; i < n*k; i++ {
+		binary.LittleEndian.PutUint16(b[2*i:], gpu.F32ToBF16(float32(rng.NormFloat64())))
+	}
+	w, err := d.Load(gpu.BF16, n, k, b)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return w
+}
+
+// normals returns n standard normal values drawn from rng.
+func normals(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	return v
 }
