@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 )
@@ -32,13 +31,11 @@ func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tens
 		q.MatMul(dst, h, w, bias)
 		return
 	}
-	// The one-row kernel's variant with four chunks in flight (the eight-
-	// chunk ones hold too many registers through the norm: measured slower).
-	name, rows := gemvVariant(N, K)
-	name = strings.Replace(strings.Replace(name, "u8", "u4", 1), "gemv_", "gemvn_", 1)
-	if name == "gemvn_bf16" {
-		name = "gemvn_bf16_c4u4"
-	}
+	// The one-row kernel's rows per warp with four chunks in flight (the
+	// eight-chunk variants hold too many registers through the norm:
+	// measured slower).
+	_, rows := gemvVariant(N, K)
+	name := fmt.Sprintf("gemvn_bf16_c%du4", rows/4)
 	q.launchEpi(epiProduct, dst, name, [3]uint32{uint32((N + rows - 1) / rows), 1, 1}, blk128, 4*K,
 		q.t(dst), q.t(h), q.t(x), i(K), f(n.Eps), b2i(n.Round), q.t(n.W), p(dtCode(n.W.DType())), b2i(n.RoundW && !n.W.IsNil()),
 		q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(N))
@@ -78,7 +75,7 @@ func (q *Queue) PrepHeads(rp gpu.RoPEParams, round bool, items []gpu.HeadPrep) {
 	}
 	fuse := !q.unfused && hd > 0 && hd <= normFuseMaxK
 	for i, it := range items {
-		if it.Dst.Buf == it.Src.Buf && !sameView(it.Dst, it.Src) {
+		if it.Dst.Buf == it.Src.Buf && !gpu.SameView(it.Dst, it.Src) {
 			fuse = false // a partial overlap: the blocks could race
 		}
 		if hd > 0 && it.Dst.Cols%hd != 0 {

@@ -262,7 +262,7 @@ func (q *Queue) fuseAct(dst, a gpu.Tensor, fn gpu.Activation) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	f := q.fusible(dst)
-	if f == nil || f.act < 0 || f.stage != 0 || !sameView(dst, a) {
+	if f == nil || f.act < 0 || f.stage != 0 || !gpu.SameView(dst, a) {
 		return false
 	}
 	q.rec.slots[f.act] = uint64(fn)
@@ -275,7 +275,7 @@ func (q *Queue) fuseRowW(dst, a, v gpu.Tensor) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	f := q.fusible(dst)
-	if f == nil || f.rowW < 0 || f.stage != 0 || !sameView(dst, a) || v.Buf == dst.Buf {
+	if f == nil || f.rowW < 0 || f.stage != 0 || !gpu.SameView(dst, a) || v.Buf == dst.Buf {
 		return false
 	}
 	q.rec.slots[f.rowW] = uint64(q.ptr(v))
@@ -296,8 +296,8 @@ func (q *Queue) fuseBinary(op int, dst, a, b gpu.Tensor) bool {
 	}
 	o := b
 	switch {
-	case sameView(dst, a):
-	case sameView(dst, b):
+	case gpu.SameView(dst, a):
+	case gpu.SameView(dst, b):
 		o = a
 	default:
 		return false
@@ -312,7 +312,6 @@ func (q *Queue) fuseBinary(op int, dst, a, b gpu.Tensor) bool {
 	return true
 }
 
-func sameView(a, b gpu.Tensor) bool { return gpu.SameView(a, b) }
 
 // launch records a kernel launch; false when there is nothing to launch.
 func (q *Queue) launch(name string, grid [3]uint32, block [2]uint32, shm int, args ...arg) bool {
