@@ -237,8 +237,7 @@ func (d *Depth) frame(c *nn.Ctx, h gpu.Tensor, pick func(i int, logits, prev gpu
 			d.block(c, l, x, kc[l], vc[l], i)
 		}
 		// get_logits: to_logits(embedding_norm(out)).
-		gpu.NormMatMul(c.Q, logits, n, x, d.norm(c, d.EmbNorm[i]), d.ToLogits[i], gpu.Tensor{})
-		c.Round(logits)
+		c.NormLinear(logits, n, x, d.norm(c, d.EmbNorm[i]), d.ToLogits[i], gpu.Tensor{})
 		if err := pick(i, logits, prev); err != nil {
 			return err
 		}
@@ -252,11 +251,6 @@ func (d *Depth) norm(c *nn.Ctx, w gpu.Tensor) gpu.RowNorm {
 	return gpu.RowNorm{Eps: float32(d.Cfg.NormEps()), W: w, RoundW: c.P == nn.BF16}
 }
 
-func linear(c *nn.Ctx, dst, x, w gpu.Tensor) {
-	c.Q.MatMul(dst, x, w, gpu.Tensor{})
-	c.Round(dst)
-}
-
 // block runs StandardBlock l on x [B, D] in place, for codebook position
 // pos, appending to the frame's caches.
 func (d *Depth) block(c *nn.Ctx, l int, x, kc, vc gpu.Tensor, pos int) {
@@ -268,8 +262,7 @@ func (d *Depth) block(c *nn.Ctx, l int, x, kc, vc gpu.Tensor, pos int) {
 	kvd := KVH * hd
 	h := c.Tmp(B, D)
 	qkv := c.Tmp(B, D+2*kvd)
-	gpu.NormMatMul(c.Q, qkv, h, x, d.norm(c, L.OpNorm), L.QKV, gpu.Tensor{})
-	c.Round(qkv)
+	c.NormLinear(qkv, h, x, d.norm(c, L.OpNorm), L.QKV, gpu.Tensor{})
 	// k and v go straight to the frame's cache row pos (the B sessions'
 	// [B, kvd] rows are that row's [1, B·kvd]); q stays in qkv for one row
 	// and goes to a contiguous tensor for several (the attention reads it
@@ -297,21 +290,20 @@ func (d *Depth) block(c *nn.Ctx, l int, x, kc, vc gpu.Tensor, pos int) {
 	})
 	c.Round(o)
 	a := c.Tmp(B, D)
-	linear(c, a, o, L.Out)
+	c.Linear(a, o, L.Out, gpu.Tensor{})
 	c.Q.Add(a, a, x) // h += x
 	c.Round(a)
 	F := L.W1.Rows
 	g1, g3 := c.Tmp(B, F), c.Tmp(B, F)
-	gpu.NormMatMul(c.Q, g1, h, a, d.norm(c, L.FFNNorm), L.W1, gpu.Tensor{})
-	c.Round(g1)
+	c.NormLinear(g1, h, a, d.norm(c, L.FFNNorm), L.W1, gpu.Tensor{})
 	c.Q.Act(g1, g1, gpu.SiLU)
 	c.Round(g1)
-	linear(c, g3, h, L.W3)
+	c.Linear(g3, h, L.W3, gpu.Tensor{})
 	// As in lfm2: g3 ⊙ g1 and the down projection straight into x, then
 	// x + a (the same floats, in the order a backend folds into products).
 	c.Q.Mul(g3, g3, g1)
 	c.Round(g3)
-	linear(c, x, g3, L.W2)
+	c.Linear(x, g3, L.W2, gpu.Tensor{})
 	c.Q.Add(x, x, a)
 	c.Round(x)
 }

@@ -395,12 +395,6 @@ func (m *Model) norm(c *nn.Ctx, w gpu.Tensor) gpu.RowNorm {
 // rmsNorm is Lfm2RMSNorm of x into dst.
 func (m *Model) rmsNorm(c *nn.Ctx, dst, x, w gpu.Tensor) { gpu.NormRows(c.Q, dst, x, m.norm(c, w)) }
 
-// linear computes dst = x·wᵀ + b and rounds it (an nn.Linear output).
-func linear(c *nn.Ctx, dst, x, w, b gpu.Tensor) {
-	c.Q.MatMul(dst, x, w, b)
-	c.Round(dst)
-}
-
 // block runs layer i in place on the residual stream w.
 func (m *Model) block(c *nn.Ctx, i int, w gpu.Tensor, seqs []Seq) {
 	mark := c.A.Mark()
@@ -421,17 +415,16 @@ func (m *Model) block(c *nn.Ctx, i int, w gpu.Tensor, seqs []Seq) {
 	c.Round(op)
 	F := b.W1.Rows
 	a, g := c.Tmp(R, F), c.Tmp(R, F)
-	gpu.NormMatMul(c.Q, a, h, op, m.norm(c, b.FFNNorm), b.W1, gpu.Tensor{})
-	c.Round(a)
+	c.NormLinear(a, h, op, m.norm(c, b.FFNNorm), b.W1, gpu.Tensor{})
 	c.Q.Act(a, a, gpu.SiLU)
 	c.Round(a)
-	linear(c, g, h, b.W3, gpu.Tensor{})
+	c.Linear(g, h, b.W3, gpu.Tensor{})
 	// g ⊙ a, not a ⊙ g, and the down projection straight into w, then
 	// w + op: the same floats (+ and × commute), in the order a backend can
 	// fold into the products that precede them.
 	c.Q.Mul(g, g, a)
 	c.Round(g)
-	linear(c, w, g, b.W2, gpu.Tensor{})
+	c.Linear(w, g, b.W2, gpu.Tensor{})
 	c.Q.Add(w, w, op)
 	c.Round(w)
 }
@@ -442,8 +435,7 @@ func (m *Model) shortConv(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 	sc := m.Blocks[i].Conv
 	R, H := h.Rows, h.Cols
 	bcx := c.Tmp(R, 3*H)
-	gpu.NormMatMul(c.Q, bcx, h, w, m.norm(c, m.Blocks[i].OpNorm), sc.InProj, sc.InProjB)
-	c.Round(bcx)
+	c.NormLinear(bcx, h, w, m.norm(c, m.Blocks[i].OpNorm), sc.InProj, sc.InProjB)
 	B, C, X := bcx.ColSlice(0, H), bcx.ColSlice(H, 2*H), bcx.ColSlice(2*H, 3*H)
 	bx := c.Tmp(R, H)
 	c.Q.Mul(bx, B, X)
@@ -465,7 +457,7 @@ func (m *Model) shortConv(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 	c.Round(conv)
 	c.Q.Mul(conv, C, conv)
 	c.Round(conv)
-	linear(c, dst, conv, sc.OutProj, sc.OutProjB)
+	c.Linear(dst, conv, sc.OutProj, sc.OutProjB)
 }
 
 // attention runs the attention operator of layer i on the operator norm
@@ -481,10 +473,9 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 	// rotation that would write the cache directly — on a GPU each changed
 	// kernel argument costs a graph-node update on the host.
 	q, k, v := c.Tmp(R, qd), c.Tmp(R, kvd), c.Tmp(R, kvd)
-	gpu.NormMatMul(c.Q, q, h, w, m.norm(c, m.Blocks[i].OpNorm), at.Q, gpu.Tensor{})
-	c.Round(q)
-	linear(c, k, h, at.K, gpu.Tensor{})
-	linear(c, v, h, at.V, gpu.Tensor{})
+	c.NormLinear(q, h, w, m.norm(c, m.Blocks[i].OpNorm), at.Q, gpu.Tensor{})
+	c.Linear(k, h, at.K, gpu.Tensor{})
+	c.Linear(v, h, at.V, gpu.Tensor{})
 	pos := make([]int32, R)
 	r0 := 0
 	for _, s := range seqs {
@@ -533,13 +524,13 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 		r0 += s.Rows
 	}
 	c.Round(o)
-	linear(c, dst, o, at.Out, gpu.Tensor{})
+	c.Linear(dst, o, at.Out, gpu.Tensor{})
 }
 
 // Logits computes the tied text head dst[rows, vocab] = h · embed_tokensᵀ,
 // rounded as the reference's bf16 F.linear output.
 func (m *Model) Logits(c *nn.Ctx, dst, h gpu.Tensor) {
-	linear(c, dst, h, m.Embed, gpu.Tensor{})
+	c.Linear(dst, h, m.Embed, gpu.Tensor{})
 }
 
 // EmbedTokens writes the embeddings of ids into dst [len(ids), hidden].

@@ -68,6 +68,21 @@ func (c *Ctx) Round(t gpu.Tensor) {
 	}
 }
 
+// Linear computes dst = x·wᵀ + b (b may be nil) and rounds it: an
+// nn.Linear's output as the reference stores it.
+func (c *Ctx) Linear(dst, x, w, b gpu.Tensor) {
+	c.Q.MatMul(dst, x, w, b)
+	c.Round(dst)
+}
+
+// NormLinear is Linear of the normalised rows of x: h = n(x) (written, for
+// the products after it) and dst = h·wᵀ + b, rounded — one op on a queue
+// that fuses the two (gpu.NormMatMul).
+func (c *Ctx) NormLinear(dst, h, x gpu.Tensor, n gpu.RowNorm, w, b gpu.Tensor) {
+	gpu.NormMatMul(c.Q, dst, h, x, n, w, b)
+	c.Round(dst)
+}
+
 // Tmp returns a scratch F32 tensor from the arena (valid until the arena's
 // next Reset).
 func (c *Ctx) Tmp(rows, cols int) gpu.Tensor { return c.A.Get(rows, cols) }
