@@ -312,7 +312,6 @@ func (q *Queue) fuseBinary(op int, dst, a, b gpu.Tensor) bool {
 	return true
 }
 
-
 // launch records a kernel launch; false when there is nothing to launch.
 func (q *Queue) launch(name string, grid [3]uint32, block [2]uint32, shm int, args ...arg) bool {
 	fn, ok := q.d.fns[name]
