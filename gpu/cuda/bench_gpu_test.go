@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -184,7 +185,8 @@ func BenchmarkGemvLarge(b *testing.B) {
 
 // BenchmarkGemvRows streams the text head's [65536, 2048] bf16 weights
 // (256 MiB, beyond L2) with M rows of x through every few-row kernel
-// variant, the default pick ("auto") and the tile kernels ("tile"): bytes
+// variant, the default pick ("auto") and the tile kernels ("tile"), in
+// both orders (FMA; "mma-…" and mmv_…: the tensor cores'): bytes
 // are the weights read once, so MB/s against BenchmarkCopy's rate is the
 // fraction of the copy bandwidth a batched decode step keeps.
 func BenchmarkGemvRows(b *testing.B) {
@@ -192,10 +194,15 @@ func BenchmarkGemvRows(b *testing.B) {
 	const N, K = 65536, 2048
 	w := loadNormalBF16(b, d, rand.New(rand.NewPCG(11, 12)), N, K)
 	defer d.Free(w)
-	for _, M := range []int{2, 3, 4, 8, 16, 32} {
-		names := []string{"auto", "tile"}
+	for _, M := range []int{1, 2, 3, 4, 8, 16, 32} {
+		names := []string{"auto", "tile", "mma-auto", "mma-tile"}
 		for _, v := range gemvrVariants {
-			if v.r <= 2*M {
+			if v.r <= 2*M && M > 1 {
+				names = append(names, v.name)
+			}
+		}
+		for _, v := range mmvVariants {
+			if 8*v.mt < 2*M || v.mt == 1 {
 				names = append(names, v.name)
 			}
 		}
@@ -205,12 +212,18 @@ func BenchmarkGemvRows(b *testing.B) {
 				defer d.Free(x)
 				defer d.Free(y)
 				q := d.NewQueue("gemvr").(*Queue)
+				d.mmaMatMul = strings.HasPrefix(name, "mm")
+				defer func() { d.mmaMatMul = false }()
 				switch name {
-				case "auto":
-				case "tile":
+				case "auto", "mma-auto":
+				case "tile", "mma-tile":
 					q.tileForce = true
 				default:
-					q.gemvrForce = name
+					if d.mmaMatMul {
+						q.mmvForce = name
+					} else {
+						q.gemvrForce = name
+					}
 				}
 				q.MatMul(y, x, w, gpu.Tensor{})
 				if err := q.Sync(); err != nil {

@@ -52,7 +52,7 @@ func TestKernelContract(t *testing.T) {
 	for _, f := range names {
 		op := Faults[f]
 		o := Options{Fault: f}
-		if f == "MMA" {
+		if f == "MMA" || f == "MMV" {
 			o.MatMul = "mma"
 		}
 		fd, err := New(o)

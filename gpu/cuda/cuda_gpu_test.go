@@ -339,6 +339,57 @@ func TestGemvrVariantsBitIdentical(t *testing.T) {
 	}
 }
 
+// TestMmvVariantsBitIdentical: with MatMul "mma", every few-row
+// tensor-core kernel variant gives, for every row of x, the bits of the
+// tensor-core tile kernel (split_bf16 then mma_bf16) — ragged N and K
+// (superblock tails, clamped weight rows), row counts that leave a tile
+// part-empty, fp32 rows and exact-bf16 rows mixed (the parts skipped per
+// superblock against per row) — so a row's bits do not depend on the
+// kernel, nor on the batch.
+func TestMmvVariantsBitIdentical(t *testing.T) {
+	d := openGPU(t)
+	d.mmaMatMul = true
+	defer func() { d.mmaMatMul = false }()
+	rng := rand.New(rand.NewPCG(14, 15))
+	for _, sh := range []struct{ N, K int }{{1024, 1024}, {2816, 1024}, {1024, 2816}, {777, 1000}, {3, 4104}, {1536, 264}, {65, 2056}, {40, 7}} {
+		w := loadNormalBF16(t, d, rng, sh.N, sh.K)
+		q := d.NewQueue("mmv").(*Queue)
+		for _, M := range []int{1, 2, 3, 5, 8, 11, 17, 32} {
+			xs := normals(rng, M*sh.K)
+			for r := 0; r < M; r += 2 { // every other row exact bf16
+				for k := range sh.K {
+					xs[r*sh.K+k] = gpu.RoundBF16(xs[r*sh.K+k])
+				}
+			}
+			x, y := d.Alloc(gpu.F32, M, sh.K), d.Alloc(gpu.F32, M, sh.N)
+			q.Write(x, xs)
+			q.tileForce = true
+			q.MatMul(y, x, w, gpu.Tensor{})
+			q.tileForce = false
+			want := make([]float32, M*sh.N)
+			if err := q.Read(want, y); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range append(mmvVariants, mmvKernel{name: ""}) {
+				q.mmvForce = v.name // "": the default pick
+				q.Fill(y, float32(math.NaN()))
+				q.MatMul(y, x, w, gpu.Tensor{})
+				got := make([]float32, M*sh.N)
+				if err := q.Read(got, y); err != nil {
+					t.Fatal(err)
+				}
+				if bad := differing(got, want); bad > 0 {
+					t.Errorf("%q on M=%d %dx%d: %d/%d outputs differ from the tile kernel's", v.name, M, sh.N, sh.K, bad, len(got))
+				}
+			}
+			q.mmvForce = ""
+			d.Free(x)
+			d.Free(y)
+		}
+		d.Free(w)
+	}
+}
+
 // TestNormFusedEqualsSeparate: the fused norm kernels (gpu.NormFuser) give
 // the bits of the op sequences they replace — every rounding flag, a bf16
 // and an f32 norm weight, products with folded epilogues after them, and
@@ -371,42 +422,25 @@ func TestNormFusedEqualsSeparate(t *testing.T) {
 			}
 		}
 	}
-	for _, sh := range []struct{ N, K int }{{1536, 1024}, {1024, 2048}, {65, 264}, {8192, 2048}} {
-		w := loadNormalBF16(t, d, rng, sh.N, sh.K)
-		nwb := loadNormalBF16(t, d, rng, 1, sh.K)
-		xs, nwf, other := vals(sh.K), vals(sh.K), vals(sh.N)
-		for ci, c := range []struct {
-			round, roundW, f32w bool
-			epi                 string
-		}{{true, true, false, "round"}, {false, true, false, "silu"}, {false, false, true, "add"}, {true, false, false, ""}} {
-			fn := func(q *Queue) []gpu.Tensor {
-				x, h, y, o := d.Alloc(gpu.F32, 1, sh.K), d.Alloc(gpu.F32, 1, sh.K), d.Alloc(gpu.F32, 1, sh.N), d.Alloc(gpu.F32, 1, sh.N)
-				q.Write(x, xs)
-				q.Write(o, other)
-				nw := nwb
-				if c.f32w {
-					nw = d.Alloc(gpu.F32, 1, sh.K)
-					q.Write(nw, nwf)
-				}
-				gpu.NormMatMul(q, y, h, x, gpu.RowNorm{Eps: 1e-5, Round: c.round, W: nw, RoundW: c.roundW}, w, gpu.Tensor{})
-				switch c.epi {
-				case "round":
-					q.RoundBF16(y)
-				case "silu":
-					q.RoundBF16(y)
-					q.Act(y, y, gpu.SiLU)
-					q.RoundBF16(y)
-				case "add":
-					q.Add(y, y, o)
-					q.RoundBF16(y)
-				}
-				return []gpu.Tensor{y, h}
-			}
-			same(fmt.Sprintf("normmatmul %dx%d case %d", sh.N, sh.K, ci), run(false, fn), run(true, fn))
+	// The product after the norm in both orders: the FMA kernels' (gemvn)
+	// and the tensor cores' (mmvn, each variant).
+	for _, kind := range []string{"fma", "mmvn_bf16_n1u4", "mmvn_bf16_n2u2"} {
+		d.mmaMatMul = kind != "fma"
+		force := ""
+		if d.mmaMatMul {
+			force = kind
 		}
-		d.Free(w)
-		d.Free(nwb)
+		runK := func(unfused bool, fn func(q *Queue) []gpu.Tensor) [][]float32 {
+			return run(unfused, func(q *Queue) []gpu.Tensor {
+				if !unfused {
+					q.mmvForce = force
+				}
+				return fn(q)
+			})
+		}
+		normMatMulCases(t, d, rng, kind, runK, same)
 	}
+	d.mmaMatMul = false
 	for ci, c := range []struct {
 		style           gpu.RoPEStyle
 		hd, heads, rows int
@@ -521,4 +555,45 @@ func normals(rng *rand.Rand, n int) []float32 {
 		v[i] = float32(rng.NormFloat64())
 	}
 	return v
+}
+
+// normMatMulCases runs TestNormFusedEqualsSeparate's NormMatMul cases: fused
+// (run(false)) against the norm and the product launched apart.
+func normMatMulCases(t *testing.T, d *Device, rng *rand.Rand, kind string, run func(bool, func(*Queue) []gpu.Tensor) [][]float32, same func(string, [][]float32, [][]float32)) {
+	for _, sh := range []struct{ N, K int }{{1536, 1024}, {1024, 2048}, {65, 264}, {8192, 2048}} {
+		w := loadNormalBF16(t, d, rng, sh.N, sh.K)
+		nwb := loadNormalBF16(t, d, rng, 1, sh.K)
+		xs, nwf, other := normals(rng, sh.K), normals(rng, sh.K), normals(rng, sh.N)
+		for ci, c := range []struct {
+			round, roundW, f32w bool
+			epi                 string
+		}{{true, true, false, "round"}, {false, true, false, "silu"}, {false, false, true, "add"}, {true, false, false, ""}} {
+			fn := func(q *Queue) []gpu.Tensor {
+				x, h, y, o := d.Alloc(gpu.F32, 1, sh.K), d.Alloc(gpu.F32, 1, sh.K), d.Alloc(gpu.F32, 1, sh.N), d.Alloc(gpu.F32, 1, sh.N)
+				q.Write(x, xs)
+				q.Write(o, other)
+				nw := nwb
+				if c.f32w {
+					nw = d.Alloc(gpu.F32, 1, sh.K)
+					q.Write(nw, nwf)
+				}
+				gpu.NormMatMul(q, y, h, x, gpu.RowNorm{Eps: 1e-5, Round: c.round, W: nw, RoundW: c.roundW}, w, gpu.Tensor{})
+				switch c.epi {
+				case "round":
+					q.RoundBF16(y)
+				case "silu":
+					q.RoundBF16(y)
+					q.Act(y, y, gpu.SiLU)
+					q.RoundBF16(y)
+				case "add":
+					q.Add(y, y, o)
+					q.RoundBF16(y)
+				}
+				return []gpu.Tensor{y, h}
+			}
+			same(fmt.Sprintf("normmatmul %s %dx%d case %d", kind, sh.N, sh.K, ci), run(false, fn), run(true, fn))
+		}
+		d.Free(w)
+		d.Free(nwb)
+	}
 }

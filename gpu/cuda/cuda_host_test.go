@@ -70,7 +70,7 @@ func TestCompileOptionsTargetMachineCode(t *testing.T) {
 func TestKernelSourceDefinesEveryLaunchedKernel(t *testing.T) {
 	for _, k := range kernelNames {
 		plain := regexp.MustCompile(`__global__ void (__launch_bounds__\(\d+\) )?` + k + `\(`)
-		macro := regexp.MustCompile(`((MATMUL|MMA)_KERNEL|\nGEMV(R|_NORM)?)\(` + k + `,`)
+		macro := regexp.MustCompile(`((MATMUL|MMA)_KERNEL|\nGEMV(R|_NORM)?|\nMMV(_NORM)?)\(` + k + `,`)
 		if !plain.MatchString(kernelSource) && !macro.MatchString(kernelSource) {
 			t.Errorf("kernels.cu defines no kernel %s", k)
 		}
@@ -501,6 +501,29 @@ func TestGemvrVariant(t *testing.T) {
 		v := gemvrVariant(M)
 		if !slices.Contains(gemvrVariants, v) {
 			t.Errorf("M=%d: %v is not among the tested variants", M, v)
+		}
+	}
+}
+
+// TestMmvVariant: every row count up to mmvMaxRows gets a tested few-row
+// tensor-core variant whose grid covers every output once: 16·nt weight
+// rows a block in x, 8·mt rows of x in y.
+func TestMmvVariant(t *testing.T) {
+	for M := 1; M <= mmvMaxRows; M++ {
+		for _, N := range []int{1, 15, 16, 17, 2048, 65536} {
+			v := mmvVariant(M, N)
+			if !slices.Contains(mmvVariants, v) {
+				t.Fatalf("M=%d N=%d: %v is not among the tested variants", M, N, v)
+			}
+			g := v.grid(M, N)
+			if int(g[0])*16*v.nt < N || int(g[0]-1)*16*v.nt >= N || int(g[1])*8*v.mt < M || int(g[1]-1)*8*v.mt >= M || g[2] != 1 {
+				t.Errorf("M=%d N=%d: %s grid %v does not cover the outputs exactly", M, N, v.name, g)
+			}
+		}
+	}
+	for _, v := range append(mmvVariants, mmvNormVariants...) {
+		if !slices.Contains(kernelNames, v.name) {
+			t.Errorf("%s is not loaded", v.name)
 		}
 	}
 }

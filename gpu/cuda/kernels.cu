@@ -1242,9 +1242,10 @@ MATMUL_KERNEL(matmul_r8_f16, 8, 4, DT_F16)
 // superblocks of 64; superblock s goes to warp s mod 4 of the block, which
 // accumulates its superblocks in s order (4 MMAs of k16 each, parts in
 // hi, mid, lo order); the block then adds the four warps' sums in warp
-// order. Within a superblock, thread t of a quad holds the 16 consecutive
-// k = 64s + 16t … +15 (a permutation of the MMA's k index, the same for A
-// and B, so the dot product is unchanged and the loads are 16-byte). How
+// order. Within a superblock, thread t of a quad holds the 16 k = 64s + 8t
+// … +7 and 64s + 32 + 8t … +7 (a permutation of the MMA's k index, the
+// same for A and B, so the dot product is unchanged; each 16-byte load of
+// a quad covers 64 contiguous bytes of a row, whole sectors). How
 // many rows of x one block covers (MT·8) does not enter: a row computed
 // alone equals the same row in any batch, bit for bit.
 __device__ __forceinline__ u32 pack2(float a, float b) {
@@ -1259,25 +1260,29 @@ __device__ __forceinline__ void mma16816(float (&c)[4], u32 a0, u32 a1, u32 a2, 
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// mma_wload loads 16 bf16 weights of a row from k (zeros past K) as 8 pairs.
+// mma_wload loads a thread's 16 bf16 weights of a row, k … k+7 and k+32 …
+// k+39 (zeros past K), as 8 pairs.
 __device__ __forceinline__ void mma_wload(u32 (&p)[8], const u16* row, int k, int K, bool vec) {
-  if (vec && k + 16 <= K) {
-    uint4 a = __ldg((const uint4*)(row + k)), b = __ldg((const uint4*)(row + k + 8));
-    p[0] = a.x; p[1] = a.y; p[2] = a.z; p[3] = a.w;
-    p[4] = b.x; p[5] = b.y; p[6] = b.z; p[7] = b.w;
-  } else {
 #pragma unroll
-    for (int e = 0; e < 8; e++) {
-      u32 lo = k + 2 * e < K ? row[k + 2 * e] : 0u, hi = k + 2 * e + 1 < K ? row[k + 2 * e + 1] : 0u;
-      p[e] = lo | (hi << 16);
+  for (int h = 0; h < 2; h++) {
+    int kk = k + 32 * h;
+    if (vec && kk + 8 <= K) {
+      uint4 a = __ldg((const uint4*)(row + kk));
+      p[4 * h] = a.x; p[4 * h + 1] = a.y; p[4 * h + 2] = a.z; p[4 * h + 3] = a.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        u32 lo = kk + 2 * e < K ? row[kk + 2 * e] : 0u, hi = kk + 2 * e + 1 < K ? row[kk + 2 * e + 1] : 0u;
+        p[4 * h + e] = lo | (hi << 16);
+      }
     }
   }
 }
 
-// mma_xload loads 16 bf16 values of a split row from k (rows are padded
-// to a multiple of 64 with zeros).
+// mma_xload loads a thread's 16 bf16 values of a split row, k … k+7 and
+// k+32 … k+39 (rows are padded to a multiple of 64 with zeros).
 __device__ __forceinline__ void mma_xload(u32 (&p)[8], const u16* row, int k) {
-  uint4 a = *(const uint4*)(row + k), b = *(const uint4*)(row + k + 8);
+  uint4 a = *(const uint4*)(row + k), b = *(const uint4*)(row + k + 32);
   p[0] = a.x; p[1] = a.y; p[2] = a.z; p[3] = a.w;
   p[4] = b.x; p[5] = b.y; p[6] = b.z; p[7] = b.w;
 }
@@ -1309,7 +1314,7 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
   i64 pstride = (i64)M * Kp;  // from one part to the next
   int nsb = (K + 63) / 64;
   for (int s = warp; s < nsb; s += 4) {
-    int k = s * 64 + 16 * t;
+    int k = s * 64 + 8 * t;
     u32 wa[8], wb[8];
     mma_wload(wa, wr0, k, K, wv);
     mma_wload(wb, wr1, k, K, wv);
@@ -1355,6 +1360,166 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
   }
 }
 
+// mmv_tile: mma_tile's products for up to 8·MT rows of x, bit for bit —
+// its k permutation, its four interleaved superblock sums added in warp
+// order, the same MMAs in the same order (hi, mid, lo; k16 steps in
+// order), the bias and the epilogue — with x read as fp32 and split into
+// its bf16 parts in registers (split_bf16's arithmetic) instead of by a
+// separate kernel, NT tiles of 16 weight rows a warp, and U superblocks of
+// weights in flight: the decode rows' products on the tensor cores at the
+// weight-streaming rate. A part is skipped where it is zero in the 8-row
+// tile within one superblock (mma_tile: within the whole row); an included
+// all-zero part adds exact zeros to a sum that starts at +0, which changes
+// no bit, so every output equals mma_tile's. pro() runs once, by every
+// thread, after the warp's first weights are requested and before x is
+// read (MMV_NORM's norm into shared memory).
+template <int NT, int MT, int U, class Pro>
+__device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
+                                         const void* bias, int bdt, int M, int N, int K, Pro pro, EPI_PARAMS) {
+  __shared__ float part[3][NT][MT][32][4];  // the sums of warps 1, 2, 3
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int g = lane >> 2, t = lane & 3;
+  int n0 = blockIdx.x * 16 * NT, m0 = blockIdx.y * 8 * MT;
+  float acc[NT][MT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) acc[nt][mt][0] = acc[nt][mt][1] = acc[nt][mt][2] = acc[nt][mt][3] = 0.0f;
+  const u16* wr[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+    wr[nt][0] = w + (i64)min(n0 + 16 * nt + g, N - 1) * ldw;
+    wr[nt][1] = w + (i64)min(n0 + 16 * nt + g + 8, N - 1) * ldw;
+  }
+  bool wv = ((((unsigned long long)w) & 15) == 0) && (ldw % 8 == 0);
+  int nsb = (K + 63) / 64;
+  u32 wa[U][NT][2][8];
+#ifdef FAULT_MMV
+  int s0 = warp + 4;  // drops each warp's first superblock
+#else
+  int s0 = warp;
+#endif
+  auto loadw = [&](int sb) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      int s = sb + 4 * u;
+      if (s < nsb) {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+          mma_wload(wa[u][nt][0], wr[nt][0], 64 * s + 8 * t, K, wv);
+          mma_wload(wa[u][nt][1], wr[nt][1], 64 * s + 8 * t, K, wv);
+        }
+      }
+    }
+  };
+  loadw(s0);
+  pro();
+  const float* xr[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) xr[mt] = x + (i64)min(m0 + 8 * mt + g, M - 1) * ldx;
+  bool xv = ((((unsigned long long)x) & 15) == 0) && (ldx % 4 == 0);
+  for (; s0 < nsb; s0 += 4 * U) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      int s = s0 + 4 * u;
+      if (s >= nsb) break;
+      int k = 64 * s + 8 * t;
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        float v[16];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          int kk = k + 32 * h;
+          if (xv && kk + 8 <= K) {
+            float4 a = *(const float4*)(xr[mt] + kk), b = *(const float4*)(xr[mt] + kk + 4);
+            v[8 * h] = a.x; v[8 * h + 1] = a.y; v[8 * h + 2] = a.z; v[8 * h + 3] = a.w;
+            v[8 * h + 4] = b.x; v[8 * h + 5] = b.y; v[8 * h + 6] = b.z; v[8 * h + 7] = b.w;
+          } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[8 * h + e] = kk + e < K ? xr[mt][kk + e] : 0.0f;
+          }
+        }
+        u32 px[8];
+        bool any = false;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+          float h0 = rbf16(v[2 * e]), h1 = rbf16(v[2 * e + 1]);
+          px[e] = pack2(h0, h1);
+          v[2 * e] -= h0;  // the remainders, exact
+          v[2 * e + 1] -= h1;
+          any |= v[2 * e] != 0.0f || v[2 * e + 1] != 0.0f;
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+          for (int j = 0; j < 4; j++)
+            mma16816(acc[nt][mt], wa[u][nt][0][2 * j], wa[u][nt][1][2 * j], wa[u][nt][0][2 * j + 1],
+                     wa[u][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+        // mid (and lo) where the tile has them: bf16 activations have none.
+        if (__any_sync(0xffffffffu, any)) {
+          bool anymid = false, anylo = false;
+#pragma unroll
+          for (int e = 0; e < 8; e++) {
+            float m0v = rbf16(v[2 * e]), m1v = rbf16(v[2 * e + 1]);
+            px[e] = pack2(m0v, m1v);
+            anymid |= m0v != 0.0f || m1v != 0.0f;
+            v[2 * e] = rbf16(v[2 * e] - m0v);
+            v[2 * e + 1] = rbf16(v[2 * e + 1] - m1v);
+            anylo |= v[2 * e] != 0.0f || v[2 * e + 1] != 0.0f;
+          }
+          if (__any_sync(0xffffffffu, anymid)) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+              for (int j = 0; j < 4; j++)
+                mma16816(acc[nt][mt], wa[u][nt][0][2 * j], wa[u][nt][1][2 * j], wa[u][nt][0][2 * j + 1],
+                         wa[u][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+          }
+          if (__any_sync(0xffffffffu, anylo)) {
+#pragma unroll
+            for (int e = 0; e < 8; e++) px[e] = pack2(v[2 * e], v[2 * e + 1]);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+              for (int j = 0; j < 4; j++)
+                mma16816(acc[nt][mt], wa[u][nt][0][2 * j], wa[u][nt][1][2 * j], wa[u][nt][0][2 * j + 1],
+                         wa[u][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+          }
+        }
+      }
+    }
+    if (s0 + 4 * U < nsb) loadw(s0 + 4 * U);
+  }
+  if (warp > 0) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) part[warp - 1][nt][mt][lane][e] = acc[nt][mt][e];
+  }
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        float v = acc[nt][mt][q];
+        v += part[0][nt][mt][lane][q];
+        v += part[1][nt][mt][lane][q];
+        v += part[2][nt][mt][lane][q];
+        int n = n0 + 16 * nt + g + (q >> 1) * 8, m = m0 + 8 * mt + 2 * t + (q & 1);
+        if (n < N && m < M) {
+          if (bias) v += load(bias, bdt, n);
+          d[(i64)m * ldd + n] = epi(v, EPI_ARGS, m, n);
+        }
+      }
+    }
+  }
+}
+
 extern "C" {
 
 // split_bf16 writes x [M, K] as three bf16 parts (hi, mid, lo: exact,
@@ -1393,6 +1558,50 @@ __global__ void split_bf16(u16* out, u32* flags, const float* x, i64 ldx, int M,
 MMA_KERNEL(mma_bf16_m8, 1)
 MMA_KERNEL(mma_bf16_m16, 2)
 MMA_KERNEL(mma_bf16_m32, 4)
+
+// MMV(name, NT, MT, U): mmv_tile as a kernel (blocks of 4 warps; grid.x
+// over weight rows by 16·NT, grid.y over rows of x by 8·MT).
+#define MMV(name, NT, MT, U)                                                                                  \
+  __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw, \
+                                              const void* bias, int bdt, int M, int N, int K, EPI_PARAMS) {     \
+    mmv_tile<NT, MT, U>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, EPI_ARGS);                  \
+  }
+
+MMV(mmv_bf16_n1m1u4, 1, 1, 4)
+MMV(mmv_bf16_n1m1u2, 1, 1, 2)
+MMV(mmv_bf16_n2m1u2, 2, 1, 2)
+MMV(mmv_bf16_n1m2u4, 1, 2, 4)
+MMV(mmv_bf16_n1m2u2, 1, 2, 2)
+MMV(mmv_bf16_n2m2u2, 2, 2, 2)
+MMV(mmv_bf16_n1m4u2, 1, 4, 2)
+MMV(mmv_bf16_n1m4u4, 1, 4, 4)
+MMV(mmv_bf16_n2m4u1, 2, 4, 1)
+
+// MMV_NORM(name, NT, U): one row h = rmsnorm(x) (rmsnorm_f32's floats,
+// block 0 writes h) and d = h·wᵀ (+ bias) with mmv_tile's sums (so
+// mma_tile's): GEMV_NORM for the tensor-core order. Every block
+// normalises x into shared memory itself (K ≤ 12288 floats).
+#define MMV_NORM(name, NT, U)                                                                                 \
+  __global__ void __launch_bounds__(128) name(float* d, float* h, const float* x, int K, float eps, int nrnd,    \
+                                              const void* nw, int nwdt, int nrnd1, const u16* w, i64 ldw,       \
+                                              const void* bias, int bdt, int N, EPI_PARAMS) {                   \
+    extern __shared__ float4 xs4[];                                                                             \
+    __shared__ float sh[8];                                                                                     \
+    float* xs = (float*)xs4;                                                                                    \
+    auto norm = [&]() {                                                                                         \
+      float inv = rms_inv(x, K, eps, sh);                                                                       \
+      _Pragma("unroll 4") for (int c = threadIdx.x; c < K; c += 128) {                                          \
+        float v = rms_apply(x[c], inv, nrnd, nw, nwdt, nrnd1, c);                                               \
+        xs[c] = v;                                                                                              \
+        if (blockIdx.x == 0) h[c] = v;                                                                          \
+      }                                                                                                         \
+      __syncthreads();                                                                                          \
+    };                                                                                                          \
+    mmv_tile<NT, 1, U>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, EPI_ARGS);                                \
+  }
+
+MMV_NORM(mmvn_bf16_n1u4, 1, 4)
+MMV_NORM(mmvn_bf16_n2u2, 2, 2)
 
 // ---- attention -------------------------------------------------------------
 

@@ -62,7 +62,9 @@ func mmaLaunch(m, n int) (string, [3]uint32) {
 // summation order depends only on K (a row alone equals the same row in
 // any batch); a single row of x with BF16 weights takes gemv_bf16, the same
 // order with more weight bytes in flight. With Options.MatMul "mma", BF16
-// weights run on the tensor-core kernel instead (its own K-only order).
+// weights run on the tensor cores instead, in their own K-only order: up
+// to mmvMaxRows rows of x on the few-row kernels (mmv_bf16, x split in
+// registers), more on the tile kernels after split_bf16 — the same bits.
 func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 	M, K, N := x.Rows, x.Cols, w.Rows
 	if w.Cols != K || dst.Rows != M || dst.Cols != N || (!bias.IsNil() && bias.Len() < N) {
@@ -97,6 +99,15 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 			v = gemvrByName(q.gemvrForce)
 		}
 		q.launchEpi(epiProduct, dst, v.name, [3]uint32{uint32((M + v.r - 1) / v.r), uint32((N + 4*v.c - 1) / (4 * v.c)), 1}, blk128, 0,
+			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
+		return
+	}
+	if w.DType() == gpu.BF16 && q.d.mmaMatMul && !q.tileForce && M <= mmvMaxRows {
+		v := mmvVariant(M, N)
+		if q.mmvForce != "" {
+			v = mmvByName(q.mmvForce)
+		}
+		q.launchEpi(epiProduct, dst, v.name, v.grid(M, N), blk128, 0,
 			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
@@ -247,4 +258,54 @@ func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, cp gpu.Conv2DParams) {
 	q.launchOut(dst, "conv2d_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())),
 		q.t(bias), p(dtCode(bias.DType())), i(x.Rows), i(cp.Cin), i(cp.W), i(dst.Rows), i(Cout), i(cp.Wout), i(cp.KH), i(cp.KW),
 		i(cp.StrideH), i(cp.StrideW), i(cp.PadH), i(cp.PadW), i(cp.Groups))
+}
+
+// mmvKernel is a few-row tensor-core kernel: 16-row weight tiles a warp
+// (nt), 8-row tiles of x a warp (mt), superblocks of weights in flight (u).
+type mmvKernel struct {
+	name      string
+	nt, mt, u int
+}
+
+// grid is the launch grid for M rows of x against N weight rows.
+func (v mmvKernel) grid(m, n int) [3]uint32 {
+	return [3]uint32{uint32((n + 16*v.nt - 1) / (16 * v.nt)), uint32((m + 8*v.mt - 1) / (8 * v.mt)), 1}
+}
+
+// mmvVariants are the few-row tensor-core kernels (kernels.cu: MMV); all
+// give mma_tile's bits.
+var mmvVariants = []mmvKernel{
+	{"mmv_bf16_n1m1u4", 1, 1, 4}, {"mmv_bf16_n1m1u2", 1, 1, 2}, {"mmv_bf16_n2m1u2", 2, 1, 2},
+	{"mmv_bf16_n1m2u4", 1, 2, 4}, {"mmv_bf16_n1m2u2", 1, 2, 2}, {"mmv_bf16_n2m2u2", 2, 2, 2},
+	{"mmv_bf16_n1m4u2", 1, 4, 2}, {"mmv_bf16_n1m4u4", 1, 4, 4}, {"mmv_bf16_n2m4u1", 2, 4, 1},
+}
+
+// mmvMaxRows is the most rows of x the few-row tensor-core kernels take;
+// beyond it the tile kernels reuse each loaded weight for more rows.
+const mmvMaxRows = 32
+
+// mmvVariant returns the few-row tensor-core kernel for M rows of x (1 ≤ M
+// ≤ mmvMaxRows) and N weight rows: one 8-row tile of x a warp up to 8 rows,
+// two up to 16, four beyond.
+func mmvVariant(M, N int) mmvKernel {
+	switch {
+	case M <= 8:
+		return mmvByName("mmv_bf16_n1m1u4")
+	case M <= 16:
+		return mmvByName("mmv_bf16_n1m2u4")
+	}
+	return mmvByName("mmv_bf16_n1m4u2")
+}
+
+// mmvNormVariants are the one-row tensor-core kernels with the row norm
+// fused before the product (kernels.cu: MMV_NORM; gpu.NormFuser).
+var mmvNormVariants = []mmvKernel{{"mmvn_bf16_n1u4", 1, 1, 4}, {"mmvn_bf16_n2u2", 2, 1, 2}}
+
+func mmvByName(name string) mmvKernel {
+	for _, v := range append(mmvVariants, mmvNormVariants...) {
+		if v.name == name {
+			return v
+		}
+	}
+	panic("cuda: no mmv variant " + name)
 }

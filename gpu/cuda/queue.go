@@ -24,6 +24,8 @@ var kernelNames = []string{
 	"gemvn_bf16_c1u4", "gemvn_bf16_c2u4", "gemvn_bf16_c4u4", "prep_heads_f32",
 	"gemvr_bf16_r2c4u4", "gemvr_bf16_r2c2u8", "gemvr_bf16_r3c4u4", "gemvr_bf16_r4c4u4", "gemvr_bf16_r4c4u2",
 	"gemvr_bf16_r4c8u2", "gemvr_bf16_r4c8u1", "gemvr_bf16_r8c4u2", "split_bf16", "sample_f32", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32",
+	"mmv_bf16_n1m1u4", "mmv_bf16_n1m1u2", "mmv_bf16_n2m1u2", "mmv_bf16_n1m2u4", "mmv_bf16_n1m2u2", "mmv_bf16_n2m2u2",
+	"mmv_bf16_n1m4u2", "mmv_bf16_n1m4u4", "mmv_bf16_n2m4u1", "mmvn_bf16_n1u4", "mmvn_bf16_n2u2",
 	"attention_f32", "conv1d_f32", "convtr1d_f32", "conv2d_f32",
 }
 
@@ -102,6 +104,9 @@ type Queue struct {
 	// to the tile kernels (the reference order the variants are held to).
 	gemvrForce string
 	tileForce  bool
+	// mmvForce, when set, is the few-row tensor-core kernel MatMul uses
+	// with Options.MatMul "mma" (tests and benchmarks).
+	mmvForce string
 	// unfused makes the gpu.NormFuser ops launch their op sequence
 	// (tests: fused == separate, bit for bit).
 	unfused bool
