@@ -196,3 +196,12 @@ type BandwidthMeter interface {
 	// pass that streams weights once can at best move them.
 	MeasureBandwidth() (bytesPerSecond float64, err error)
 }
+
+// FP32Products is implemented by queues whose products may run on kernels
+// that accumulate below IEEE fp32 — CUDA's tensor cores, whose additions
+// truncate, used for networks whose reference runs in bf16 on tensor cores
+// too. UseFP32Products makes every product of the queue accumulate in
+// fp32 with FMA instead, as a network run in fp32 needs (its reference is
+// fp32 with TF32 off); nn.NewCtx calls it for nn.F32. Call it before the
+// queue's first product: a queue's products keep one summation order.
+type FP32Products interface{ UseFP32Products() }

@@ -241,3 +241,65 @@ func BenchmarkGemvRows(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkProductShapes streams the models' decode product shapes — the
+// backbone's [8192, 2048] and [2048, 8192] FFN weights and [2048, 2048],
+// the depthformer's [1024, 1024] — with M = 1, 4 and 8 rows of x through
+// the default FMA pick, the default tensor-core pick and every one-tile
+// tensor-core variant, each set of weights beyond L2 and replayed as one
+// graph (as a step is): bytes are the weights read.
+func BenchmarkProductShapes(b *testing.B) {
+	d := openGPU(b)
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, sh := range []struct{ N, K, sets int }{{8192, 2048, 8}, {2048, 8192, 8}, {2048, 2048, 16}, {1024, 1024, 64}} {
+		ws := make([]gpu.Tensor, sh.sets)
+		for i := range ws {
+			ws[i] = loadNormalBF16(b, d, rng, sh.N, sh.K)
+		}
+		for _, M := range []int{1, 4, 8} {
+			names := []string{"fma", "mma"}
+			for _, v := range mmvVariants {
+				if v.mt == 1 {
+					names = append(names, v.name)
+				}
+			}
+			for _, name := range names {
+				b.Run(fmt.Sprintf("%dx%d/M=%d/%s", sh.N, sh.K, M, name), func(b *testing.B) {
+					d.mmaMatMul = name != "fma"
+					defer func() { d.mmaMatMul = false }()
+					q := d.NewQueue("shapes").(*Queue)
+					if strings.HasPrefix(name, "mmv") {
+						q.mmvForce = name
+					}
+					x, y := d.Alloc(gpu.F32, M, sh.K), d.Alloc(gpu.F32, M, sh.N)
+					defer d.Free(x)
+					defer d.Free(y)
+					q.Write(x, normals(rng, M*sh.K))
+					for range 2 { // warm up (and build the graph)
+						for _, w := range ws {
+							q.MatMul(y, x, w, gpu.Tensor{})
+						}
+						q.flush()
+					}
+					if err := q.Sync(); err != nil {
+						b.Fatal(err)
+					}
+					b.SetBytes(int64(sh.sets) * int64(sh.N) * int64(sh.K) * 2)
+					b.ResetTimer()
+					for range b.N {
+						for _, w := range ws {
+							q.MatMul(y, x, w, gpu.Tensor{})
+						}
+						q.flush()
+					}
+					if err := q.Sync(); err != nil {
+						b.Fatal(err)
+					}
+				})
+			}
+		}
+		for _, w := range ws {
+			d.Free(w)
+		}
+	}
+}

@@ -528,6 +528,42 @@ func TestMmvVariant(t *testing.T) {
 	}
 }
 
+// TestProductKernels: which kernel a product launches — with Options.MatMul
+// "mma" the tensor cores for BF16 weights (few rows: mmv, fused norm: mmvn,
+// many rows: split_bf16 then the tile kernel, not recorded here as it
+// allocates), unless the queue asked for
+// fp32 products (gpu.FP32Products: the FMA kernels, as without "mma").
+func TestProductKernels(t *testing.T) {
+	x1, y1, h1 := fakeTensor(gpu.F32, 1, 64), fakeTensor(gpu.F32, 1, 32), fakeTensor(gpu.F32, 1, 64)
+	x40, y40 := fakeTensor(gpu.F32, 40, 64), fakeTensor(gpu.F32, 40, 32)
+	w := fakeTensor(gpu.BF16, 32, 64)
+	n := gpu.RowNorm{Eps: 1e-5}
+	for _, c := range []struct {
+		name      string
+		mma, fp32 bool
+		ops       func(q *Queue)
+		first     string
+	}{
+		{"fma: one row", false, false, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "gemv_bf16_c1u4"},
+		{"mma: one row", true, false, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "mmv_bf16_n1m1u2"},
+		{"mma: norm and one row", true, false, func(q *Queue) { q.NormMatMul(y1, h1, x1, n, w, gpu.Tensor{}) }, "mmvn_bf16_n1u2"},
+		{"mma, fp32 queue: one row", true, true, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "gemv_bf16_c1u4"},
+		{"mma, fp32 queue: norm and one row", true, true, func(q *Queue) { q.NormMatMul(y1, h1, x1, n, w, gpu.Tensor{}) }, "gemvn_bf16_c1u4"},
+		{"mma, fp32 queue: 40 rows", true, true, func(q *Queue) { q.MatMul(y40, x40, w, gpu.Tensor{}) }, "matmul_r8_bf16"},
+	} {
+		q := hostQueue()
+		q.d.mmaMatMul = c.mma
+		if c.fp32 {
+			var fp gpu.FP32Products = q
+			fp.UseFP32Products()
+		}
+		c.ops(q)
+		if len(q.rec.cmds) == 0 || q.rec.cmds[0].fn != q.d.fns[c.first] {
+			t.Errorf("%s: first kernel is not %s", c.name, c.first)
+		}
+	}
+}
+
 // TestPagedAttentionArguments: with a block table the launch passes the
 // table, its block rows and the key count (not the pool's rows); without,
 // a null table, one-row blocks and the key rows; a table that cannot hold

@@ -28,18 +28,18 @@ func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tens
 	wantF32("normmatmul", dst, h, x)
 	if M != 1 || K == 0 || K > normFuseMaxK || N == 0 || w.DType() != gpu.BF16 || q.tileForce || q.unfused ||
 		q.ptr(w)%16 != 0 || w.Stride%8 != 0 || h.Buf == x.Buf || dst.Buf == h.Buf || dst.Buf == x.Buf ||
-		(q.d.mmaMatMul && q.mmvForce != "" && !strings.HasPrefix(q.mmvForce, "mmvn_")) {
+		(q.tensorCores() && (K > mmvNormMaxK || q.mmvForce != "" && !strings.HasPrefix(q.mmvForce, "mmvn_"))) {
 		gpu.NormRows(q, h, x, n)
 		q.MatMul(dst, h, w, bias)
 		return
 	}
-	if q.d.mmaMatMul {
+	if q.tensorCores() {
 		// The tensor-core order: mmv_tile after the norm (kernels.cu: MMV_NORM).
-		v := mmvByName("mmvn_bf16_n1u4")
+		v := mmvByName("mmvn_bf16_n1u2")
 		if q.mmvForce != "" {
 			v = mmvByName(q.mmvForce)
 		}
-		q.launchEpi(epiProduct, dst, v.name, v.grid(1, N), blk128, 4*K,
+		q.launchEpi(epiProduct, dst, v.name, v.grid(1, N), blk512, 4*K,
 			q.t(dst), q.t(h), q.t(x), i(K), f(n.Eps), b2i(n.Round), q.t(n.W), p(dtCode(n.W.DType())), b2i(n.RoundW && !n.W.IsNil()),
 			q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(N))
 		return

@@ -997,18 +997,21 @@ __device__ __forceinline__ void gemv_row(float* d, const float* x, const u16* w,
 __device__ float rms_inv(const float* x, int cols, float eps, float* sh) {
   float lo = 0.0f, hi = 0.0f;
   // Unrolled so that a thread's loads are in flight together; each chain
-  // still adds its elements in c order.
+  // still adds its elements in c order. Threads past the first 128 (a
+  // larger block) add nothing and only wait.
+  if (threadIdx.x < 128) {
 #pragma unroll 4
-  for (int c = threadIdx.x; c < cols; c += 256) lo = fmaf(x[c], x[c], lo);
+    for (int c = threadIdx.x; c < cols; c += 256) lo = fmaf(x[c], x[c], lo);
 #pragma unroll 4
-  for (int c = threadIdx.x + 128; c < cols; c += 256) hi = fmaf(x[c], x[c], hi);
+    for (int c = threadIdx.x + 128; c < cols; c += 256) hi = fmaf(x[c], x[c], hi);
+  }
   for (int o = 16; o > 0; o >>= 1) {
     lo += __shfl_xor_sync(0xffffffffu, lo, o);
     hi += __shfl_xor_sync(0xffffffffu, hi, o);
   }
   int w = threadIdx.x >> 5;
   __syncthreads();
-  if ((threadIdx.x & 31) == 0) {
+  if ((threadIdx.x & 31) == 0 && w < 4) {
     sh[w] = lo;
     sh[w + 4] = hi;
   }
@@ -1239,10 +1242,12 @@ MATMUL_KERNEL(matmul_r8_f16, 8, 4, DT_F16)
 // which leaves out exact zeros.
 //
 // The summation order of an output depends only on K: K is cut into
-// superblocks of 64; superblock s goes to warp s mod 4 of the block, which
+// superblocks of 64; superblock s goes to class s mod 16, which
 // accumulates its superblocks in s order (4 MMAs of k16 each, parts in
-// hi, mid, lo order); the block then adds the four warps' sums in warp
-// order. Within a superblock, thread t of a quad holds the 16 k = 64s + 8t
+// hi, mid, lo order); the 16 class sums are then added in class order
+// (p0 + p1, + p2, …, + p15). Class c is warp c mod 4's accumulator set
+// c / 4 here, and warp c of the block in mmv_tile: the classes give the
+// few-row kernels 16 warps of parallel loads per weight tile. Within a superblock, thread t of a quad holds the 16 k = 64s + 8t
 // … +7 and 64s + 32 + 8t … +7 (a permutation of the MMA's k index, the
 // same for A and B, so the dot product is unchanged; each 16-byte load of
 // a quad covers 64 contiguous bytes of a row, whole sectors). How
@@ -1291,13 +1296,15 @@ template <int MT>
 __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const u32* flags, int Kp,
                                          const u16* w, i64 ldw, const void* bias, int bdt, int M, int N, int K,
                                          EPI_PARAMS) {
-  __shared__ float part[4][MT][32][4];
+  __shared__ float part[16][MT][32][4];  // the class sums
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int g = lane >> 2, t = lane & 3;
   int n0 = blockIdx.x * 16, m0 = blockIdx.y * 8 * MT;
-  float acc[MT][4];
+  float acc[4][MT][4];  // classes warp, warp + 4, warp + 8, warp + 12
 #pragma unroll
-  for (int i = 0; i < MT; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  for (int c = 0; c < 4; c++)
+#pragma unroll
+    for (int i = 0; i < MT; i++) acc[c][i][0] = acc[c][i][1] = acc[c][i][2] = acc[c][i][3] = 0.0f;
   const u16* wr0 = w + (i64)min(n0 + g, N - 1) * ldw;
   const u16* wr1 = w + (i64)min(n0 + g + 8, N - 1) * ldw;
   bool wv = ((((unsigned long long)w) & 15) == 0) && (ldw % 8 == 0);
@@ -1313,33 +1320,40 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
   }
   i64 pstride = (i64)M * Kp;  // from one part to the next
   int nsb = (K + 63) / 64;
-  for (int s = warp; s < nsb; s += 4) {
-    int k = s * 64 + 8 * t;
-    u32 wa[8], wb[8];
-    mma_wload(wa, wr0, k, K, wv);
-    mma_wload(wb, wr1, k, K, wv);
+  for (int s0 = warp; s0 < nsb; s0 += 16) {
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
+    for (int c = 0; c < 4; c++) {
+      int s = s0 + 4 * c;
+      if (s >= nsb) break;
+      int k = s * 64 + 8 * t;
+      u32 wa[8], wb[8];
+      mma_wload(wa, wr0, k, K, wv);
+      mma_wload(wb, wr1, k, K, wv);
 #pragma unroll
-      for (int part_ = 0; part_ < 3; part_++) {
-        if (part_ > 0 && !(need[mt] & (1u << (part_ - 1)))) continue;
-        u32 px[8];
-        mma_xload(px, xr[mt] + part_ * pstride, k);
+      for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
+        for (int part_ = 0; part_ < 3; part_++) {
+          if (part_ > 0 && !(need[mt] & (1u << (part_ - 1)))) continue;
+          u32 px[8];
+          mma_xload(px, xr[mt] + part_ * pstride, k);
+#pragma unroll
+          for (int j = 0; j < 4; j++) {
 #ifdef FAULT_MMA
-          mma16816(acc[mt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], px[2 * j + 1], px[2 * j]);
+            mma16816(acc[c][mt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], px[2 * j + 1], px[2 * j]);
 #else
-          mma16816(acc[mt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], px[2 * j], px[2 * j + 1]);
+            mma16816(acc[c][mt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], px[2 * j], px[2 * j + 1]);
 #endif
+          }
         }
       }
     }
   }
 #pragma unroll
-  for (int mt = 0; mt < MT; mt++)
+  for (int c = 0; c < 4; c++)
 #pragma unroll
-    for (int e = 0; e < 4; e++) part[warp][mt][lane][e] = acc[mt][e];
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) part[4 * c + warp][mt][lane][e] = acc[c][mt][e];
   __syncthreads();
   if (warp != 0) return;
 #pragma unroll
@@ -1347,9 +1361,8 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
 #pragma unroll
     for (int q = 0; q < 4; q++) {
       float v = part[0][mt][lane][q];
-      v += part[1][mt][lane][q];
-      v += part[2][mt][lane][q];
-      v += part[3][mt][lane][q];
+#pragma unroll
+      for (int c = 1; c < 16; c++) v += part[c][mt][lane][q];
       // c0, c1: weight row g, x rows 2t, 2t+1; c2, c3: weight row g+8.
       int n = n0 + g + (q >> 1) * 8, m = m0 + 8 * mt + 2 * t + (q & 1);
       if (n < N && m < M) {
@@ -1361,9 +1374,10 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
 }
 
 // mmv_tile: mma_tile's products for up to 8·MT rows of x, bit for bit —
-// its k permutation, its four interleaved superblock sums added in warp
-// order, the same MMAs in the same order (hi, mid, lo; k16 steps in
-// order), the bias and the epilogue — with x read as fp32 and split into
+// its k permutation, its 16 interleaved superblock classes (one warp of a
+// block of 16 each) added in class order, the same MMAs in the same order
+// (hi, mid, lo; k16 steps in order), the bias and the epilogue — with x
+// read as fp32 and split into
 // its bf16 parts in registers (split_bf16's arithmetic) instead of by a
 // separate kernel, NT tiles of 16 weight rows a warp, and U superblocks of
 // weights in flight: the decode rows' products on the tensor cores at the
@@ -1376,7 +1390,7 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
 template <int NT, int MT, int U, class Pro>
 __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
                                          const void* bias, int bdt, int M, int N, int K, Pro pro, EPI_PARAMS) {
-  __shared__ float part[3][NT][MT][32][4];  // the sums of warps 1, 2, 3
+  __shared__ float part[15][NT][MT][32][4];  // the sums of classes 1 … 15
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int g = lane >> 2, t = lane & 3;
   int n0 = blockIdx.x * 16 * NT, m0 = blockIdx.y * 8 * MT;
@@ -1395,14 +1409,14 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
   int nsb = (K + 63) / 64;
   u32 wa[U][NT][2][8];
 #ifdef FAULT_MMV
-  int s0 = warp + 4;  // drops each warp's first superblock
+  int s0 = warp + 16;  // drops each class's first superblock
 #else
   int s0 = warp;
 #endif
   auto loadw = [&](int sb) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      int s = sb + 4 * u;
+      int s = sb + 16 * u;
       if (s < nsb) {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
@@ -1418,10 +1432,10 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) xr[mt] = x + (i64)min(m0 + 8 * mt + g, M - 1) * ldx;
   bool xv = ((((unsigned long long)x) & 15) == 0) && (ldx % 4 == 0);
-  for (; s0 < nsb; s0 += 4 * U) {
+  for (; s0 < nsb; s0 += 16 * U) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      int s = s0 + 4 * u;
+      int s = s0 + 16 * u;
       if (s >= nsb) break;
       int k = 64 * s + 8 * t;
 #pragma unroll
@@ -1488,7 +1502,7 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
         }
       }
     }
-    if (s0 + 4 * U < nsb) loadw(s0 + 4 * U);
+    if (s0 + 16 * U < nsb) loadw(s0 + 16 * U);
   }
   if (warp > 0) {
 #pragma unroll
@@ -1507,9 +1521,8 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
 #pragma unroll
       for (int q = 0; q < 4; q++) {
         float v = acc[nt][mt][q];
-        v += part[0][nt][mt][lane][q];
-        v += part[1][nt][mt][lane][q];
-        v += part[2][nt][mt][lane][q];
+#pragma unroll
+        for (int c = 0; c < 15; c++) v += part[c][nt][mt][lane][q];
         int n = n0 + 16 * nt + g + (q >> 1) * 8, m = m0 + 8 * mt + 2 * t + (q & 1);
         if (n < N && m < M) {
           if (bias) v += load(bias, bdt, n);
@@ -1559,30 +1572,32 @@ MMA_KERNEL(mma_bf16_m8, 1)
 MMA_KERNEL(mma_bf16_m16, 2)
 MMA_KERNEL(mma_bf16_m32, 4)
 
-// MMV(name, NT, MT, U): mmv_tile as a kernel (blocks of 4 warps; grid.x
-// over weight rows by 16·NT, grid.y over rows of x by 8·MT).
+// MMV(name, NT, MT, U): mmv_tile as a kernel (blocks of 16 warps, one a
+// class; grid.x over weight rows by 16·NT, grid.y over rows of x by 8·MT).
 #define MMV(name, NT, MT, U)                                                                                  \
-  __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw, \
+  __global__ void __launch_bounds__(512) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw, \
                                               const void* bias, int bdt, int M, int N, int K, EPI_PARAMS) {     \
     mmv_tile<NT, MT, U>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, EPI_ARGS);                  \
   }
 
-MMV(mmv_bf16_n1m1u4, 1, 1, 4)
+MMV(mmv_bf16_n1m1u1, 1, 1, 1)
 MMV(mmv_bf16_n1m1u2, 1, 1, 2)
+MMV(mmv_bf16_n1m1u4, 1, 1, 4)
+MMV(mmv_bf16_n2m1u1, 2, 1, 1)
 MMV(mmv_bf16_n2m1u2, 2, 1, 2)
-MMV(mmv_bf16_n1m2u4, 1, 2, 4)
+MMV(mmv_bf16_n4m1u1, 4, 1, 1)
+MMV(mmv_bf16_n1m2u1, 1, 2, 1)
 MMV(mmv_bf16_n1m2u2, 1, 2, 2)
-MMV(mmv_bf16_n2m2u2, 2, 2, 2)
+MMV(mmv_bf16_n2m2u1, 2, 2, 1)
+MMV(mmv_bf16_n1m4u1, 1, 4, 1)
 MMV(mmv_bf16_n1m4u2, 1, 4, 2)
-MMV(mmv_bf16_n1m4u4, 1, 4, 4)
-MMV(mmv_bf16_n2m4u1, 2, 4, 1)
 
 // MMV_NORM(name, NT, U): one row h = rmsnorm(x) (rmsnorm_f32's floats,
 // block 0 writes h) and d = h·wᵀ (+ bias) with mmv_tile's sums (so
 // mma_tile's): GEMV_NORM for the tensor-core order. Every block
 // normalises x into shared memory itself (K ≤ 12288 floats).
 #define MMV_NORM(name, NT, U)                                                                                 \
-  __global__ void __launch_bounds__(128) name(float* d, float* h, const float* x, int K, float eps, int nrnd,    \
+  __global__ void __launch_bounds__(512) name(float* d, float* h, const float* x, int K, float eps, int nrnd,    \
                                               const void* nw, int nwdt, int nrnd1, const u16* w, i64 ldw,       \
                                               const void* bias, int bdt, int N, EPI_PARAMS) {                   \
     extern __shared__ float4 xs4[];                                                                             \
@@ -1590,7 +1605,7 @@ MMV(mmv_bf16_n2m4u1, 2, 4, 1)
     float* xs = (float*)xs4;                                                                                    \
     auto norm = [&]() {                                                                                         \
       float inv = rms_inv(x, K, eps, sh);                                                                       \
-      _Pragma("unroll 4") for (int c = threadIdx.x; c < K; c += 128) {                                          \
+      _Pragma("unroll 4") for (int c = threadIdx.x; c < K; c += 512) {                                          \
         float v = rms_apply(x[c], inv, nrnd, nw, nwdt, nrnd1, c);                                               \
         xs[c] = v;                                                                                              \
         if (blockIdx.x == 0) h[c] = v;                                                                          \
@@ -1600,8 +1615,9 @@ MMV(mmv_bf16_n2m4u1, 2, 4, 1)
     mmv_tile<NT, 1, U>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, EPI_ARGS);                                \
   }
 
-MMV_NORM(mmvn_bf16_n1u4, 1, 4)
-MMV_NORM(mmvn_bf16_n2u2, 2, 2)
+MMV_NORM(mmvn_bf16_n1u1, 1, 1)
+MMV_NORM(mmvn_bf16_n1u2, 1, 2)
+MMV_NORM(mmvn_bf16_n2u1, 2, 1)
 
 // ---- attention -------------------------------------------------------------
 

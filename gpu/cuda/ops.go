@@ -83,7 +83,7 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		}
 		return
 	}
-	gemvOK := w.DType() == gpu.BF16 && !q.d.mmaMatMul && !q.tileForce && q.ptr(x)%16 == 0 && q.ptr(w)%16 == 0 && w.Stride%8 == 0
+	gemvOK := w.DType() == gpu.BF16 && !q.tensorCores() && !q.tileForce && q.ptr(x)%16 == 0 && q.ptr(w)%16 == 0 && w.Stride%8 == 0
 	if M == 1 && gemvOK {
 		name, rows := gemvVariant(N, K)
 		if q.gemvForce != "" { // tests: every variant against the tile kernels
@@ -102,16 +102,16 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
-	if w.DType() == gpu.BF16 && q.d.mmaMatMul && !q.tileForce && M <= mmvMaxRows {
+	if w.DType() == gpu.BF16 && q.tensorCores() && !q.tileForce && M <= mmvMaxRows {
 		v := mmvVariant(M, N)
 		if q.mmvForce != "" {
 			v = mmvByName(q.mmvForce)
 		}
-		q.launchEpi(epiProduct, dst, v.name, v.grid(M, N), blk128, 0,
+		q.launchEpi(epiProduct, dst, v.name, v.grid(M, N), blk512, 0,
 			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
-	if w.DType() == gpu.BF16 && q.d.mmaMatMul {
+	if w.DType() == gpu.BF16 && q.tensorCores() {
 		Kp := (K + 63) &^ 63
 		if q.split == nil || q.split.n < 3*M*Kp {
 			q.grow(&q.split, gpu.BF16, 3*M*Kp)
@@ -275,9 +275,10 @@ func (v mmvKernel) grid(m, n int) [3]uint32 {
 // mmvVariants are the few-row tensor-core kernels (kernels.cu: MMV); all
 // give mma_tile's bits.
 var mmvVariants = []mmvKernel{
-	{"mmv_bf16_n1m1u4", 1, 1, 4}, {"mmv_bf16_n1m1u2", 1, 1, 2}, {"mmv_bf16_n2m1u2", 2, 1, 2},
-	{"mmv_bf16_n1m2u4", 1, 2, 4}, {"mmv_bf16_n1m2u2", 1, 2, 2}, {"mmv_bf16_n2m2u2", 2, 2, 2},
-	{"mmv_bf16_n1m4u2", 1, 4, 2}, {"mmv_bf16_n1m4u4", 1, 4, 4}, {"mmv_bf16_n2m4u1", 2, 4, 1},
+	{"mmv_bf16_n1m1u1", 1, 1, 1}, {"mmv_bf16_n1m1u2", 1, 1, 2}, {"mmv_bf16_n1m1u4", 1, 1, 4},
+	{"mmv_bf16_n2m1u1", 2, 1, 1}, {"mmv_bf16_n2m1u2", 2, 1, 2}, {"mmv_bf16_n4m1u1", 4, 1, 1},
+	{"mmv_bf16_n1m2u1", 1, 2, 1}, {"mmv_bf16_n1m2u2", 1, 2, 2}, {"mmv_bf16_n2m2u1", 2, 2, 1},
+	{"mmv_bf16_n1m4u1", 1, 4, 1}, {"mmv_bf16_n1m4u2", 1, 4, 2},
 }
 
 // mmvMaxRows is the most rows of x the few-row tensor-core kernels take;
@@ -290,16 +291,20 @@ const mmvMaxRows = 32
 func mmvVariant(M, N int) mmvKernel {
 	switch {
 	case M <= 8:
-		return mmvByName("mmv_bf16_n1m1u4")
+		return mmvByName("mmv_bf16_n1m1u2")
 	case M <= 16:
-		return mmvByName("mmv_bf16_n1m2u4")
+		return mmvByName("mmv_bf16_n1m2u1")
 	}
-	return mmvByName("mmv_bf16_n1m4u2")
+	return mmvByName("mmv_bf16_n1m4u1")
 }
 
 // mmvNormVariants are the one-row tensor-core kernels with the row norm
 // fused before the product (kernels.cu: MMV_NORM; gpu.NormFuser).
-var mmvNormVariants = []mmvKernel{{"mmvn_bf16_n1u4", 1, 1, 4}, {"mmvn_bf16_n2u2", 2, 1, 2}}
+var mmvNormVariants = []mmvKernel{{"mmvn_bf16_n1u1", 1, 1, 1}, {"mmvn_bf16_n1u2", 1, 1, 2}, {"mmvn_bf16_n2u1", 2, 1, 1}}
+
+// mmvNormMaxK bounds the row MMV_NORM keeps in shared memory beside the
+// class sums (15·16·32 floats a weight tile), within 48 KiB.
+const mmvNormMaxK = 8192
 
 func mmvByName(name string) mmvKernel {
 	for _, v := range append(mmvVariants, mmvNormVariants...) {

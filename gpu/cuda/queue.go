@@ -24,8 +24,9 @@ var kernelNames = []string{
 	"gemvn_bf16_c1u4", "gemvn_bf16_c2u4", "gemvn_bf16_c4u4", "prep_heads_f32",
 	"gemvr_bf16_r2c4u4", "gemvr_bf16_r2c2u8", "gemvr_bf16_r3c4u4", "gemvr_bf16_r4c4u4", "gemvr_bf16_r4c4u2",
 	"gemvr_bf16_r4c8u2", "gemvr_bf16_r4c8u1", "gemvr_bf16_r8c4u2", "split_bf16", "sample_f32", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32",
-	"mmv_bf16_n1m1u4", "mmv_bf16_n1m1u2", "mmv_bf16_n2m1u2", "mmv_bf16_n1m2u4", "mmv_bf16_n1m2u2", "mmv_bf16_n2m2u2",
-	"mmv_bf16_n1m4u2", "mmv_bf16_n1m4u4", "mmv_bf16_n2m4u1", "mmvn_bf16_n1u4", "mmvn_bf16_n2u2",
+	"mmv_bf16_n1m1u1", "mmv_bf16_n1m1u2", "mmv_bf16_n1m1u4", "mmv_bf16_n2m1u1", "mmv_bf16_n2m1u2", "mmv_bf16_n4m1u1",
+	"mmv_bf16_n1m2u1", "mmv_bf16_n1m2u2", "mmv_bf16_n2m2u1", "mmv_bf16_n1m4u1", "mmv_bf16_n1m4u2",
+	"mmvn_bf16_n1u1", "mmvn_bf16_n1u2", "mmvn_bf16_n2u1",
 	"attention_f32", "conv1d_f32", "convtr1d_f32", "conv2d_f32",
 }
 
@@ -107,6 +108,9 @@ type Queue struct {
 	// mmvForce, when set, is the few-row tensor-core kernel MatMul uses
 	// with Options.MatMul "mma" (tests and benchmarks).
 	mmvForce string
+	// fp32 keeps the queue's products on the FMA kernels whatever
+	// Options.MatMul says (gpu.FP32Products).
+	fp32 bool
 	// unfused makes the gpu.NormFuser ops launch their op sequence
 	// (tests: fused == separate, bit for bit).
 	unfused bool
@@ -587,6 +591,7 @@ func (q *Queue) grid1(n int) [3]uint32 {
 var (
 	blk256 = [2]uint32{256, 1}
 	blk128 = [2]uint32{128, 1}
+	blk512 = [2]uint32{512, 1}
 )
 
 func sameShape(op string, a, b gpu.Tensor) {
@@ -992,3 +997,12 @@ func (d *Device) writeStats() {
 			float64(s.recTime)/1e3/float64(s.flushes), float64(s.flushTime)/1e3/float64(s.flushes), float64(s.waitTime)/1e3/float64(max(s.waits, 1)))
 	}
 }
+
+// UseFP32Products implements gpu.FP32Products: this queue's products
+// accumulate in IEEE fp32 with FMA (the FMA kernels' order) even where the
+// device runs bf16 networks' products on the tensor cores.
+func (q *Queue) UseFP32Products() { q.fp32 = true }
+
+// tensorCores reports whether BF16-weight products run on the tensor
+// cores (Options.MatMul "mma", not a gpu.FP32Products queue).
+func (q *Queue) tensorCores() bool { return q.d.mmaMatMul && !q.fp32 }

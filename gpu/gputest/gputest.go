@@ -160,9 +160,9 @@ type Options struct {
 	// and sums on tensor cores, whose fp32 accumulation truncates (products
 	// are exact; each addition may lose up to one ulp, 2u, not u: Fasi,
 	// Higham, Mikaitis and Pranesh, "Numerical behavior of NVIDIA tensor
-	// cores", PeerJ CS 2021). The bound becomes γ′_{3K+5}·Σ|x·w| with unit
-	// roundoff 2u (3K part products, the block's four partial sums, the
-	// bias) plus 2^-24·Σ|x·w| for the split's remainder.
+	// cores", PeerJ CS 2021). The bound becomes γ′_{3K+17}·Σ|x·w| with unit
+	// roundoff 2u (3K part products, the 16 class sums added, the bias)
+	// plus 2^-24·Σ|x·w| for the split's remainder.
 	TensorCoreMatMul bool
 }
 

@@ -99,7 +99,7 @@ func matmulReplay(x, w, b []float32, M, K, N int) (want, bound []float64) {
 // matmulReplayTC is matmulReplay with Options.TensorCoreMatMul's bound.
 func matmulReplayTC(x, w, b []float32, M, K, N int) (want, bound []float64) {
 	want, sa := matmulReplay(x, w, b, M, K, N)
-	n := float64(3*K + 5)
+	n := float64(3*K + 17)
 	g := n * 2 * u / (1 - n*2*u)
 	for i := range sa {
 		sa[i] = sa[i] / gamma(K+1) * (g + u)

@@ -190,6 +190,9 @@ func New(dev gpu.Device, f *safetensors.File, cfg Config) (*Decoder, error) {
 		maxPass:  defaultMaxPass,
 		arena:    nn.NewArena(dev),
 	}
+	if fp, ok := d.q.(gpu.FP32Products); ok {
+		fp.UseFP32Products() // an fp32 network, as the reference runs it
+	}
 	bl := &builder{dev: dev, q: d.q}
 	wb := weights.New(dev, f)
 	d.bind(bl, wb)

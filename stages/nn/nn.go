@@ -55,8 +55,13 @@ type Ctx struct {
 	A   *Arena
 }
 
-// NewCtx returns a context with its own arena.
+// NewCtx returns a context with its own arena. For nn.F32 it asks the
+// queue for fp32 products (gpu.FP32Products): the network runs as its
+// fp32 reference does.
 func NewCtx(dev gpu.Device, q gpu.Queue, p Precision) *Ctx {
+	if f, ok := q.(gpu.FP32Products); ok && p == F32 {
+		f.UseFP32Products()
+	}
 	return &Ctx{Dev: dev, Q: q, P: p, A: NewArena(dev)}
 }
 
