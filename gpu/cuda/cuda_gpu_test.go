@@ -424,7 +424,7 @@ func TestNormFusedEqualsSeparate(t *testing.T) {
 	}
 	// The product after the norm in both orders: the FMA kernels' (gemvn)
 	// and the tensor cores' (mmvn, each variant).
-	for _, kind := range []string{"fma", "mmvn_bf16_n1u1", "mmvn_bf16_n1u2", "mmvn_bf16_n2u1"} {
+	for _, kind := range []string{"fma", "mmvn_bf16_w4", "mmvn_bf16_w16"} {
 		d.mmaMatMul = kind != "fma"
 		force := ""
 		if d.mmaMatMul {

@@ -545,8 +545,8 @@ func TestProductKernels(t *testing.T) {
 		first     string
 	}{
 		{"fma: one row", false, false, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "gemv_bf16_c1u4"},
-		{"mma: one row", true, false, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "mmv_bf16_n1m1u2"},
-		{"mma: norm and one row", true, false, func(q *Queue) { q.NormMatMul(y1, h1, x1, n, w, gpu.Tensor{}) }, "mmvn_bf16_n1u2"},
+		{"mma: one row", true, false, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "mmv_bf16_w16n1m1"},
+		{"mma: norm and one row", true, false, func(q *Queue) { q.NormMatMul(y1, h1, x1, n, w, gpu.Tensor{}) }, "mmvn_bf16_w16"},
 		{"mma, fp32 queue: one row", true, true, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "gemv_bf16_c1u4"},
 		{"mma, fp32 queue: norm and one row", true, true, func(q *Queue) { q.NormMatMul(y1, h1, x1, n, w, gpu.Tensor{}) }, "gemvn_bf16_c1u4"},
 		{"mma, fp32 queue: 40 rows", true, true, func(q *Queue) { q.MatMul(y40, x40, w, gpu.Tensor{}) }, "matmul_r8_bf16"},

@@ -35,11 +35,14 @@ func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tens
 	}
 	if q.tensorCores() {
 		// The tensor-core order: mmv_tile after the norm (kernels.cu: MMV_NORM).
-		v := mmvByName("mmvn_bf16_n1u2")
+		v := mmvByName("mmvn_bf16_w16")
+		if mmvVariant(1, N).w == 4 {
+			v = mmvByName("mmvn_bf16_w4")
+		}
 		if q.mmvForce != "" {
 			v = mmvByName(q.mmvForce)
 		}
-		q.launchEpi(epiProduct, dst, v.name, v.grid(1, N), blk512, 4*K,
+		q.launchEpi(epiProduct, dst, v.name, v.grid(1, N), v.block(), 4*K,
 			q.t(dst), q.t(h), q.t(x), i(K), f(n.Eps), b2i(n.Round), q.t(n.W), p(dtCode(n.W.DType())), b2i(n.RoundW && !n.W.IsNil()),
 			q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(N))
 		return

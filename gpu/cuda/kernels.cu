@@ -1374,31 +1374,33 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
 }
 
 // mmv_tile: mma_tile's products for up to 8·MT rows of x, bit for bit —
-// its k permutation, its 16 interleaved superblock classes (one warp of a
-// block of 16 each) added in class order, the same MMAs in the same order
-// (hi, mid, lo; k16 steps in order), the bias and the epilogue — with x
-// read as fp32 and split into
+// its k permutation, its 16 interleaved superblock classes added in class
+// order, the same MMAs in the same order (hi, mid, lo; k16 steps in
+// order), the bias and the epilogue — with x read as fp32 and split into
 // its bf16 parts in registers (split_bf16's arithmetic) instead of by a
-// separate kernel, NT tiles of 16 weight rows a warp, and U superblocks of
-// weights in flight: the decode rows' products on the tensor cores at the
-// weight-streaming rate. A part is skipped where it is zero in the 8-row
-// tile within one superblock (mma_tile: within the whole row); an included
-// all-zero part adds exact zeros to a sum that starts at +0, which changes
-// no bit, so every output equals mma_tile's. pro() runs once, by every
-// thread, after the warp's first weights are requested and before x is
-// read (MMV_NORM's norm into shared memory).
-template <int NT, int MT, int U, class Pro>
+// separate kernel, and NT tiles of 16 weight rows a warp. A block has W
+// warps (4 or 16); warp w holds classes w, w + W, … (16/W of them), whose
+// superblocks it loads together. A part is skipped where it is zero in
+// the 8-row tile within one superblock (mma_tile: within the whole row);
+// an included all-zero part adds exact zeros to a sum that starts at +0,
+// which changes no bit, so every output equals mma_tile's. pro() runs
+// once, by every thread, after the warp's first weights are requested and
+// before x is read (MMV_NORM's norm into shared memory).
+template <int W, int NT, int MT, class Pro>
 __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
                                          const void* bias, int bdt, int M, int N, int K, Pro pro, EPI_PARAMS) {
-  __shared__ float part[15][NT][MT][32][4];  // the sums of classes 1 … 15
+  constexpr int CW = 16 / W;                  // classes a warp
+  __shared__ float part[16][NT][MT][32][4];  // the class sums
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int g = lane >> 2, t = lane & 3;
   int n0 = blockIdx.x * 16 * NT, m0 = blockIdx.y * 8 * MT;
-  float acc[NT][MT][4];
+  float acc[CW][NT][MT][4];
 #pragma unroll
-  for (int nt = 0; nt < NT; nt++)
+  for (int c = 0; c < CW; c++)
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) acc[nt][mt][0] = acc[nt][mt][1] = acc[nt][mt][2] = acc[nt][mt][3] = 0.0f;
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) acc[c][nt][mt][0] = acc[c][nt][mt][1] = acc[c][nt][mt][2] = acc[c][nt][mt][3] = 0.0f;
   const u16* wr[NT][2];
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
@@ -1407,21 +1409,21 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
   }
   bool wv = ((((unsigned long long)w) & 15) == 0) && (ldw % 8 == 0);
   int nsb = (K + 63) / 64;
-  u32 wa[U][NT][2][8];
+  u32 wa[CW][NT][2][8];
 #ifdef FAULT_MMV
-  int s0 = warp + 16;  // drops each class's first superblock
+  int s0 = warp + 16;  // drops the first superblock of each of the warp's first classes
 #else
   int s0 = warp;
 #endif
   auto loadw = [&](int sb) {
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      int s = sb + 16 * u;
+    for (int c = 0; c < CW; c++) {
+      int s = sb + W * c;
       if (s < nsb) {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-          mma_wload(wa[u][nt][0], wr[nt][0], 64 * s + 8 * t, K, wv);
-          mma_wload(wa[u][nt][1], wr[nt][1], 64 * s + 8 * t, K, wv);
+          mma_wload(wa[c][nt][0], wr[nt][0], 64 * s + 8 * t, K, wv);
+          mma_wload(wa[c][nt][1], wr[nt][1], 64 * s + 8 * t, K, wv);
         }
       }
     }
@@ -1432,10 +1434,10 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) xr[mt] = x + (i64)min(m0 + 8 * mt + g, M - 1) * ldx;
   bool xv = ((((unsigned long long)x) & 15) == 0) && (ldx % 4 == 0);
-  for (; s0 < nsb; s0 += 16 * U) {
+  for (; s0 < nsb; s0 += 16) {
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      int s = s0 + 16 * u;
+    for (int c = 0; c < CW; c++) {
+      int s = s0 + W * c;
       if (s >= nsb) break;
       int k = 64 * s + 8 * t;
 #pragma unroll
@@ -1467,8 +1469,8 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
           for (int j = 0; j < 4; j++)
-            mma16816(acc[nt][mt], wa[u][nt][0][2 * j], wa[u][nt][1][2 * j], wa[u][nt][0][2 * j + 1],
-                     wa[u][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+            mma16816(acc[c][nt][mt], wa[c][nt][0][2 * j], wa[c][nt][1][2 * j], wa[c][nt][0][2 * j + 1],
+                     wa[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
         // mid (and lo) where the tile has them: bf16 activations have none.
         if (__any_sync(0xffffffffu, any)) {
           bool anymid = false, anylo = false;
@@ -1486,8 +1488,8 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
               for (int j = 0; j < 4; j++)
-                mma16816(acc[nt][mt], wa[u][nt][0][2 * j], wa[u][nt][1][2 * j], wa[u][nt][0][2 * j + 1],
-                         wa[u][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+                mma16816(acc[c][nt][mt], wa[c][nt][0][2 * j], wa[c][nt][1][2 * j], wa[c][nt][0][2 * j + 1],
+                         wa[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
           }
           if (__any_sync(0xffffffffu, anylo)) {
 #pragma unroll
@@ -1496,22 +1498,22 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
               for (int j = 0; j < 4; j++)
-                mma16816(acc[nt][mt], wa[u][nt][0][2 * j], wa[u][nt][1][2 * j], wa[u][nt][0][2 * j + 1],
-                         wa[u][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+                mma16816(acc[c][nt][mt], wa[c][nt][0][2 * j], wa[c][nt][1][2 * j], wa[c][nt][0][2 * j + 1],
+                         wa[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
           }
         }
       }
     }
-    if (s0 + 16 * U < nsb) loadw(s0 + 16 * U);
+    if (s0 + 16 < nsb) loadw(s0 + 16);
   }
-  if (warp > 0) {
+#pragma unroll
+  for (int c = 0; c < CW; c++)
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
       for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) part[warp - 1][nt][mt][lane][e] = acc[nt][mt][e];
-  }
+        for (int e = 0; e < 4; e++) part[warp + W * c][nt][mt][lane][e] = acc[c][nt][mt][e];
   __syncthreads();
   if (warp != 0) return;
 #pragma unroll
@@ -1520,9 +1522,9 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
       for (int q = 0; q < 4; q++) {
-        float v = acc[nt][mt][q];
+        float v = part[0][nt][mt][lane][q];
 #pragma unroll
-        for (int c = 0; c < 15; c++) v += part[c][nt][mt][lane][q];
+        for (int c = 1; c < 16; c++) v += part[c][nt][mt][lane][q];
         int n = n0 + 16 * nt + g + (q >> 1) * 8, m = m0 + 8 * mt + 2 * t + (q & 1);
         if (n < N && m < M) {
           if (bias) v += load(bias, bdt, n);
@@ -1572,52 +1574,50 @@ MMA_KERNEL(mma_bf16_m8, 1)
 MMA_KERNEL(mma_bf16_m16, 2)
 MMA_KERNEL(mma_bf16_m32, 4)
 
-// MMV(name, NT, MT, U): mmv_tile as a kernel (blocks of 16 warps, one a
-// class; grid.x over weight rows by 16·NT, grid.y over rows of x by 8·MT).
-#define MMV(name, NT, MT, U)                                                                                  \
-  __global__ void __launch_bounds__(512) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw, \
-                                              const void* bias, int bdt, int M, int N, int K, EPI_PARAMS) {     \
-    mmv_tile<NT, MT, U>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, EPI_ARGS);                  \
+// MMV(name, W, NT, MT): mmv_tile as a kernel (blocks of W warps; grid.x
+// over weight rows by 16·NT, grid.y over rows of x by 8·MT).
+#define MMV(name, W, NT, MT)                                                                                  \
+  __global__ void __launch_bounds__(32 * W) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w,      \
+                                                 i64 ldw, const void* bias, int bdt, int M, int N, int K,       \
+                                                 EPI_PARAMS) {                                                  \
+    mmv_tile<W, NT, MT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, EPI_ARGS);                  \
   }
 
-MMV(mmv_bf16_n1m1u1, 1, 1, 1)
-MMV(mmv_bf16_n1m1u2, 1, 1, 2)
-MMV(mmv_bf16_n1m1u4, 1, 1, 4)
-MMV(mmv_bf16_n2m1u1, 2, 1, 1)
-MMV(mmv_bf16_n2m1u2, 2, 1, 2)
-MMV(mmv_bf16_n4m1u1, 4, 1, 1)
-MMV(mmv_bf16_n1m2u1, 1, 2, 1)
-MMV(mmv_bf16_n1m2u2, 1, 2, 2)
-MMV(mmv_bf16_n2m2u1, 2, 2, 1)
-MMV(mmv_bf16_n1m4u1, 1, 4, 1)
-MMV(mmv_bf16_n1m4u2, 1, 4, 2)
+MMV(mmv_bf16_w4n1m1, 4, 1, 1)
+MMV(mmv_bf16_w16n1m1, 16, 1, 1)
+MMV(mmv_bf16_w16n2m1, 16, 2, 1)
+MMV(mmv_bf16_w16n4m1, 16, 4, 1)
+MMV(mmv_bf16_w4n1m2, 4, 1, 2)
+MMV(mmv_bf16_w16n1m2, 16, 1, 2)
+MMV(mmv_bf16_w16n2m2, 16, 2, 2)
+MMV(mmv_bf16_w4n1m4, 4, 1, 4)
+MMV(mmv_bf16_w16n1m4, 16, 1, 4)
 
-// MMV_NORM(name, NT, U): one row h = rmsnorm(x) (rmsnorm_f32's floats,
-// block 0 writes h) and d = h·wᵀ (+ bias) with mmv_tile's sums (so
-// mma_tile's): GEMV_NORM for the tensor-core order. Every block
-// normalises x into shared memory itself (K ≤ 12288 floats).
-#define MMV_NORM(name, NT, U)                                                                                 \
-  __global__ void __launch_bounds__(512) name(float* d, float* h, const float* x, int K, float eps, int nrnd,    \
-                                              const void* nw, int nwdt, int nrnd1, const u16* w, i64 ldw,       \
-                                              const void* bias, int bdt, int N, EPI_PARAMS) {                   \
+// MMV_NORM(name, W): one row h = rmsnorm(x) (rmsnorm_f32's floats, block
+// 0 writes h) and d = h·wᵀ (+ bias) with mmv_tile's sums (so mma_tile's):
+// GEMV_NORM for the tensor-core order. Every block normalises x into
+// shared memory itself (K ≤ 8192 floats beside the class sums).
+#define MMV_NORM(name, W)                                                                                     \
+  __global__ void __launch_bounds__(32 * W) name(float* d, float* h, const float* x, int K, float eps, int nrnd, \
+                                                 const void* nw, int nwdt, int nrnd1, const u16* w, i64 ldw,    \
+                                                 const void* bias, int bdt, int N, EPI_PARAMS) {                \
     extern __shared__ float4 xs4[];                                                                             \
     __shared__ float sh[8];                                                                                     \
     float* xs = (float*)xs4;                                                                                    \
     auto norm = [&]() {                                                                                         \
       float inv = rms_inv(x, K, eps, sh);                                                                       \
-      _Pragma("unroll 4") for (int c = threadIdx.x; c < K; c += 512) {                                          \
+      _Pragma("unroll 4") for (int c = threadIdx.x; c < K; c += 32 * W) {                                       \
         float v = rms_apply(x[c], inv, nrnd, nw, nwdt, nrnd1, c);                                               \
         xs[c] = v;                                                                                              \
         if (blockIdx.x == 0) h[c] = v;                                                                          \
       }                                                                                                         \
       __syncthreads();                                                                                          \
     };                                                                                                          \
-    mmv_tile<NT, 1, U>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, EPI_ARGS);                                \
+    mmv_tile<W, 1, 1>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, EPI_ARGS);                                 \
   }
 
-MMV_NORM(mmvn_bf16_n1u1, 1, 1)
-MMV_NORM(mmvn_bf16_n1u2, 1, 2)
-MMV_NORM(mmvn_bf16_n2u1, 2, 1)
+MMV_NORM(mmvn_bf16_w4, 4)
+MMV_NORM(mmvn_bf16_w16, 16)
 
 // ---- attention -------------------------------------------------------------
 

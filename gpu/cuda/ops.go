@@ -107,7 +107,7 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		if q.mmvForce != "" {
 			v = mmvByName(q.mmvForce)
 		}
-		q.launchEpi(epiProduct, dst, v.name, v.grid(M, N), blk512, 0,
+		q.launchEpi(epiProduct, dst, v.name, v.grid(M, N), v.block(), 0,
 			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
@@ -260,11 +260,12 @@ func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, cp gpu.Conv2DParams) {
 		i(cp.StrideH), i(cp.StrideW), i(cp.PadH), i(cp.PadW), i(cp.Groups))
 }
 
-// mmvKernel is a few-row tensor-core kernel: 16-row weight tiles a warp
-// (nt), 8-row tiles of x a warp (mt), superblocks of weights in flight (u).
+// mmvKernel is a few-row tensor-core kernel: warps a block (w: 4 or 16,
+// each holding 16/w of the 16 superblock classes), 16-row weight tiles a
+// warp (nt), 8-row tiles of x a warp (mt).
 type mmvKernel struct {
 	name      string
-	nt, mt, u int
+	w, nt, mt int
 }
 
 // grid is the launch grid for M rows of x against N weight rows.
@@ -272,13 +273,15 @@ func (v mmvKernel) grid(m, n int) [3]uint32 {
 	return [3]uint32{uint32((n + 16*v.nt - 1) / (16 * v.nt)), uint32((m + 8*v.mt - 1) / (8 * v.mt)), 1}
 }
 
+// block is the launch's block: 32 threads a warp.
+func (v mmvKernel) block() [2]uint32 { return [2]uint32{uint32(32 * v.w), 1} }
+
 // mmvVariants are the few-row tensor-core kernels (kernels.cu: MMV); all
 // give mma_tile's bits.
 var mmvVariants = []mmvKernel{
-	{"mmv_bf16_n1m1u1", 1, 1, 1}, {"mmv_bf16_n1m1u2", 1, 1, 2}, {"mmv_bf16_n1m1u4", 1, 1, 4},
-	{"mmv_bf16_n2m1u1", 2, 1, 1}, {"mmv_bf16_n2m1u2", 2, 1, 2}, {"mmv_bf16_n4m1u1", 4, 1, 1},
-	{"mmv_bf16_n1m2u1", 1, 2, 1}, {"mmv_bf16_n1m2u2", 1, 2, 2}, {"mmv_bf16_n2m2u1", 2, 2, 1},
-	{"mmv_bf16_n1m4u1", 1, 4, 1}, {"mmv_bf16_n1m4u2", 1, 4, 2},
+	{"mmv_bf16_w4n1m1", 4, 1, 1}, {"mmv_bf16_w16n1m1", 16, 1, 1}, {"mmv_bf16_w16n2m1", 16, 2, 1},
+	{"mmv_bf16_w16n4m1", 16, 4, 1}, {"mmv_bf16_w4n1m2", 4, 1, 2}, {"mmv_bf16_w16n1m2", 16, 1, 2},
+	{"mmv_bf16_w16n2m2", 16, 2, 2}, {"mmv_bf16_w4n1m4", 4, 1, 4}, {"mmv_bf16_w16n1m4", 16, 1, 4},
 }
 
 // mmvMaxRows is the most rows of x the few-row tensor-core kernels take;
@@ -287,23 +290,34 @@ const mmvMaxRows = 32
 
 // mmvVariant returns the few-row tensor-core kernel for M rows of x (1 ≤ M
 // ≤ mmvMaxRows) and N weight rows: one 8-row tile of x a warp up to 8 rows,
-// two up to 16, four beyond.
+// two up to 16, four beyond; 4 warps a block (4 classes each) where the
+// weight has enough 16-row tiles to fill the machine, else 16.
 func mmvVariant(M, N int) mmvKernel {
+	mt := 4
 	switch {
 	case M <= 8:
-		return mmvByName("mmv_bf16_n1m1u2")
+		mt = 1
 	case M <= 16:
-		return mmvByName("mmv_bf16_n1m2u1")
+		mt = 2
 	}
-	return mmvByName("mmv_bf16_n1m4u1")
+	w := 16
+	if (N+15)/16 >= 1024 {
+		w = 4
+	}
+	for _, v := range mmvVariants {
+		if v.w == w && v.nt == 1 && v.mt == mt {
+			return v
+		}
+	}
+	panic("cuda: no mmv variant")
 }
 
 // mmvNormVariants are the one-row tensor-core kernels with the row norm
 // fused before the product (kernels.cu: MMV_NORM; gpu.NormFuser).
-var mmvNormVariants = []mmvKernel{{"mmvn_bf16_n1u1", 1, 1, 1}, {"mmvn_bf16_n1u2", 1, 1, 2}, {"mmvn_bf16_n2u1", 2, 1, 1}}
+var mmvNormVariants = []mmvKernel{{"mmvn_bf16_w4", 4, 1, 1}, {"mmvn_bf16_w16", 16, 1, 1}}
 
 // mmvNormMaxK bounds the row MMV_NORM keeps in shared memory beside the
-// class sums (15·16·32 floats a weight tile), within 48 KiB.
+// class sums (16·32·4 floats), within 48 KiB.
 const mmvNormMaxK = 8192
 
 func mmvByName(name string) mmvKernel {

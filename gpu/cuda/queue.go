@@ -24,9 +24,8 @@ var kernelNames = []string{
 	"gemvn_bf16_c1u4", "gemvn_bf16_c2u4", "gemvn_bf16_c4u4", "prep_heads_f32",
 	"gemvr_bf16_r2c4u4", "gemvr_bf16_r2c2u8", "gemvr_bf16_r3c4u4", "gemvr_bf16_r4c4u4", "gemvr_bf16_r4c4u2",
 	"gemvr_bf16_r4c8u2", "gemvr_bf16_r4c8u1", "gemvr_bf16_r8c4u2", "split_bf16", "sample_f32", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32",
-	"mmv_bf16_n1m1u1", "mmv_bf16_n1m1u2", "mmv_bf16_n1m1u4", "mmv_bf16_n2m1u1", "mmv_bf16_n2m1u2", "mmv_bf16_n4m1u1",
-	"mmv_bf16_n1m2u1", "mmv_bf16_n1m2u2", "mmv_bf16_n2m2u1", "mmv_bf16_n1m4u1", "mmv_bf16_n1m4u2",
-	"mmvn_bf16_n1u1", "mmvn_bf16_n1u2", "mmvn_bf16_n2u1",
+	"mmv_bf16_w4n1m1", "mmv_bf16_w16n1m1", "mmv_bf16_w16n2m1", "mmv_bf16_w16n4m1", "mmv_bf16_w4n1m2", "mmv_bf16_w16n1m2",
+	"mmv_bf16_w16n2m2", "mmv_bf16_w4n1m4", "mmv_bf16_w16n1m4", "mmvn_bf16_w4", "mmvn_bf16_w16",
 	"attention_f32", "conv1d_f32", "convtr1d_f32", "conv2d_f32",
 }
 
@@ -591,7 +590,6 @@ func (q *Queue) grid1(n int) [3]uint32 {
 var (
 	blk256 = [2]uint32{256, 1}
 	blk128 = [2]uint32{128, 1}
-	blk512 = [2]uint32{512, 1}
 )
 
 func sameShape(op string, a, b gpu.Tensor) {
