@@ -21,7 +21,8 @@ func TestKernelContract(t *testing.T) {
 	for _, c := range rep.Failed() {
 		t.Errorf("%s %s: err %g > bound %g %s", c.Op, c.Case, c.Err, c.Bound, c.Detail)
 	}
-	// The tensor-core products (MatMul "mma") pass the same contract.
+	// The tensor-core products (MatMul "mma", the default; openGPU's
+	// device runs the FMA kernels) pass the same contract.
 	md, err := New(Options{MatMul: "mma"})
 	if err != nil {
 		t.Fatal(err)
@@ -51,9 +52,9 @@ func TestKernelContract(t *testing.T) {
 	caught := 0
 	for _, f := range names {
 		op := Faults[f]
-		o := Options{Fault: f}
-		if f == "MMA" || f == "MMV" {
-			o.MatMul = "mma"
+		o := Options{Fault: f, MatMul: "mma"}
+		if f == "MATMUL" || f == "GEMV" {
+			o.MatMul = "fma" // faults in the FMA kernels' BF16 paths
 		}
 		fd, err := New(o)
 		if err != nil {
@@ -75,7 +76,7 @@ func TestKernelContract(t *testing.T) {
 			t.Errorf("planted fault %s in %s was not caught (%s)", f, op, fr.Summary())
 		}
 	}
-	line := fmt.Sprintf("kernel contract on %s: %s (tensor-core matmul: %s); planted faults caught %d/%d", d.Info().Name, rep.Summary(), mrep.Summary(), caught, len(names))
+	line := fmt.Sprintf("kernel contract on %s: %s (FMA matmul), %s (tensor-core matmul, the default); planted faults caught %d/%d", d.Info().Name, rep.Summary(), mrep.Summary(), caught, len(names))
 	t.Log(line)
 	fmt.Fprintln(os.Stderr, line)
 }

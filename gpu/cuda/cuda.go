@@ -74,9 +74,13 @@ type Options struct {
 	// recurring batches as CUDA graphs (for measurements and debugging;
 	// env OMNIPIPE_CUDA_GRAPHS=off does the same).
 	NoGraphs bool
-	// MatMul selects the kernels of BF16-weight products: "fma" (the
-	// default: CUDA cores, fp32 FMA) or "mma" (tensor cores, x split into
-	// three bf16 parts); env OMNIPIPE_CUDA_MATMUL.
+	// MatMul selects the kernels of BF16-weight products: "mma" (the
+	// default: tensor cores, x split into three bf16 parts, the sums in
+	// one K-only order from one row to thousands) or "fma" (CUDA cores,
+	// fp32 FMA: faster one-row steps on small weights, 2× slower prefill,
+	// 3–4× slower products of many rows); env OMNIPIPE_CUDA_MATMUL. A
+	// queue of an fp32 network (gpu.FP32Products) runs FMA products either
+	// way.
 	MatMul string
 	// Profile times every kernel (see Device.Profile): batches then launch
 	// kernel by kernel with events around each, graphs off. Env

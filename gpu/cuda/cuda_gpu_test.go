@@ -22,10 +22,12 @@ var (
 	gpuErr  error
 )
 
-// openGPU returns the shared test device, or skips the test.
+// openGPU returns the shared test device, or skips the test. It runs the
+// FMA products (MatMul "fma"); a test of the tensor-core kernels sets
+// mmaMatMul for its duration.
 func openGPU(t testing.TB) *Device {
 	t.Helper()
-	gpuOnce.Do(func() { gpuDev, gpuErr = New(Options{}) })
+	gpuOnce.Do(func() { gpuDev, gpuErr = New(Options{MatMul: "fma"}) })
 	if gpuErr != nil {
 		if errors.Is(gpuErr, ErrNoDriver) || errors.Is(gpuErr, errNoGPU) {
 			t.Skipf("no usable GPU: %v", gpuErr)
