@@ -505,15 +505,18 @@ func TestGemvrVariant(t *testing.T) {
 	}
 }
 
-// TestMmvVariant: every row count up to mmvMaxRows gets a tested few-row
-// tensor-core variant whose grid covers every output once: 16·nt weight
-// rows a block in x, 8·mt rows of x in y.
+// TestMmvVariant: every row count and weight size the few-row tensor-core
+// kernels take gets a tested variant whose grid covers every output once:
+// 16·nt weight rows a block in x, 8·mt rows of x in y.
 func TestMmvVariant(t *testing.T) {
 	for M := 1; M <= mmvMaxRows; M++ {
-		for _, N := range []int{1, 15, 16, 17, 2048, 65536} {
+		for _, N := range []int{1, 15, 16, 17, 2048, 2049, 8192, mmvMaxN} {
 			v := mmvVariant(M, N)
 			if !slices.Contains(mmvVariants, v) {
 				t.Fatalf("M=%d N=%d: %v is not among the tested variants", M, N, v)
+			}
+			if 8*v.mt < M {
+				t.Errorf("M=%d N=%d: %s covers %d rows of x a block", M, N, v.name, 8*v.mt)
 			}
 			g := v.grid(M, N)
 			if int(g[0])*16*v.nt < N || int(g[0]-1)*16*v.nt >= N || int(g[1])*8*v.mt < M || int(g[1]-1)*8*v.mt >= M || g[2] != 1 {
@@ -524,6 +527,9 @@ func TestMmvVariant(t *testing.T) {
 	for _, v := range append(mmvVariants, mmvNormVariants...) {
 		if !slices.Contains(kernelNames, v.name) {
 			t.Errorf("%s is not loaded", v.name)
+		}
+		if b := v.block(); b[0] != uint32(32*v.w) || v.w != 4 && v.w != 16 {
+			t.Errorf("%s: block %v for %d warps", v.name, b, v.w)
 		}
 	}
 }
@@ -537,6 +543,7 @@ func TestProductKernels(t *testing.T) {
 	x1, y1, h1 := fakeTensor(gpu.F32, 1, 64), fakeTensor(gpu.F32, 1, 32), fakeTensor(gpu.F32, 1, 64)
 	x40, y40 := fakeTensor(gpu.F32, 40, 64), fakeTensor(gpu.F32, 40, 32)
 	w := fakeTensor(gpu.BF16, 32, 64)
+	wBig, yBig := fakeTensor(gpu.BF16, mmvMaxN+1, 64), fakeTensor(gpu.F32, 1, mmvMaxN+1)
 	n := gpu.RowNorm{Eps: 1e-5}
 	for _, c := range []struct {
 		name      string
@@ -547,6 +554,11 @@ func TestProductKernels(t *testing.T) {
 		{"fma: one row", false, false, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "gemv_bf16_c1u4"},
 		{"mma: one row", true, false, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "mmv_bf16_w16n1m1"},
 		{"mma: norm and one row", true, false, func(q *Queue) { q.NormMatMul(y1, h1, x1, n, w, gpu.Tensor{}) }, "mmvn_bf16_w16"},
+		{"mma: norm and a head past the few-row kernels: the norm, then the tile kernel's split", true, false, func(q *Queue) {
+			defer func() { recover() }() // the split's scratch needs a device
+			q.NormMatMul(yBig, h1, x1, n, wBig, gpu.Tensor{})
+		}, "rmsnorm_f32"},
+		{"fma: norm and the same head", false, false, func(q *Queue) { q.NormMatMul(yBig, h1, x1, n, wBig, gpu.Tensor{}) }, "gemvn_bf16_c4u4"},
 		{"mma, fp32 queue: one row", true, true, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "gemv_bf16_c1u4"},
 		{"mma, fp32 queue: norm and one row", true, true, func(q *Queue) { q.NormMatMul(y1, h1, x1, n, w, gpu.Tensor{}) }, "gemvn_bf16_c1u4"},
 		{"mma, fp32 queue: 40 rows", true, true, func(q *Queue) { q.MatMul(y40, x40, w, gpu.Tensor{}) }, "matmul_r8_bf16"},

@@ -14,10 +14,12 @@ import (
 const normFuseMaxK = 12000
 
 // NormMatMul implements gpu.NormFuser: for one row with BF16 weights, one
-// kernel (kernels.cu: GEMV_NORM) normalises x in every block — rmsnorm_f32's
-// floats, in its order — and runs the one-row product of gemvVariant from
-// there, block 0 writing h; otherwise the norm and the product launch
-// separately. The bits are the same either way (TestNormFusedEqualsSeparate).
+// kernel normalises x in every block — rmsnorm_f32's floats, in its order —
+// and runs the one-row product from there, block 0 writing h: GEMV_NORM on
+// the FMA kernels (gemvVariant's product), MMV_NORM on the tensor cores
+// (up to mmvMaxN weight rows and mmvNormMaxK columns); otherwise the norm
+// and the product launch separately. The bits are the same either way
+// (TestNormFusedEqualsSeparate).
 func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tensor) {
 	M, K, N := x.Rows, x.Cols, w.Rows
 	sameShape("normmatmul", h, x)
@@ -28,7 +30,7 @@ func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tens
 	wantF32("normmatmul", dst, h, x)
 	if M != 1 || K == 0 || K > normFuseMaxK || N == 0 || w.DType() != gpu.BF16 || q.tileForce || q.unfused ||
 		q.ptr(w)%16 != 0 || w.Stride%8 != 0 || h.Buf == x.Buf || dst.Buf == h.Buf || dst.Buf == x.Buf ||
-		(q.tensorCores() && (K > mmvNormMaxK || q.mmvForce != "" && !strings.HasPrefix(q.mmvForce, "mmvn_"))) {
+		(q.tensorCores() && (K > mmvNormMaxK || q.mmvForce == "" && N > mmvMaxN || q.mmvForce != "" && !strings.HasPrefix(q.mmvForce, "mmvn_"))) {
 		gpu.NormRows(q, h, x, n)
 		q.MatMul(dst, h, w, bias)
 		return
@@ -36,9 +38,6 @@ func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tens
 	if q.tensorCores() {
 		// The tensor-core order: mmv_tile after the norm (kernels.cu: MMV_NORM).
 		v := mmvByName("mmvn_bf16_w16")
-		if mmvVariant(1, N).w == 4 {
-			v = mmvByName("mmvn_bf16_w4")
-		}
 		if q.mmvForce != "" {
 			v = mmvByName(q.mmvForce)
 		}

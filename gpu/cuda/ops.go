@@ -102,7 +102,7 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
-	if w.DType() == gpu.BF16 && q.tensorCores() && !q.tileForce && M <= mmvMaxRows {
+	if w.DType() == gpu.BF16 && q.tensorCores() && !q.tileForce && (q.mmvForce != "" || M <= mmvMaxRows && N <= mmvMaxN) {
 		v := mmvVariant(M, N)
 		if q.mmvForce != "" {
 			v = mmvByName(q.mmvForce)
@@ -284,32 +284,26 @@ var mmvVariants = []mmvKernel{
 	{"mmv_bf16_w16n2m2", 16, 2, 2}, {"mmv_bf16_w4n1m4", 4, 1, 4}, {"mmv_bf16_w16n1m4", 16, 1, 4},
 }
 
-// mmvMaxRows is the most rows of x the few-row tensor-core kernels take;
-// beyond it the tile kernels reuse each loaded weight for more rows.
-const mmvMaxRows = 32
+// mmvMaxRows is the most rows of x the few-row tensor-core kernels take,
+// and mmvMaxN the most weight rows: beyond either the tile kernels (after
+// split_bf16) stream faster (BenchmarkGemvRows on the H200, commit d1fe22c:
+// the [65536, 2048] head at 3.38 TB/s against 3.15 for one row, 2.41
+// against 1.48 at 16 rows).
+const (
+	mmvMaxRows = 8
+	mmvMaxN    = 16384
+)
 
 // mmvVariant returns the few-row tensor-core kernel for M rows of x (1 ≤ M
-// ≤ mmvMaxRows) and N weight rows: one 8-row tile of x a warp up to 8 rows,
-// two up to 16, four beyond; 4 warps a block (4 classes each) where the
-// weight has enough 16-row tiles to fill the machine, else 16.
+// ≤ mmvMaxRows) and N ≤ mmvMaxN weight rows, the fastest measured on the
+// H200 (BenchmarkProductShapes, commit d1fe22c): 16 warps a block, one
+// 16-row weight tile a warp up to 2048 weight rows ([2048, 8192], [2048,
+// 2048], [1024, 1024]), four beyond ([8192, 2048]: 1.67 TB/s against 1.26).
 func mmvVariant(M, N int) mmvKernel {
-	mt := 4
-	switch {
-	case M <= 8:
-		mt = 1
-	case M <= 16:
-		mt = 2
+	if N <= 2048 {
+		return mmvByName("mmv_bf16_w16n1m1")
 	}
-	w := 16
-	if (N+15)/16 >= 1024 {
-		w = 4
-	}
-	for _, v := range mmvVariants {
-		if v.w == w && v.nt == 1 && v.mt == mt {
-			return v
-		}
-	}
-	panic("cuda: no mmv variant")
+	return mmvByName("mmv_bf16_w16n4m1")
 }
 
 // mmvNormVariants are the one-row tensor-core kernels with the row norm
