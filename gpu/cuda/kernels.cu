@@ -1587,11 +1587,7 @@ MMV(mmv_bf16_w4n1m1, 4, 1, 1)
 MMV(mmv_bf16_w16n1m1, 16, 1, 1)
 MMV(mmv_bf16_w16n2m1, 16, 2, 1)
 MMV(mmv_bf16_w16n4m1, 16, 4, 1)
-MMV(mmv_bf16_w4n1m2, 4, 1, 2)
 MMV(mmv_bf16_w16n1m2, 16, 1, 2)
-MMV(mmv_bf16_w16n2m2, 16, 2, 2)
-MMV(mmv_bf16_w4n1m4, 4, 1, 4)
-MMV(mmv_bf16_w16n1m4, 16, 1, 4)
 
 // MMV_NORM(name, W): one row h = rmsnorm(x) (rmsnorm_f32's floats, block
 // 0 writes h) and d = h·wᵀ (+ bias) with mmv_tile's sums (so mma_tile's):

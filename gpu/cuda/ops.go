@@ -280,8 +280,7 @@ func (v mmvKernel) block() [2]uint32 { return [2]uint32{uint32(32 * v.w), 1} }
 // give mma_tile's bits.
 var mmvVariants = []mmvKernel{
 	{"mmv_bf16_w4n1m1", 4, 1, 1}, {"mmv_bf16_w16n1m1", 16, 1, 1}, {"mmv_bf16_w16n2m1", 16, 2, 1},
-	{"mmv_bf16_w16n4m1", 16, 4, 1}, {"mmv_bf16_w4n1m2", 4, 1, 2}, {"mmv_bf16_w16n1m2", 16, 1, 2},
-	{"mmv_bf16_w16n2m2", 16, 2, 2}, {"mmv_bf16_w4n1m4", 4, 1, 4}, {"mmv_bf16_w16n1m4", 16, 1, 4},
+	{"mmv_bf16_w16n4m1", 16, 4, 1}, {"mmv_bf16_w16n1m2", 16, 1, 2},
 }
 
 // mmvMaxRows is the most rows of x the few-row tensor-core kernels take,
