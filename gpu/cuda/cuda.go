@@ -43,9 +43,10 @@
 //
 // Activations are fp32 and every op rounds only where the network asks
 // (RoundBF16), as on the CPU. Matrix products sum each output in an order
-// that depends only on K (FMA kernels by default; tensor-core kernels with
-// Options.MatMul "mma"), so a row's bits never depend on the batch it is
-// computed in. Attention reproduces the reference flash kernels' rounding of
+// that depends only on K (for BF16 weights the tensor cores' by default,
+// the FMA kernels' with Options.MatMul "fma" or on a gpu.FP32Products
+// queue; every other weight type the FMA kernels'), so a row's bits never
+// depend on the batch it is computed in. Attention reproduces the reference flash kernels' rounding of
 // exp(s − m) to bf16 when AttnParams.ProbBF16 is set. Sample equals
 // gpu.SampleHost bit for bit (float64 in the specified order, exp written
 // out in plain operations). Every kernel is checked

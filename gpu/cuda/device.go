@@ -46,7 +46,7 @@ type Device struct {
 	prof      *profiler
 	profPath  string
 	fnNames   map[uintptr]string // kernel names, for the profile
-	mmaMatMul bool               // BF16 weights on the tensor-core kernel
+	mmaMatMul bool               // BF16 weights on the tensor cores (Options.MatMul)
 
 	mod      uintptr
 	fns      map[string]uintptr

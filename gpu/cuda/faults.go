@@ -23,8 +23,8 @@ var Faults = map[string]string{
 	"MATMUL":          "matmul",          // bias index off by one (FMA kernels)
 	"EPILOGUE":        "fused",           // a folded Mul adds instead (TestFusedOps, not gputest)
 	"GEMV":            "matmul",          // bias index off by one (one-row kernel)
-	"MMA":             "matmul",          // swaps the two k halves of x in the tensor-core tile kernel (MatMul "mma", M > 32)
-	"MMV":             "matmul",          // drops each warp's first superblock in the few-row tensor-core kernel (MatMul "mma")
+	"MMA":             "matmul",          // swaps the two k halves of x in the tensor-core tile kernel (more rows than the few-row one takes)
+	"MMV":             "matmul",          // drops each warp's first superblock in the few-row tensor-core kernel
 	"ATTN_MASK":       "attention",       // sliding window one key too wide
 	"ATTN_ROUND":      "attention",       // drops the bf16 rounding of exp(s − m)
 	"PAGED":           "attention",       // ignores the block table (pool rows read as contiguous)

@@ -58,13 +58,15 @@ func mmaLaunch(m, n int) (string, [3]uint32) {
 	return name, [3]uint32{uint32((n + 15) / 16), uint32((m + rows - 1) / rows), 1}
 }
 
-// MatMul implements gpu.Queue. Every product runs on the FMA kernels, whose
-// summation order depends only on K (a row alone equals the same row in
-// any batch); a single row of x with BF16 weights takes gemv_bf16, the same
-// order with more weight bytes in flight. With Options.MatMul "mma", BF16
-// weights run on the tensor cores instead, in their own K-only order: up
-// to mmvMaxRows rows of x on the few-row kernels (mmv_bf16, x split in
-// registers), more on the tile kernels after split_bf16 — the same bits.
+// MatMul implements gpu.Queue. BF16 weights run on the tensor cores (the
+// default, Options.MatMul "mma"), in one K-only order: up to mmvMaxRows
+// rows of x against up to mmvMaxN weight rows on the few-row kernels
+// (mmv_bf16, x split in registers), the rest on the tile kernels after
+// split_bf16 — the same bits. Other weights, and BF16 ones with MatMul
+// "fma" or on a gpu.FP32Products queue, run on the FMA kernels, whose
+// order (another, also K-only) the one-row (gemv_bf16) and few-row
+// (gemvr_bf16) kernels keep with more weight bytes in flight. Either way a
+// row alone equals the same row in any batch.
 func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 	M, K, N := x.Rows, x.Cols, w.Rows
 	if w.Cols != K || dst.Rows != M || dst.Cols != N || (!bias.IsNil() && bias.Len() < N) {

@@ -105,7 +105,7 @@ type Queue struct {
 	gemvrForce string
 	tileForce  bool
 	// mmvForce, when set, is the few-row tensor-core kernel MatMul uses
-	// with Options.MatMul "mma" (tests and benchmarks).
+	// on the tensor cores whatever the shape (tests and benchmarks).
 	mmvForce string
 	// fp32 keeps the queue's products on the FMA kernels whatever
 	// Options.MatMul says (gpu.FP32Products).
