@@ -1,8 +1,10 @@
 package cpu
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // pool runs parallel loops on a fixed set of helper goroutines that live as
@@ -15,15 +17,29 @@ import (
 // Participant 0 is the submitting goroutine and participant i ≥ 1 is helper
 // i, which runs one loop at a time: per-participant scratch indexed by that
 // number is never shared.
+//
+// A helper that has finished a loop polls for the next one for spinFor
+// before it parks on its inbox: a decode step is hundreds of small loops
+// back to back (a 1024-wide product is a few microseconds of work), and
+// waking a parked goroutine costs about as much, so without the poll most
+// helpers arrive after the loop is done (the depthformer frame of 4
+// sessions kept about 4 of 16 cores busy).
 type pool struct {
 	workers int
-	helpers []chan *job // helper i+1's inbox; buffered so posting never blocks
+	helpers []chan *job   // helper i+1's inbox; buffered so posting never blocks
+	parked  []atomic.Bool // helper i+1 is (about to be) blocked on its inbox
+	post    atomic.Pointer[job]
+	seq     atomic.Uint64 // loops posted: a polling helper joins post when it moves
+	polled  atomic.Int64  // loops helpers joined by polling, not woken (tests)
+	stopped atomic.Bool
 	wg      sync.WaitGroup
 	mu      sync.RWMutex // held for reading while submitting, for writing by close
 	shut    bool
-	// jobs recycles this pool's jobs (never another pool's: a helper that
-	// joins a recycled job must be one of its submitter's participants).
-	jobs sync.Pool
+	// free recycles this pool's jobs (never another pool's: a helper that
+	// joins a recycled job must be one of its submitter's participants). A
+	// channel, not a sync.Pool: a loop allocates nothing whichever core its
+	// submitter runs on.
+	free chan *job
 }
 
 // job is one parallel loop. Jobs are recycled: a helper may still find a
@@ -42,15 +58,21 @@ type job struct {
 
 const closed = 1 << 62
 
-func newJob() any {
+func newJob() *job {
 	j := &job{done: make(chan struct{}, 1)}
 	j.state.Store(closed)
 	return j
 }
 
+// spinFor is how long a helper polls for the next loop before it parks.
+const spinFor = 50 * time.Microsecond
+
 func newPool(workers int) *pool {
 	p := &pool{workers: workers}
-	p.jobs.New = newJob
+	p.free = make(chan *job, 64)
+	if workers > 1 {
+		p.parked = make([]atomic.Bool, workers-1)
+	}
 	for i := 1; i < workers; i++ { // the submitter is the last worker
 		ch := make(chan *job, 1)
 		p.helpers = append(p.helpers, ch)
@@ -62,7 +84,40 @@ func newPool(workers int) *pool {
 
 func (p *pool) help(id int, inbox chan *job) {
 	defer p.wg.Done()
-	for j := range inbox {
+	park := &p.parked[id-1]
+	seen := p.seq.Load()
+	for {
+		// Poll: take the loops posted while this helper is awake.
+		for until := time.Now().Add(spinFor); time.Now().Before(until); {
+			if s := p.seq.Load(); s != seen {
+				seen = s
+				if j := p.post.Load(); j != nil && j.join() {
+					p.polled.Add(1)
+					j.work(id)
+					j.leave()
+				}
+				until = time.Now().Add(spinFor)
+				continue
+			}
+			if p.stopped.Load() {
+				return
+			}
+			runtime.Gosched()
+		}
+		// Park. The flag is set before the last look at seq and a poster
+		// publishes seq before it reads the flag (both sequentially
+		// consistent), so a loop posted now is either seen here or sent.
+		park.Store(true)
+		if p.seq.Load() != seen {
+			park.Store(false)
+			continue
+		}
+		j, ok := <-inbox
+		park.Store(false)
+		if !ok {
+			return
+		}
+		seen = p.seq.Load()
 		if j.join() {
 			j.work(id)
 			j.leave()
@@ -110,6 +165,7 @@ func (p *pool) close() {
 	p.mu.Lock()
 	if !p.shut {
 		p.shut = true
+		p.stopped.Store(true)
 		for _, ch := range p.helpers {
 			close(ch)
 		}
@@ -146,14 +202,24 @@ func (p *pool) run(n, grain int, fn func(w, lo, hi int), fn2 func(lo, hi int)) {
 		}
 		return
 	}
-	j := p.jobs.Get().(*job)
+	var j *job
+	select {
+	case j = <-p.free:
+	default:
+		j = newJob()
+	}
 	j.fn, j.fn2, j.n, j.grain = fn, fn2, n, grain
 	j.next.Store(0)
 	j.state.Store(0) // reopen: publishes the fields to joining helpers
-	for _, ch := range p.helpers[:min(len(p.helpers), chunks-1)] {
+	p.post.Store(j)
+	p.seq.Add(1) // polling helpers join now
+	for i, ch := range p.helpers[:min(len(p.helpers), chunks-1)] {
+		if !p.parked[i].Load() {
+			continue // polling, or busy with a loop posted earlier
+		}
 		select {
 		case ch <- j:
-		default: // busy with a loop posted earlier: it will find this one closed
+		default: // its inbox holds a loop posted earlier: it will find that closed
 		}
 	}
 	j.work(0)
@@ -161,5 +227,8 @@ func (p *pool) run(n, grain int, fn func(w, lo, hi int), fn2 func(lo, hi int)) {
 		<-j.done // helpers still inside: the last one out signals
 	}
 	j.fn, j.fn2 = nil, nil
-	p.jobs.Put(j)
+	select {
+	case p.free <- j:
+	default: // more loops in flight than kept: let it go
+	}
 }

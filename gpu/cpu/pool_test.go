@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 )
@@ -42,6 +43,86 @@ func TestPoolCoversOnce(t *testing.T) {
 		if sum.Load() != 10 {
 			t.Fatalf("closed pool covered %d of 10", sum.Load())
 		}
+	}
+}
+
+// TestPoolPollsAndParks: loops posted back to back (found by polling
+// helpers), after pauses shorter and longer than spinFor (helpers parked
+// on their inboxes, woken by a send) and from several submitters at once
+// each cover every index exactly once, and no participant number is ever
+// in use by two goroutines at the same time (per-participant scratch).
+func TestPoolPollsAndParks(t *testing.T) {
+	const workers = 4
+	p := newPool(workers)
+	defer p.close()
+	var inUse [workers]atomic.Int32
+	var bad atomic.Int32
+	loop := func(n int) {
+		seen := make([]atomic.Int32, n)
+		p.ForW(n, 3, func(w, lo, hi int) {
+			if !inUse[w].CompareAndSwap(0, 1) {
+				bad.Add(1)
+			}
+			for i := lo; i < hi; i++ {
+				seen[i].Add(1)
+			}
+			busy(5 * time.Microsecond) // hold the number long enough to collide
+			inUse[w].Store(0)
+		})
+		for i := range seen {
+			if seen[i].Load() != 1 {
+				bad.Add(1)
+			}
+		}
+	}
+	pauses := []time.Duration{0, 0, 0, spinFor / 4, 3 * spinFor}
+	for i := range 200 {
+		loop(1 + i%50)
+		time.Sleep(pauses[i%len(pauses)])
+	}
+	if bad.Load() != 0 {
+		t.Fatalf("one submitter: %d bad visits or shared participants", bad.Load())
+	}
+	if p.polled.Load() == 0 {
+		t.Error("no helper joined a loop by polling: every loop waited for a wake-up")
+	}
+	// Several submitters: participant 0 is each submitter's own, so only
+	// the helpers' numbers are checked for sharing here.
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			for i := range 100 {
+				n := 1 + i%40
+				seen := make([]atomic.Int32, n)
+				p.ForW(n, 2, func(w, lo, hi int) {
+					if w > 0 && !inUse[w].CompareAndSwap(0, 1) {
+						bad.Add(1)
+					}
+					for i := lo; i < hi; i++ {
+						seen[i].Add(1)
+					}
+					busy(5 * time.Microsecond)
+					if w > 0 {
+						inUse[w].Store(0)
+					}
+				})
+				for i := range seen {
+					if seen[i].Load() != 1 {
+						bad.Add(1)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if bad.Load() != 0 {
+		t.Fatalf("three submitters: %d bad visits or shared helpers", bad.Load())
+	}
+}
+
+// busy spins for d (a chunk's work, without sleeping).
+func busy(d time.Duration) {
+	for start := time.Now(); time.Since(start) < d; {
 	}
 }
 
