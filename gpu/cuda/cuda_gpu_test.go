@@ -305,40 +305,13 @@ func TestGemvVariantsBitIdentical(t *testing.T) {
 // counts that leave a tile part-empty, several row tiles — so a session's
 // row is the same whether it is stepped alone or with up to 31 others.
 func TestGemvrVariantsBitIdentical(t *testing.T) {
-	d := openGPU(t)
-	rng := rand.New(rand.NewPCG(10, 10))
-	for _, sh := range []struct{ N, K int }{{1024, 1024}, {2816, 1024}, {1024, 2816}, {777, 1000}, {3, 4104}, {1536, 264}, {65, 2056}} {
-		w := loadNormalBF16(t, d, rng, sh.N, sh.K)
-		q := d.NewQueue("gemvr").(*Queue)
-		for _, M := range []int{2, 3, 4, 5, 8, 11, 32} {
-			xs := normals(rng, M*sh.K)
-			x, y := d.Alloc(gpu.F32, M, sh.K), d.Alloc(gpu.F32, M, sh.N)
-			q.Write(x, xs)
-			q.tileForce = true
-			q.MatMul(y, x, w, gpu.Tensor{})
-			q.tileForce = false
-			want := make([]float32, M*sh.N)
-			if err := q.Read(want, y); err != nil {
-				t.Fatal(err)
-			}
-			for _, v := range append(gemvrVariants, gemvrKernel{name: ""}) {
-				q.gemvrForce = v.name // "": the default pick
-				q.Fill(y, float32(math.NaN()))
-				q.MatMul(y, x, w, gpu.Tensor{})
-				got := make([]float32, M*sh.N)
-				if err := q.Read(got, y); err != nil {
-					t.Fatal(err)
-				}
-				if bad := differing(got, want); bad > 0 {
-					t.Errorf("%q on M=%d %dx%d: %d/%d outputs differ from the tile kernels'", v.name, M, sh.N, sh.K, bad, len(got))
-				}
-			}
-			q.gemvrForce = ""
-			d.Free(x)
-			d.Free(y)
-		}
-		d.Free(w)
+	names := []string{""} // "": the default pick
+	for _, v := range gemvrVariants {
+		names = append(names, v.name)
 	}
+	variantsEqualTile(t, openGPU(t), rand.New(rand.NewPCG(10, 10)),
+		[]struct{ N, K int }{{1024, 1024}, {2816, 1024}, {1024, 2816}, {777, 1000}, {3, 4104}, {1536, 264}, {65, 2056}},
+		[]int{2, 3, 4, 5, 8, 11, 32}, names, func(q *Queue, name string) { q.gemvrForce = name }, nil)
 }
 
 // TestMmvVariantsBitIdentical: with MatMul "mma", every few-row
@@ -352,16 +325,37 @@ func TestMmvVariantsBitIdentical(t *testing.T) {
 	d := openGPU(t)
 	d.mmaMatMul = true
 	defer func() { d.mmaMatMul = false }()
-	rng := rand.New(rand.NewPCG(14, 15))
-	for _, sh := range []struct{ N, K int }{{1024, 1024}, {2816, 1024}, {1024, 2816}, {777, 1000}, {3, 4104}, {1536, 264}, {65, 2056}, {40, 7}} {
+	names := []string{""}
+	for _, v := range mmvVariants {
+		names = append(names, v.name)
+	}
+	everyOtherRowBF16 := func(xs []float32, M, K int) {
+		for r := 0; r < M; r += 2 {
+			for k := range K {
+				xs[r*K+k] = gpu.RoundBF16(xs[r*K+k])
+			}
+		}
+	}
+	variantsEqualTile(t, d, rand.New(rand.NewPCG(14, 15)),
+		[]struct{ N, K int }{{1024, 1024}, {2816, 1024}, {1024, 2816}, {777, 1000}, {3, 4104}, {1536, 264}, {65, 2056}, {40, 7}},
+		[]int{1, 2, 3, 5, 8, 11, 17, 32}, names, func(q *Queue, name string) { q.mmvForce = name }, everyOtherRowBF16)
+}
+
+// variantsEqualTile checks, for every weight shape and row count, that the
+// product of each named kernel variant (force selects it on the queue;
+// "" is the default pick) equals the tile kernel's bit for bit, its output
+// poisoned with NaNs before each launch. prep, when set, edits the random
+// rows of x first.
+func variantsEqualTile(t *testing.T, d *Device, rng *rand.Rand, shapes []struct{ N, K int }, Ms []int, names []string,
+	force func(q *Queue, name string), prep func(xs []float32, M, K int)) {
+	t.Helper()
+	for _, sh := range shapes {
 		w := loadNormalBF16(t, d, rng, sh.N, sh.K)
-		q := d.NewQueue("mmv").(*Queue)
-		for _, M := range []int{1, 2, 3, 5, 8, 11, 17, 32} {
+		q := d.NewQueue("variants").(*Queue)
+		for _, M := range Ms {
 			xs := normals(rng, M*sh.K)
-			for r := 0; r < M; r += 2 { // every other row exact bf16
-				for k := range sh.K {
-					xs[r*sh.K+k] = gpu.RoundBF16(xs[r*sh.K+k])
-				}
+			if prep != nil {
+				prep(xs, M, sh.K)
 			}
 			x, y := d.Alloc(gpu.F32, M, sh.K), d.Alloc(gpu.F32, M, sh.N)
 			q.Write(x, xs)
@@ -372,8 +366,8 @@ func TestMmvVariantsBitIdentical(t *testing.T) {
 			if err := q.Read(want, y); err != nil {
 				t.Fatal(err)
 			}
-			for _, v := range append(mmvVariants, mmvKernel{name: ""}) {
-				q.mmvForce = v.name // "": the default pick
+			for _, name := range names {
+				force(q, name)
 				q.Fill(y, float32(math.NaN()))
 				q.MatMul(y, x, w, gpu.Tensor{})
 				got := make([]float32, M*sh.N)
@@ -381,10 +375,10 @@ func TestMmvVariantsBitIdentical(t *testing.T) {
 					t.Fatal(err)
 				}
 				if bad := differing(got, want); bad > 0 {
-					t.Errorf("%q on M=%d %dx%d: %d/%d outputs differ from the tile kernel's", v.name, M, sh.N, sh.K, bad, len(got))
+					t.Errorf("%q on M=%d %dx%d: %d/%d outputs differ from the tile kernel's", name, M, sh.N, sh.K, bad, len(got))
 				}
 			}
-			q.mmvForce = ""
+			force(q, "")
 			d.Free(x)
 			d.Free(y)
 		}
