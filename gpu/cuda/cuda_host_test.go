@@ -511,7 +511,7 @@ func TestGemvrVariant(t *testing.T) {
 func TestMmvVariant(t *testing.T) {
 	for M := 1; M <= mmvMaxRows; M++ {
 		for _, N := range []int{1, 15, 16, 17, 2048, 2049, 8192, mmvMaxN} {
-			v := mmvVariant(M, N)
+			v := mmvVariant(N)
 			if !slices.Contains(mmvVariants, v) {
 				t.Fatalf("M=%d N=%d: %v is not among the tested variants", M, N, v)
 			}
@@ -523,6 +523,9 @@ func TestMmvVariant(t *testing.T) {
 				t.Errorf("M=%d N=%d: %s grid %v does not cover the outputs exactly", M, N, v.name, g)
 			}
 		}
+	}
+	if mmvVariant(2048).name != "mmv_bf16_w16n1m1" || mmvVariant(2049).name != "mmv_bf16_w16n4m1" || mmvNormDefault.name != "mmvn_bf16_w16" {
+		t.Errorf("defaults %s, %s, %s: not the measured picks", mmvVariant(2048).name, mmvVariant(2049).name, mmvNormDefault.name)
 	}
 	for _, v := range append(mmvVariants, mmvNormVariants...) {
 		if !slices.Contains(kernelNames, v.name) {
@@ -550,18 +553,24 @@ func TestProductKernels(t *testing.T) {
 		mma, fp32 bool
 		ops       func(q *Queue)
 		first     string
+		grid      [3]uint32 // checked when set
+		block     [2]uint32
 	}{
-		{"fma: one row", false, false, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "gemv_bf16_c1u4"},
-		{"mma: one row", true, false, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "mmv_bf16_w16n1m1"},
-		{"mma: norm and one row", true, false, func(q *Queue) { q.NormMatMul(y1, h1, x1, n, w, gpu.Tensor{}) }, "mmvn_bf16_w16"},
+		{"fma: one row", false, false, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "gemv_bf16_c1u4", [3]uint32{}, [2]uint32{}},
+		{"mma: one row", true, false, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "mmv_bf16_w16n1m1", [3]uint32{}, [2]uint32{}},
+		{"mma: norm and one row", true, false, func(q *Queue) { q.NormMatMul(y1, h1, x1, n, w, gpu.Tensor{}) }, "mmvn_bf16_w16", [3]uint32{2, 1, 1}, [2]uint32{512, 1}},
+		{"mma: norm and one row, the 4-warp kernel forced", true, false, func(q *Queue) {
+			q.mmvForce = "mmvn_bf16_w4"
+			q.NormMatMul(y1, h1, x1, n, w, gpu.Tensor{})
+		}, "mmvn_bf16_w4", [3]uint32{2, 1, 1}, [2]uint32{128, 1}},
 		{"mma: norm and a head past the few-row kernels: the norm, then the tile kernel's split", true, false, func(q *Queue) {
 			defer func() { recover() }() // the split's scratch needs a device
 			q.NormMatMul(yBig, h1, x1, n, wBig, gpu.Tensor{})
-		}, "rmsnorm_f32"},
-		{"fma: norm and the same head", false, false, func(q *Queue) { q.NormMatMul(yBig, h1, x1, n, wBig, gpu.Tensor{}) }, "gemvn_bf16_c4u4"},
-		{"mma, fp32 queue: one row", true, true, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "gemv_bf16_c1u4"},
-		{"mma, fp32 queue: norm and one row", true, true, func(q *Queue) { q.NormMatMul(y1, h1, x1, n, w, gpu.Tensor{}) }, "gemvn_bf16_c1u4"},
-		{"mma, fp32 queue: 40 rows", true, true, func(q *Queue) { q.MatMul(y40, x40, w, gpu.Tensor{}) }, "matmul_r8_bf16"},
+		}, "rmsnorm_f32", [3]uint32{}, [2]uint32{}},
+		{"fma: norm and the same head", false, false, func(q *Queue) { q.NormMatMul(yBig, h1, x1, n, wBig, gpu.Tensor{}) }, "gemvn_bf16_c4u4", [3]uint32{}, [2]uint32{}},
+		{"mma, fp32 queue: one row", true, true, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "gemv_bf16_c1u4", [3]uint32{}, [2]uint32{}},
+		{"mma, fp32 queue: norm and one row", true, true, func(q *Queue) { q.NormMatMul(y1, h1, x1, n, w, gpu.Tensor{}) }, "gemvn_bf16_c1u4", [3]uint32{}, [2]uint32{}},
+		{"mma, fp32 queue: 40 rows", true, true, func(q *Queue) { q.MatMul(y40, x40, w, gpu.Tensor{}) }, "matmul_r8_bf16", [3]uint32{}, [2]uint32{}},
 	} {
 		q := hostQueue()
 		q.d.mmaMatMul = c.mma
@@ -572,6 +581,10 @@ func TestProductKernels(t *testing.T) {
 		c.ops(q)
 		if len(q.rec.cmds) == 0 || q.rec.cmds[0].fn != q.d.fns[c.first] {
 			t.Errorf("%s: first kernel is not %s", c.name, c.first)
+			continue
+		}
+		if cmd := q.rec.cmds[0]; c.grid != [3]uint32{} && (cmd.grid != c.grid || cmd.block != c.block) {
+			t.Errorf("%s: grid %v block %v, want %v %v", c.name, cmd.grid, cmd.block, c.grid, c.block)
 		}
 	}
 }

@@ -28,32 +28,46 @@ func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tens
 		panic(fmt.Sprintf("cuda: normmatmul %v · %vᵀ -> %v (bias %v, norm weight %v)", x, w, dst, bias, n.W))
 	}
 	wantF32("normmatmul", dst, h, x)
-	if M != 1 || K == 0 || K > normFuseMaxK || N == 0 || w.DType() != gpu.BF16 || q.tileForce || q.unfused ||
-		q.ptr(w)%16 != 0 || w.Stride%8 != 0 || h.Buf == x.Buf || dst.Buf == h.Buf || dst.Buf == x.Buf ||
-		(q.tensorCores() && (K > mmvNormMaxK || q.mmvForce == "" && N > mmvMaxN || q.mmvForce != "" && !strings.HasPrefix(q.mmvForce, "mmvn_"))) {
+	name, block, rows := q.normMatMulKernel(M, K, N, w)
+	if name == "" || h.Buf == x.Buf || dst.Buf == h.Buf || dst.Buf == x.Buf {
 		gpu.NormRows(q, h, x, n)
 		q.MatMul(dst, h, w, bias)
 		return
 	}
-	if q.tensorCores() {
-		// The tensor-core order: mmv_tile after the norm (kernels.cu: MMV_NORM).
-		v := mmvByName("mmvn_bf16_w16")
-		if q.mmvForce != "" {
-			v = mmvByName(q.mmvForce)
-		}
-		q.launchEpi(epiProduct, dst, v.name, v.grid(1, N), v.block(), 4*K,
-			q.t(dst), q.t(h), q.t(x), i(K), f(n.Eps), b2i(n.Round), q.t(n.W), p(dtCode(n.W.DType())), b2i(n.RoundW && !n.W.IsNil()),
-			q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(N))
-		return
-	}
-	// The one-row kernel's rows per warp with four chunks in flight (the
-	// eight-chunk variants hold too many registers through the norm:
-	// measured slower).
-	_, rows := gemvVariant(N, K)
-	name := fmt.Sprintf("gemvn_bf16_c%du4", rows/4)
-	q.launchEpi(epiProduct, dst, name, [3]uint32{uint32((N + rows - 1) / rows), 1, 1}, blk128, 4*K,
+	q.launchEpi(epiProduct, dst, name, [3]uint32{uint32((N + rows - 1) / rows), 1, 1}, block, 4*K,
 		q.t(dst), q.t(h), q.t(x), i(K), f(n.Eps), b2i(n.Round), q.t(n.W), p(dtCode(n.W.DType())), b2i(n.RoundW && !n.W.IsNil()),
 		q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(N))
+}
+
+// gemvnKernels names the FMA fused kernel by the one-row product's rows
+// per warp (a table: NormMatMul runs a few times a layer).
+var gemvnKernels = [5]string{1: "gemvn_bf16_c1u4", 2: "gemvn_bf16_c2u4", 4: "gemvn_bf16_c4u4"}
+
+// normMatMulKernel returns the fused kernel for a product of M rows, K
+// columns and N weight rows, its block and the weight rows a block
+// covers, or "" where the norm and the
+// product run apart: more than one row, a row beyond shared memory,
+// non-BF16 or unaligned weights, and on the tensor cores a weight past
+// the few-row kernels (mmvMaxN). The FMA kernel takes the one-row
+// product's rows per warp with four chunks in flight (the eight-chunk
+// variants hold too many registers through the norm: measured slower).
+func (q *Queue) normMatMulKernel(M, K, N int, w gpu.Tensor) (name string, block [2]uint32, rows int) {
+	if M != 1 || K == 0 || K > normFuseMaxK || N == 0 || w.DType() != gpu.BF16 || q.tileForce || q.unfused ||
+		q.ptr(w)%16 != 0 || w.Stride%8 != 0 {
+		return "", blk128, 0
+	}
+	if !q.tensorCores() {
+		_, rows := gemvVariant(N, K)
+		return gemvnKernels[rows/4], blk128, rows
+	}
+	v := mmvNormDefault
+	switch {
+	case strings.HasPrefix(q.mmvForce, "mmvn_"):
+		v = mmvByName(q.mmvForce)
+	case q.mmvForce != "" || K > mmvNormMaxK || N > mmvMaxN:
+		return "", blk128, 0
+	}
+	return v.name, v.block(), 16 * v.nt
 }
 
 // headItemBytes is the size of kernels.cu's struct head_item.

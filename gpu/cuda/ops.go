@@ -105,7 +105,7 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		return
 	}
 	if w.DType() == gpu.BF16 && q.tensorCores() && !q.tileForce && (q.mmvForce != "" || M <= mmvMaxRows && N <= mmvMaxN) {
-		v := mmvVariant(M, N)
+		v := mmvVariant(N)
 		if q.mmvForce != "" {
 			v = mmvByName(q.mmvForce)
 		}
@@ -295,30 +295,38 @@ const (
 	mmvMaxN    = 16384
 )
 
-// mmvVariant returns the few-row tensor-core kernel for M rows of x (1 ≤ M
-// ≤ mmvMaxRows) and N ≤ mmvMaxN weight rows, the fastest measured on the
-// H200 (BenchmarkProductShapes, commit d1fe22c): 16 warps a block, one
-// 16-row weight tile a warp up to 2048 weight rows ([2048, 8192], [2048,
-// 2048], [1024, 1024]), four beyond ([8192, 2048]: 1.67 TB/s against 1.26).
-func mmvVariant(M, N int) mmvKernel {
+// mmvVariant returns the few-row tensor-core kernel for N ≤ mmvMaxN
+// weight rows (and at most mmvMaxRows rows of x: one 8-row tile), the
+// fastest measured on the H200 (BenchmarkProductShapes, commit d1fe22c):
+// 16 warps a block, one 16-row weight tile a warp up to 2048 weight rows
+// ([2048, 8192], [2048, 2048], [1024, 1024]), four beyond ([8192, 2048]:
+// 1.67 TB/s against 1.26).
+func mmvVariant(N int) mmvKernel {
 	if N <= 2048 {
-		return mmvByName("mmv_bf16_w16n1m1")
+		return mmvVariants[1] // mmv_bf16_w16n1m1
 	}
-	return mmvByName("mmv_bf16_w16n4m1")
+	return mmvVariants[3] // mmv_bf16_w16n4m1
 }
 
 // mmvNormVariants are the one-row tensor-core kernels with the row norm
 // fused before the product (kernels.cu: MMV_NORM; gpu.NormFuser).
 var mmvNormVariants = []mmvKernel{{"mmvn_bf16_w4", 4, 1, 1}, {"mmvn_bf16_w16", 16, 1, 1}}
 
+// mmvNormDefault is the fused kernel NormMatMul takes on the tensor cores.
+var mmvNormDefault = mmvNormVariants[1]
+
 // mmvNormMaxK bounds the row MMV_NORM keeps in shared memory beside the
 // class sums (16·32·4 floats), within 48 KiB.
 const mmvNormMaxK = 8192
 
+// mmvByName finds a few-row tensor-core kernel (tests and benchmarks
+// force one by name).
 func mmvByName(name string) mmvKernel {
-	for _, v := range append(mmvVariants, mmvNormVariants...) {
-		if v.name == name {
-			return v
+	for _, vs := range [][]mmvKernel{mmvVariants, mmvNormVariants} {
+		for _, v := range vs {
+			if v.name == name {
+				return v
+			}
 		}
 	}
 	panic("cuda: no mmv variant " + name)
