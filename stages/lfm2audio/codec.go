@@ -70,13 +70,9 @@ func (s detokStream) DecodeFrames(ctx context.Context, codes [][]int) ([]float32
 // (family.BatchCodec): each stream's samples are exactly its own
 // DecodeFrames'.
 func (c mimiCodec) DecodeBatch(ctx context.Context, streams []CodecStream, codes [][][]int) ([][]float32, error) {
-	ms := make([]*mimi.Stream, len(streams))
-	for i, s := range streams {
-		m, ok := s.(mimiStream)
-		if !ok {
-			return nil, fmt.Errorf("lfm2audio: stream %d of the batch is a %T, not a Mimi stream", i, s)
-		}
-		ms[i] = m.Stream
+	ms, err := unwrapStreams(streams, "a Mimi stream", func(s mimiStream) *mimi.Stream { return s.Stream })
+	if err != nil {
+		return nil, err
 	}
 	return c.Decoder.DecodeBatch(ctx, ms, codes)
 }
@@ -90,15 +86,25 @@ func (c detokCodec) DecodeBatch(ctx context.Context, streams []CodecStream, code
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	ds := make([]*detok.Stream, len(streams))
-	for i, s := range streams {
-		d, ok := s.(detokStream)
-		if !ok {
-			return nil, fmt.Errorf("lfm2audio: stream %d of the batch is a %T, not a detokenizer stream", i, s)
-		}
-		ds[i] = d.Stream
+	ds, err := unwrapStreams(streams, "a detokenizer stream", func(s detokStream) *detok.Stream { return s.Stream })
+	if err != nil {
+		return nil, err
 	}
 	return c.Decoder.DecodeBatch(ctx, ds, codes)
+}
+
+// unwrapStreams returns the codec's own streams behind a batch's
+// CodecStreams, each of which must be a W (what names it in the error).
+func unwrapStreams[W CodecStream, S any](streams []CodecStream, what string, inner func(W) S) ([]S, error) {
+	out := make([]S, len(streams))
+	for i, s := range streams {
+		w, ok := s.(W)
+		if !ok {
+			return nil, fmt.Errorf("lfm2audio: stream %d of the batch is a %T, not %s", i, s, what)
+		}
+		out[i] = inner(w)
+	}
+	return out, nil
 }
 
 var _ family.BatchCodec = detokCodec{}

@@ -277,3 +277,17 @@ func batchEqualsOwn(t *testing.T, m *Model, bc family.BatchCodec, flush bool, ca
 	}
 	return streams
 }
+
+// TestDecodeBatchRefusesForeignStreams: a batch naming a stream of the
+// other codec is an error naming its index, before any decoder runs.
+func TestDecodeBatchRefusesForeignStreams(t *testing.T) {
+	ctx := context.Background()
+	if _, err := (mimiCodec{}).DecodeBatch(ctx, []CodecStream{mimiStream{}, detokStream{}}, make([][][]int, 2)); err == nil ||
+		!strings.Contains(err.Error(), "stream 1 of the batch") || !strings.Contains(err.Error(), "not a Mimi stream") {
+		t.Errorf("mimi codec with a detokenizer stream: %v", err)
+	}
+	if _, err := (detokCodec{}).DecodeBatch(ctx, []CodecStream{mimiStream{}}, make([][][]int, 1)); err == nil ||
+		!strings.Contains(err.Error(), "stream 0 of the batch") || !strings.Contains(err.Error(), "not a detokenizer stream") {
+		t.Errorf("detokenizer codec with a Mimi stream: %v", err)
+	}
+}
