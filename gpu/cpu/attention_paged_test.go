@@ -59,13 +59,7 @@ func TestAttentionPagedEqualsContiguous(t *testing.T) {
 							rng := rand.New(rand.NewPCG(uint64(ci), uint64(br)))
 							c.p.ProbBF16 = probBF16
 							c.p.Scale = float32(1 / math.Sqrt(float64(c.p.HeadDim)))
-							kvw := c.p.KVHeads * c.p.HeadDim
-							qt := view(dev, gpu.F32, c.rows, c.p.Heads*c.p.HeadDim, 0, 0)
-							k := view(dev, gpu.F32, c.keys, kvw, 0, 0)
-							v := view(dev, gpu.F32, c.keys, kvw, 0, 0)
-							for _, x := range []gpu.Tensor{qt, k, v} {
-								fillRandom(rng, x)
-							}
+							qt, k, v := attnInputs(dev, rng, c)
 							q.Scale(qt, qt, 3)
 							want := view(dev, gpu.F32, c.rows, qt.Cols, 0, 0)
 							q.Attention(want, qt, k, v, c.p)
@@ -100,20 +94,26 @@ func TestAttentionPagedEqualsContiguous(t *testing.T) {
 	}
 }
 
+// attnInputs returns random contiguous q [rows, heads·hd], k and v [keys,
+// kvheads·hd] for c.
+func attnInputs(dev *Device, rng *rand.Rand, c attnCase) (qt, k, v gpu.Tensor) {
+	kvw := c.p.KVHeads * c.p.HeadDim
+	qt = view(dev, gpu.F32, c.rows, c.p.Heads*c.p.HeadDim, 0, 0)
+	k = view(dev, gpu.F32, c.keys, kvw, 0, 0)
+	v = view(dev, gpu.F32, c.keys, kvw, 0, 0)
+	for _, x := range []gpu.Tensor{qt, k, v} {
+		fillRandom(rng, x)
+	}
+	return qt, k, v
+}
+
 // TestAttentionPagedReadsTable: the result follows the table. Swapping two
 // pool blocks' contents without updating the table changes the output;
 // swapping the table entries too restores it bit for bit.
 func TestAttentionPagedReadsTable(t *testing.T) {
 	dev, q := newTestDevice(t, 2, haveAsm)
 	c := attnCase{4, 40, gpu.AttnParams{Heads: 4, KVHeads: 2, HeadDim: 8, QPos0: 36, Causal: true, Scale: 0.35}}
-	rng := rand.New(rand.NewPCG(3, 3))
-	kvw := c.p.KVHeads * c.p.HeadDim
-	qt := view(dev, gpu.F32, c.rows, c.p.Heads*c.p.HeadDim, 0, 0)
-	k := view(dev, gpu.F32, c.keys, kvw, 0, 0)
-	v := view(dev, gpu.F32, c.keys, kvw, 0, 0)
-	for _, x := range []gpu.Tensor{qt, k, v} {
-		fillRandom(rng, x)
-	}
+	qt, k, v := attnInputs(dev, rand.New(rand.NewPCG(3, 3)), c)
 	const br = 8
 	kp, table, blocks := pagedCopy(dev, rand.New(rand.NewPCG(5, 5)), k, br, 0)
 	vp, _, _ := pagedCopy(dev, rand.New(rand.NewPCG(5, 5)), v, br, 0)
