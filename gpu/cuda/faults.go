@@ -33,4 +33,7 @@ var Faults = map[string]string{
 	"CONV2D":          "conv2d",          // first kernel row's column shifted
 	"NORMFUSE":        "normmatmul",      // the fused norms drop eps (GEMV_NORM, prep_heads: rms_inv)
 	"HEADROPE":        "headnormrope",    // the fused rotation reads the frequencies reversed
+	"ATTN_SEQS":       "attentionseqs",   // every row of a batch attends as its first row does
+	"SHORTCONV_SEQS":  "shortconvseqs",   // every sequence convolves with the first one's state
+	"COPY_ROWS":       "copyrows",        // every row copies the first pair's source row
 }

@@ -719,24 +719,70 @@ __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float
 // ---- LFM2 short convolution ------------------------------------------------
 
 // shortconv: one thread per channel; x' = [state; x]; d[t,c] = Σ_k w[c,k]·x'[t+k,c]
-// (k ascending); afterwards state holds the last L−1 rows of x'.
-__global__ void shortconv_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, float* state,
-                              i64 lds, int T, int C, int L, EPI_PARAMS) {
+// (k ascending); afterwards state holds the last L−1 rows of x'. The
+// sequence's rows are rows r0 … r0+T−1 of x and d (shortconv_seqs_f32: one
+// sequence of a batch; the epilogue sees the batch's row index).
+__device__ __forceinline__ void shortconv_rows(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt,
+                                               float* state, i64 lds, int r0, int T, int C, int L, EPI_PARAMS) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float win[16];  // L ≤ 16 (checked on the host)
   for (int j = 0; j < L - 1; j++) win[j] = state[(i64)j * lds + c];
   for (int t = 0; t < T; t++) {
-    win[L - 1] = x[(i64)t * ldx + c];
+    win[L - 1] = x[(i64)(r0 + t) * ldx + c];
     float acc = 0.0f;
     for (int k = 0; k < L; k++) acc += load(w, wdt, (i64)c * L + k) * win[k];
 #ifdef FAULT_SHORTCONV
     if (t == 0) acc = 0.0f;
 #endif
-    d[(i64)t * ldd + c] = epi(acc, EPI_ARGS, t, c);
+    d[(i64)(r0 + t) * ldd + c] = epi(acc, EPI_ARGS, r0 + t, c);
     for (int j = 0; j < L - 1; j++) win[j] = win[j + 1];
   }
   for (int j = 0; j < L - 1; j++) state[(i64)j * lds + c] = win[j];
+}
+
+__global__ void shortconv_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, float* state,
+                              i64 lds, int T, int C, int L, EPI_PARAMS) {
+  shortconv_rows(d, ldd, x, ldx, w, wdt, state, lds, 0, T, C, L, EPI_ARGS);
+}
+
+// conv_seq is one sequence of shortconv_seqs_f32 (24 bytes; cuda's
+// convSeqBytes): its state and its rows of the batch.
+struct conv_seq {
+  float* state;
+  i64 lds;
+  int r0, rows;
+};
+
+// shortconv_seqs_f32: shortconv_f32 for every sequence of a batch, sequence
+// blockIdx.y with its own state.
+__global__ void shortconv_seqs_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt,
+                                   const conv_seq* seqs, int C, int L, EPI_PARAMS) {
+#ifdef FAULT_SHORTCONV_SEQS
+  conv_seq cs = seqs[blockIdx.y];
+  cs.state = seqs[0].state;  // every sequence convolves with the first one's state
+#else
+  conv_seq cs = seqs[blockIdx.y];
+#endif
+  shortconv_rows(d, ldd, x, ldx, w, wdt, cs.state, cs.lds, cs.r0, cs.rows, C, L, EPI_ARGS);
+}
+
+// copy_rows: d row pairs[2i] = s row pairs[2i+1] for i < n (one block a
+// row pair), 4-byte or 2-byte elements.
+__global__ void copy_rows_u32(u32* d, i64 ldd, const u32* s, i64 lds, const int* pairs, int cols) {
+  int i = blockIdx.x;
+#ifdef FAULT_COPY_ROWS
+  i64 dr = pairs[2 * i], sr = pairs[1];  // every row copies the first pair's source row
+#else
+  i64 dr = pairs[2 * i], sr = pairs[2 * i + 1];
+#endif
+  for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < cols; c += gridDim.y * blockDim.x) d[dr * ldd + c] = s[sr * lds + c];
+}
+
+__global__ void copy_rows_u16(u16* d, i64 ldd, const u16* s, i64 lds, const int* pairs, int cols) {
+  int i = blockIdx.x;
+  i64 dr = pairs[2 * i], sr = pairs[2 * i + 1];
+  for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < cols; c += gridDim.y * blockDim.x) d[dr * ldd + c] = s[sr * lds + c];
 }
 
 }  // extern "C"
@@ -1633,17 +1679,18 @@ __device__ __forceinline__ i64 attn_row(const int* blocks, int brows, int j) {
 #endif
 }
 
-__global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, const float* k, i64 ldk, const float* v,
-                              i64 ldv, float* sc, i64 maxL, int heads, int kvheads, int hd, float scale, int qpos0,
-                              int causal, int window, int nkeys, int probBF16, const int* blocks, int brows,
-                              int rnd) {
+// attn_rows: query row i (at position pos) of head blockIdx.y over the keys
+// of k and v (nkeys of them, paged through blocks when not null).
+__device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i64 ldq, const float* k, i64 ldk,
+                                          const float* v, i64 ldv, float* sc, i64 maxL, int heads, int kvheads, int hd,
+                                          float scale, int i, int pos, int causal, int window, int nkeys, int probBF16,
+                                          const int* blocks, int brows, int rnd) {
   extern __shared__ float shm[];  // hd floats of q, then 32 for reductions, then hd*groups partials
   float* qs = shm;
   float* red = shm + hd;
   float* part = red + 32;
-  int i = blockIdx.x, h = blockIdx.y;
+  int h = blockIdx.y;
   int kh = h / (heads / kvheads);
-  int pos = qpos0 + i;
   int first = 0, last = causal ? min(nkeys - 1, pos) : nkeys - 1;
 #ifdef FAULT_ATTN_MASK
   if (window > 0) first = max(first, pos - window);
@@ -1757,6 +1804,40 @@ __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, cons
     for (int g2 = 0; g2 < groups; g2++) a += part[g2 * hd + e2];
     out[e2] = OUT(a / l);
   }
+}
+
+__global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, const float* k, i64 ldk, const float* v,
+                              i64 ldv, float* sc, i64 maxL, int heads, int kvheads, int hd, float scale, int qpos0,
+                              int causal, int window, int nkeys, int probBF16, const int* blocks, int brows,
+                              int rnd) {
+  attn_rows(dst, ldd, q, ldq, k, ldk, v, ldv, sc, maxL, heads, kvheads, hd, scale, blockIdx.x, qpos0 + blockIdx.x,
+            causal, window, nkeys, probBF16, blocks, brows, rnd);
+}
+
+// attn_seq is one query row of attention_seqs_f32 (48 bytes; cuda's
+// attnRowBytes): its sequence's keys and values (pools when blocks is not
+// null), their row strides, the row's position and its sequence's key
+// count.
+struct attn_seq {
+  const float* k;
+  const float* v;
+  const int* blocks;
+  i64 ldk, ldv;
+  int pos, nkeys;
+};
+
+// attention_seqs_f32: attention_f32 for the rows of many sequences, row
+// blockIdx.x reading its own sequence's keys through rows[blockIdx.x].
+__global__ void attention_seqs_f32(float* dst, i64 ldd, const float* q, i64 ldq, const attn_seq* rows, float* sc,
+                                   i64 maxL, int heads, int kvheads, int hd, float scale, int causal, int window,
+                                   int probBF16, int brows, int rnd) {
+#ifdef FAULT_ATTN_SEQS
+  attn_seq r = rows[0];  // every row attends as the first row does
+#else
+  attn_seq r = rows[blockIdx.x];
+#endif
+  attn_rows(dst, ldd, q, ldq, r.k, r.ldk, r.v, r.ldv, sc, maxL, heads, kvheads, hd, scale, blockIdx.x, r.pos, causal,
+            window, r.nkeys, probBF16, r.blocks, brows, rnd);
 }
 
 // ---- convolutions ----------------------------------------------------------

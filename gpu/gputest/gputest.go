@@ -114,6 +114,7 @@ var Ops = []string{
 	"fill", "copy", "write", "transpose", "add", "mul", "addrow", "mulrow", "scale", "roundbf16",
 	"act", "glu", "rmsnorm", "layernorm", "softmax", "rope", "embed", "embedids", "shortconv", "matmul",
 	"attention", "conv1d", "convtranspose1d", "conv2d", "sample", "normmatmul", "headnormrope",
+	"attentionseqs", "shortconvseqs", "copyrows",
 }
 
 // checkers maps every op name of Ops to its checks.
@@ -145,6 +146,9 @@ var checkers = map[string]func(*harness){
 	"conv2d":          checkConv2D,
 	"normmatmul":      checkNormMatMul,
 	"headnormrope":    checkHeadNormRoPE,
+	"attentionseqs":   checkAttentionSeqs,
+	"shortconvseqs":   checkShortConvSeqs,
+	"copyrows":        checkCopyRows,
 }
 
 // Run checks every op of a queue of dev against a float64 host replay and

@@ -110,6 +110,10 @@ func TestRequiredCases(t *testing.T) {
 		{"conv2d", []string{"3x3/s=2x2/p=1x1/g=1/"}}, {"conv2d", []string{"3x3/s=2x2/p=1x1/depthwise/"}},
 		{"transpose", []string{"33x70/strided"}},
 		{"glu", []string{"strided"}},
+		{"attentionseqs", []string{"paged+contiguous", "prob=bf16"}}, {"attentionseqs", []string{"window=7", "prob=f32"}},
+		{"attentionseqs", []string{"noncausal"}},
+		{"shortconvseqs", []string{"call3/", "/state"}}, {"shortconvseqs", []string{"w=bf16/seqs=4/"}},
+		{"copyrows", []string{"cols=2100"}},
 	}
 	for _, r := range required {
 		if !has(r.op, r.parts...) {
@@ -447,6 +451,40 @@ func (q *faultQueue) Attention(dst, qt, k, v gpu.Tensor, p gpu.AttnParams) {
 	q.Queue.Attention(dst, qt, k, v, p)
 }
 
+// AttentionSeqs, ShortConvSeqs and CopyRows make the wrapper a batching
+// queue (the CPU runs their op sequences); their faults stand for CUDA's
+// FAULT_ATTN_SEQS, FAULT_SHORTCONV_SEQS and FAULT_COPY_ROWS.
+func (q *faultQueue) AttentionSeqs(dst, qt gpu.Tensor, p gpu.AttnParams, seqs []gpu.AttnSeq) {
+	if q.fault == "attentionseqs/first-seq" {
+		seqs = slices.Clone(seqs)
+		for i := range seqs {
+			s0 := seqs[0]
+			seqs[i].K, seqs[i].V, seqs[i].Blocks, seqs[i].Keys = s0.K, s0.V, s0.Blocks, s0.Keys
+		}
+	}
+	gpu.AttentionSeqs(q.Queue, dst, qt, p, seqs)
+}
+
+func (q *faultQueue) ShortConvSeqs(dst, x, w gpu.Tensor, states []gpu.Tensor, rows []int) {
+	if q.fault == "shortconvseqs/first-state" {
+		states = slices.Clone(states)
+		for i := range states {
+			states[i] = states[0]
+		}
+	}
+	gpu.ShortConvSeqs(q.Queue, dst, x, w, states, rows)
+}
+
+func (q *faultQueue) CopyRows(dst, src gpu.Tensor, dstRows, srcRows []int32) {
+	if q.fault == "copyrows/first-source" {
+		srcRows = slices.Clone(srcRows)
+		for i := range srcRows {
+			srcRows[i] = srcRows[0]
+		}
+	}
+	gpu.CopyRows(q.Queue, dst, src, dstRows, srcRows)
+}
+
 func (q *faultQueue) Conv1D(dst, x, w, bias gpu.Tensor, p gpu.ConvParams) {
 	if q.fault == "conv1d/shift" && p.PadLeft > 0 {
 		p.PadLeft--
@@ -530,6 +568,11 @@ func TestFaults(t *testing.T) {
 		{fault: "normmatmul/no-eps", mustFail: func(c Check) bool { // the product is checked from the h written
 			return strings.Contains(c.Case, "eps=0.5") && strings.HasSuffix(c.Case, "/norm")
 		}},
+		{fault: "attentionseqs/first-seq", mustFail: contains("")},
+		{fault: "shortconvseqs/first-state", mustFail: func(c Check) bool {
+			return !strings.Contains(c.Case, "seqs=1/") && !strings.Contains(c.Case, "/state")
+		}},
+		{fault: "copyrows/first-source", mustFail: contains("")},
 		{fault: "headnormrope/freq-reversed", mustFail: func(c Check) bool { return c.Case != "prep/v-copy" }},
 	} {
 		t.Run(strings.ReplaceAll(tc.fault, "/", "_"), func(t *testing.T) {

@@ -441,18 +441,15 @@ func (m *Model) shortConv(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 	c.Q.Mul(bx, B, X)
 	c.Round(bx)
 	conv := c.Tmp(R, H)
-	r0 := 0
-	for _, s := range seqs {
-		if s.Rows == 0 {
-			continue
-		}
-		dst, src := conv.Slice(r0, r0+s.Rows), bx.Slice(r0, r0+s.Rows)
-		state := s.Cache.conv[i]
-		c.Q.ShortConv(dst, src, sc.Conv, state)
-		if !sc.ConvB.IsNil() {
-			c.Q.AddRow(dst, dst, sc.ConvB)
-		}
-		r0 += s.Rows
+	// One op for every sequence, each with its own state (one launch on a
+	// GPU however many sessions the step holds).
+	states, rows := make([]gpu.Tensor, len(seqs)), make([]int, len(seqs))
+	for k, s := range seqs {
+		states[k], rows[k] = s.Cache.conv[i], s.Rows
+	}
+	gpu.ShortConvSeqs(c.Q, conv, bx, sc.Conv, states, rows)
+	if !sc.ConvB.IsNil() {
+		c.Q.AddRow(conv, conv, sc.ConvB)
 	}
 	c.Round(conv)
 	c.Q.Mul(conv, C, conv)
@@ -467,11 +464,11 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 	R := h.Rows
 	hd := at.HeadD
 	qd, kvd := at.Heads*hd, at.KVHeads*hd
-	// k and v are computed in scratch rows and copied into the cache: a
-	// replayed step then changes the arguments of two copies per layer
-	// (the cache row moves every step), not of the products, norm and
-	// rotation that would write the cache directly — on a GPU each changed
-	// kernel argument costs a graph-node update on the host.
+	// k and v are computed in scratch rows and copied into the cache by
+	// row lists (gpu.CopyRows): a replayed step then changes only uploaded
+	// data as the cache rows move, not the arguments of the products, norm
+	// and rotation that would write the cache directly — on a GPU each
+	// changed kernel argument costs a graph-node update on the host.
 	q, k, v := c.Tmp(R, qd), c.Tmp(R, kvd), c.Tmp(R, kvd)
 	c.NormLinear(q, h, w, m.norm(c, m.Blocks[i].OpNorm), at.Q, gpu.Tensor{})
 	c.Linear(k, h, at.K, gpu.Tensor{})
@@ -491,6 +488,13 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 		gpu.HeadPrep{Dst: q, Src: q, Norm: m.norm(c, at.QNorm)},
 		gpu.HeadPrep{Dst: k, Src: k, Norm: m.norm(c, at.KNorm)})
 	o := c.Tmp(R, qd)
+	// The new rows go into their blocks of the pools (a chunk may span
+	// several), all sequences' in one row copy per pool; then one attention
+	// for every sequence, each through its own table: on a GPU the launches
+	// do not grow with the sessions, and the moving rows and positions are
+	// data, not kernel arguments.
+	var w2 poolWrites
+	aseqs := make([]gpu.AttnSeq, 0, len(seqs))
 	r0 = 0
 	for _, s := range seqs {
 		if s.Rows == 0 {
@@ -500,31 +504,57 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 		t := cc.tabs[cc.group[i]]
 		kp, vp := t.g.layerPools(i)
 		br := cc.pool.rows
-		// The new rows go into their blocks (a chunk may span several).
-		for j := 0; j < s.Rows; {
+		pw := w2.pool(kp, vp)
+		for j := 0; j < s.Rows; j++ {
 			a := cc.pos + j
-			row := int(t.ids[a/br-t.first])*br + a%br
-			n := min(s.Rows-j, br-a%br)
-			c.Q.Copy(kp.Slice(row, row+n), k.Slice(r0+j, r0+j+n))
-			c.Q.Copy(vp.Slice(row, row+n), v.Slice(r0+j, r0+j+n))
-			j += n
+			pw.dst = append(pw.dst, t.ids[a/br-t.first]*int32(br)+int32(a%br))
+			pw.src = append(pw.src, int32(r0+j))
 		}
 		t.upload(c.Q, cc.dev)
 		// Key row j of the table is position base+j; the window mask is
 		// relative, so positions are given relative to base.
-		base := t.first * br
-		p := cc.pos - base
-		c.Q.Attention(o.Slice(r0, r0+s.Rows), q.Slice(r0, r0+s.Rows), kp, vp, gpu.AttnParams{
-			Heads: at.Heads, KVHeads: at.KVHeads, HeadDim: hd,
-			Scale: float32(1 / math.Sqrt(float64(hd))),
-			QPos0: p, Causal: true, Window: at.Window,
-			ProbBF16: c.P == nn.BF16 && m.FlashAttention,
-			Blocks:   t.dev, BlockRows: br, Keys: p + s.Rows,
-		})
+		p := cc.pos - t.first*br
+		aseqs = append(aseqs, gpu.AttnSeq{Rows: s.Rows, QPos0: p, K: kp, V: vp, Blocks: t.dev, Keys: p + s.Rows})
 		r0 += s.Rows
 	}
+	for _, pw := range w2 {
+		gpu.CopyRows(c.Q, pw.k, k, pw.dst, pw.src)
+		gpu.CopyRows(c.Q, pw.v, v, pw.dst, pw.src)
+	}
+	br := 1
+	if len(aseqs) > 0 {
+		br = seqs[0].Cache.pool.rows
+	}
+	gpu.AttentionSeqs(c.Q, o, q, gpu.AttnParams{
+		Heads: at.Heads, KVHeads: at.KVHeads, HeadDim: hd,
+		Scale:  float32(1 / math.Sqrt(float64(hd))),
+		Causal: true, Window: at.Window,
+		ProbBF16:  c.P == nn.BF16 && m.FlashAttention,
+		BlockRows: br,
+	}, aseqs)
 	c.Round(o)
 	c.Linear(dst, o, at.Out, gpu.Tensor{})
+}
+
+// poolWrites are the rows a step copies into each KV pool (one pool for
+// all the sequences of a model's caches, in practice).
+type poolWrites []*poolWrite
+
+type poolWrite struct {
+	k, v     gpu.Tensor
+	dst, src []int32 // pool rows and the scratch rows they take
+}
+
+// pool returns the writes into the pools k and v, adding them if new.
+func (w *poolWrites) pool(k, v gpu.Tensor) *poolWrite {
+	for _, p := range *w {
+		if gpu.SameView(p.k, k) && gpu.SameView(p.v, v) {
+			return p
+		}
+	}
+	p := &poolWrite{k: k, v: v}
+	*w = append(*w, p)
+	return p
 }
 
 // Logits computes the tied text head dst[rows, vocab] = h · embed_tokensᵀ,

@@ -1,0 +1,225 @@
+package gputest
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+)
+
+// The batched ops of gpu/seqs.go, each checked against the replay of the
+// ops it stands for: every sequence of a batch with its own keys, table,
+// position and state, so that a kernel that reads another sequence's (or
+// the first one's) fails.
+
+// attnSeqsCases are batches of sequences that share heads, mask and head
+// size: decode rows beside prefill chunks, paged beside contiguous keys, a
+// sequence of no rows, positions and key counts all different.
+var attnSeqsCases = []struct {
+	name string
+	seqs []attnCase
+}{
+	{"decode+prefill/paged+contiguous/gqa", []attnCase{
+		{heads: 4, kvheads: 2, hd: 64, nq: 1, nk: 25, qpos0: 24, causal: true, paged: 4},
+		{heads: 4, kvheads: 2, hd: 64, nq: 1, nk: 9, qpos0: 8, causal: true, strided: true},
+		{heads: 4, kvheads: 2, hd: 64, nq: 0, nk: 5, qpos0: 5, causal: true, paged: 4},
+		{heads: 4, kvheads: 2, hd: 64, nq: 3, nk: 14, qpos0: 11, causal: true, paged: 4},
+		{heads: 4, kvheads: 2, hd: 64, nq: 1, nk: 302, qpos0: 301, causal: true, paged: 4},
+	}},
+	{"decode/window=7/paged", []attnCase{
+		{heads: 2, kvheads: 1, hd: 6, nq: 1, nk: 34, qpos0: 33, window: 7, causal: true, paged: 3},
+		{heads: 2, kvheads: 1, hd: 6, nq: 1, nk: 4, qpos0: 3, window: 7, causal: true, paged: 3},
+		{heads: 2, kvheads: 1, hd: 6, nq: 2, nk: 20, qpos0: 18, window: 7, causal: true, paged: 3, strided: true},
+	}},
+	{"noncausal/contiguous", []attnCase{
+		{heads: 4, kvheads: 2, hd: 2, nq: 5, nk: 11},
+		{heads: 4, kvheads: 2, hd: 2, nq: 2, nk: 3, strided: true},
+		{heads: 4, kvheads: 2, hd: 2, nq: 1, nk: 40},
+	}},
+}
+
+func checkAttentionSeqs(h *harness) {
+	for _, b := range attnSeqsCases {
+		for _, pb := range []bool{false, true} {
+			attentionSeqsCase(h, b.name, b.seqs, pb)
+		}
+	}
+}
+
+// attentionSeqsCase runs one batch through gpu.AttentionSeqs and checks
+// every sequence's rows against attentionReplay of that sequence alone.
+func attentionSeqsCase(h *harness, name string, cs []attnCase, probBF16 bool) {
+	c0 := cs[0]
+	qc, kc := c0.heads*c0.hd, c0.kvheads*c0.hd
+	rows := 0
+	for _, c := range cs {
+		rows += c.nq
+	}
+	qv := h.values(rows*qc, 1)
+	scale := float32(1 / math.Sqrt(float64(c0.hd)))
+	p := gpu.AttnParams{Heads: c0.heads, KVHeads: c0.kvheads, HeadDim: c0.hd, Scale: scale, Causal: c0.causal,
+		Window: c0.window, ProbBF16: probBF16}
+	seqs := make([]gpu.AttnSeq, len(cs))
+	want, bound := make([]float64, 0, rows*qc), make([]float64, 0, rows*qc)
+	srcs := []operand{}
+	r0 := 0
+	for si, c := range cs {
+		kv, vv := h.values(c.nk*kc, 1), h.values(c.nk*kc, 1)
+		s := gpu.AttnSeq{Rows: c.nq, QPos0: c.qpos0}
+		var k, v operand
+		if c.paged > 0 {
+			var pv []int32
+			s.Blocks, p.BlockRows, s.Keys, pv = h.pageTable(c.nk, c.paged)
+			k, v = h.pagedPool(pv, kv, kc, c.strided), h.pagedPool(pv, vv, kc, c.strided)
+		} else {
+			k, v = h.input(c.nk, kc, c.strided, kv), h.input(c.nk, kc, c.strided, vv)
+		}
+		s.K, s.V = k.view, v.view
+		seqs[si] = s
+		srcs = append(srcs, k, v)
+		w, b := attentionReplay(c, qv[r0*qc:(r0+c.nq)*qc], kv, vv, scale, probBF16)
+		want, bound = append(want, w...), append(bound, b...)
+		r0 += c.nq
+	}
+	q := h.input(rows, qc, true, qv)
+	dst := h.f32(rows, qc, true)
+	gpu.AttentionSeqs(h.q, dst.view, q.view, p, seqs)
+	prec := "/prob=f32"
+	if probBF16 {
+		prec = "/prob=bf16"
+	}
+	h.verify(fmt.Sprintf("%s/seqs=%d/rows=%d/heads=%d/kv=%d/hd=%d%s", name, len(cs), rows, c0.heads, c0.kvheads, c0.hd, prec),
+		dst, want, bound, append(srcs, q)...)
+}
+
+// pagedPool lays vals (keys of kc columns) out in the pool rows that
+// pageTable's poolKey names, poison elsewhere.
+func (h *harness) pagedPool(poolKey []int32, vals []float32, kc int, strided bool) operand {
+	pool := make([]float32, len(poolKey)*kc)
+	for r, j := range poolKey {
+		for e := 0; e < kc; e++ {
+			pool[r*kc+e] = poison
+			if j >= 0 {
+				pool[r*kc+e] = vals[int(j)*kc+e]
+			}
+		}
+	}
+	return h.input(len(poolKey), kc, strided, pool)
+}
+
+// checkShortConvSeqs runs several batched calls in a row, each sequence on
+// its own state, and checks every output within γ_L·Σ|w·x′| and every
+// state exactly after every call (a sequence of no rows keeps its state).
+func checkShortConvSeqs(h *harness) {
+	for _, c := range []struct {
+		L, C    int
+		wdt     gpu.DType
+		calls   [][]int // rows of each sequence, per call
+		strided bool
+	}{
+		{3, 33, gpu.F32, [][]int{{5, 1, 3}, {1, 1, 1}, {1, 0, 2}}, true},
+		{4, 130, gpu.BF16, [][]int{{1, 1, 1, 1}, {2, 1, 0, 1}, {1, 1, 1, 1}}, false},
+		{4, 5, gpu.BF16, [][]int{{1}, {3}}, true},
+	} {
+		w := h.weight(c.wdt, c.C, c.L, false, 1)
+		nseq := len(c.calls[0])
+		st := make([][]float32, nseq)
+		states := make([]operand, nseq)
+		for i := range st {
+			st[i] = h.values((c.L-1)*c.C, 1)
+			states[i] = h.input(c.L-1, c.C, c.strided, append([]float32(nil), st[i]...))
+		}
+		name := fmt.Sprintf("L=%d/C=%d/w=%s/seqs=%d%s", c.L, c.C, dtName(c.wdt), nseq, tag(c.strided))
+		for call, rows := range c.calls {
+			T := 0
+			for _, r := range rows {
+				T += r
+			}
+			xv := h.values(T*c.C, 1)
+			x := h.input(T, c.C, c.strided, xv)
+			dst := h.f32(T, c.C, c.strided)
+			want, bound := make([]float64, T*c.C), make([]float64, T*c.C)
+			r0 := 0
+			for si, n := range rows {
+				xp := append(append([]float32(nil), st[si]...), xv[r0*c.C:(r0+n)*c.C]...)
+				for t := 0; t < n; t++ {
+					for ch := 0; ch < c.C; ch++ {
+						var s, sa float64
+						for k := 0; k < c.L; k++ {
+							p := float64(w.vals[ch*c.L+k]) * float64(xp[(t+k)*c.C+ch])
+							s += p
+							sa += math.Abs(p)
+						}
+						want[(r0+t)*c.C+ch], bound[(r0+t)*c.C+ch] = s, gamma(c.L)*sa
+					}
+				}
+				st[si] = append([]float32(nil), xp[n*c.C:]...)
+				r0 += n
+			}
+			views := make([]gpu.Tensor, nseq)
+			for i, s := range states {
+				views[i] = s.view
+			}
+			gpu.ShortConvSeqs(h.q, dst.view, x.view, w.view, views, rows)
+			cs := fmt.Sprintf("%s/call%d/rows=%v", name, call+1, rows)
+			h.verify(cs, dst, want, bound, x)
+			for si, s := range states {
+				got, err := h.read(s)
+				if err != nil {
+					h.fail(cs+"/state", "%v", err)
+					continue
+				}
+				d := compare(s, got, widen(st[si]), nil, true)
+				h.record(fmt.Sprintf("%s/state%d", cs, si), d.ok(), d.err, 0, d.String())
+			}
+		}
+	}
+}
+
+// checkCopyRows scatters and gathers rows (shuffled, with runs of
+// consecutive rows and single ones) and checks the destination exactly:
+// the named rows hold their sources, every other row its old contents.
+func checkCopyRows(h *harness) {
+	for _, c := range []struct {
+		dst, src, cols, n int
+		strided           bool
+	}{
+		{40, 9, 7, 9, true},      // a scatter of all source rows
+		{6, 50, 300, 6, false},   // a gather into every destination row
+		{64, 64, 2100, 17, true}, // wide rows, some of each
+	} {
+		dv := h.values(c.dst*c.cols, 1)
+		sv := h.values(c.src*c.cols, 1)
+		dst := h.input(c.dst, c.cols, c.strided, append([]float32(nil), dv...))
+		src := h.input(c.src, c.cols, c.strided, sv)
+		// n−3 shuffled rows with a run of three rows consecutive in both
+		// tensors (the last three of each) in their midst.
+		dperm, sperm := h.rng.Perm(c.dst - 3)[:c.n-3], h.rng.Perm(c.src - 3)[:c.n-3]
+		mid := (c.n - 3) / 2
+		run := func(n int) []int { return []int{n - 3, n - 2, n - 1} }
+		dperm = append(append(append([]int(nil), dperm[:mid]...), run(c.dst)...), dperm[mid:]...)
+		sperm = append(append(append([]int(nil), sperm[:mid]...), run(c.src)...), sperm[mid:]...)
+		dr, sr := make([]int32, c.n), make([]int32, c.n)
+		want := widen(dv)
+		for i := range dr {
+			dr[i], sr[i] = int32(dperm[i]), int32(sperm[i])
+			for e := 0; e < c.cols; e++ {
+				want[dperm[i]*c.cols+e] = float64(sv[sperm[i]*c.cols+e])
+			}
+		}
+		gpu.CopyRows(h.q, dst.view, src.view, dr, sr)
+		got, err := h.read(dst)
+		cs := fmt.Sprintf("dst=%d/src=%d/cols=%d/n=%d%s", c.dst, c.src, c.cols, c.n, tag(c.strided))
+		if err != nil {
+			h.fail(cs, "%v", err)
+			continue
+		}
+		d := compare(dst, got, want, nil, true)
+		pass := d.ok()
+		detail := d.String()
+		if msg := h.unchanged(src); msg != "" {
+			pass, detail = false, detail+"; "+msg
+		}
+		h.record(cs, pass, d.err, 0, detail)
+	}
+}
