@@ -157,3 +157,33 @@ func ShortConvSeqsSeq(q Queue, dst, x, w Tensor, states []Tensor, rows []int) {
 		r0 += n
 	}
 }
+
+// Copier is a Queue that runs many independent copies in one op.
+type Copier interface {
+	// CopyMany is CopyMany's sequence of copies; see there.
+	CopyMany(pairs []CopyPair)
+}
+
+// CopyPair is one copy of CopyMany: Dst = Src (the same shape and element
+// type).
+type CopyPair struct{ Dst, Src Tensor }
+
+// CopyMany runs Copy(p.Dst, p.Src) for every pair, as one op where q can
+// (a stream's state moved in and out of a batch, one copy per stream). No
+// pair's Dst may share a buffer with another pair's Src or Dst unless their
+// elements are disjoint; a pair's own Dst and Src may not share a buffer.
+// A copy that depends on another's result belongs in a later CopyMany.
+func CopyMany(q Queue, pairs []CopyPair) {
+	for _, p := range pairs {
+		if p.Dst.Rows != p.Src.Rows || p.Dst.Cols != p.Src.Cols || p.Dst.DType() != p.Src.DType() || (p.Dst.Buf == p.Src.Buf && p.Dst.Len() > 0) {
+			panic(fmt.Sprintf("gpu: copy %v to %v", p.Src, p.Dst))
+		}
+	}
+	if c, ok := q.(Copier); ok {
+		c.CopyMany(pairs)
+		return
+	}
+	for _, p := range pairs {
+		q.Copy(p.Dst, p.Src)
+	}
+}

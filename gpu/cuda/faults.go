@@ -36,4 +36,5 @@ var Faults = map[string]string{
 	"ATTN_SEQS":       "attentionseqs",   // every row of a batch attends as its first row does
 	"SHORTCONV_SEQS":  "shortconvseqs",   // every sequence convolves with the first one's state
 	"COPY_ROWS":       "copyrows",        // every row copies the first pair's source row
+	"COPY_MANY":       "copymany",        // drops the last row of every copy of several rows
 }

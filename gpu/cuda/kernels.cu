@@ -779,6 +779,42 @@ __global__ void copy_rows_u32(u32* d, i64 ldd, const u32* s, i64 lds, const int*
   for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < cols; c += gridDim.y * blockDim.x) d[dr * ldd + c] = s[sr * lds + c];
 }
 
+// copy_many: pair blockIdx.x of the uploaded copy_pair list, d = s (its
+// rows × cols elements; blocks along y and threads share them).
+struct copy_pair {
+  char* d;
+  const char* s;
+  i64 ldd, lds;  // in elements
+  int rows, cols;
+};
+
+__global__ void copy_many_u32(const copy_pair* pairs) {
+#ifdef FAULT_COPY_MANY
+  copy_pair cp = pairs[blockIdx.x];
+  cp.rows = max(cp.rows - 1, 1);  // drops the last row of every copy of several rows
+#else
+  copy_pair cp = pairs[blockIdx.x];
+#endif
+  u32* d = (u32*)cp.d;
+  const u32* s = (const u32*)cp.s;
+  i64 n = (i64)cp.rows * cp.cols;
+  for (i64 e = (i64)blockIdx.y * blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.y * blockDim.x) {
+    i64 r = e / cp.cols, c = e % cp.cols;
+    d[r * cp.ldd + c] = s[r * cp.lds + c];
+  }
+}
+
+__global__ void copy_many_u16(const copy_pair* pairs) {
+  copy_pair cp = pairs[blockIdx.x];
+  u16* d = (u16*)cp.d;
+  const u16* s = (const u16*)cp.s;
+  i64 n = (i64)cp.rows * cp.cols;
+  for (i64 e = (i64)blockIdx.y * blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.y * blockDim.x) {
+    i64 r = e / cp.cols, c = e % cp.cols;
+    d[r * cp.ldd + c] = s[r * cp.lds + c];
+  }
+}
+
 __global__ void copy_rows_u16(u16* d, i64 ldd, const u16* s, i64 lds, const int* pairs, int cols) {
   int i = blockIdx.x;
   i64 dr = pairs[2 * i], sr = pairs[2 * i + 1];

@@ -165,3 +165,46 @@ func (q *Queue) ShortConvSeqs(dst, x, w gpu.Tensor, states []gpu.Tensor, rows []
 	q.launchEpi(epiProduct, dst, "shortconv_seqs_f32", [3]uint32{uint32((C + 127) / 128), uint32(n), 1}, blk128, 0,
 		q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())), upload(off), i(C), i(L))
 }
+
+// copyPairBytes is the size of kernels.cu's struct copy_pair.
+const copyPairBytes = 40
+
+// CopyMany implements gpu.Copier: one copy_many launch per element size, a
+// block row per pair (the pairs were checked by gpu.CopyMany).
+func (q *Queue) CopyMany(pairs []gpu.CopyPair) {
+	for _, size := range []int{4, 2} {
+		buf := make([]byte, 0, copyPairBytes*len(pairs))
+		n, most := 0, 0
+		for _, p := range pairs {
+			if p.Dst.Len() == 0 {
+				continue
+			}
+			switch s := p.Dst.DType().Size(); {
+			case s != 2 && s != 4:
+				panic(fmt.Sprintf("cuda: copy %v", p.Dst))
+			case s != size:
+				continue
+			}
+			var b [copyPairBytes]byte
+			le := binary.LittleEndian
+			le.PutUint64(b[0:], uint64(q.ptr(p.Dst)))
+			le.PutUint64(b[8:], uint64(q.ptr(p.Src)))
+			le.PutUint64(b[16:], uint64(p.Dst.Stride))
+			le.PutUint64(b[24:], uint64(p.Src.Stride))
+			le.PutUint32(b[32:], uint32(p.Dst.Rows))
+			le.PutUint32(b[36:], uint32(p.Dst.Cols))
+			buf = append(buf, b[:]...)
+			n++
+			most = max(most, p.Dst.Len())
+		}
+		if n == 0 {
+			continue
+		}
+		name := "copy_many_u32"
+		if size == 2 {
+			name = "copy_many_u16"
+		}
+		off := q.put(buf)
+		q.launch(name, [3]uint32{uint32(n), uint32(min(16, (most+255)/256)), 1}, blk256, 0, upload(off))
+	}
+}

@@ -485,6 +485,18 @@ func (q *faultQueue) CopyRows(dst, src gpu.Tensor, dstRows, srcRows []int32) {
 	gpu.CopyRows(q.Queue, dst, src, dstRows, srcRows)
 }
 
+func (q *faultQueue) CopyMany(pairs []gpu.CopyPair) {
+	if q.fault == "copymany/last-row" { // CUDA's FAULT_COPY_MANY
+		pairs = slices.Clone(pairs)
+		for i, p := range pairs {
+			if p.Dst.Rows > 1 {
+				pairs[i] = gpu.CopyPair{Dst: p.Dst.Slice(0, p.Dst.Rows-1), Src: p.Src.Slice(0, p.Src.Rows-1)}
+			}
+		}
+	}
+	gpu.CopyMany(q.Queue, pairs)
+}
+
 func (q *faultQueue) Conv1D(dst, x, w, bias gpu.Tensor, p gpu.ConvParams) {
 	if q.fault == "conv1d/shift" && p.PadLeft > 0 {
 		p.PadLeft--
@@ -573,6 +585,7 @@ func TestFaults(t *testing.T) {
 			return !strings.Contains(c.Case, "seqs=1/") && !strings.Contains(c.Case, "/state")
 		}},
 		{fault: "copyrows/first-source", mustFail: contains("")},
+		{fault: "copymany/last-row", mustFail: func(c Check) bool { return !strings.Contains(c.Case, "/1x") }},
 		{fault: "headnormrope/freq-reversed", mustFail: func(c Check) bool { return c.Case != "prep/v-copy" }},
 	} {
 		t.Run(strings.ReplaceAll(tc.fault, "/", "_"), func(t *testing.T) {

@@ -223,3 +223,47 @@ func checkCopyRows(h *harness) {
 		h.record(cs, pass, d.err, 0, detail)
 	}
 }
+
+// checkCopyMany copies views of several shapes (strided, one row, one
+// column, wide) between several buffers in one op and checks every
+// destination exactly, its padding and every other row untouched.
+func checkCopyMany(h *harness) {
+	for _, c := range []struct {
+		name   string
+		shapes [][2]int
+	}{
+		{"mixed", [][2]int{{3, 7}, {1, 300}, {5, 1}, {2, 2100}, {4, 33}}},
+		{"same-shape", [][2]int{{6, 16}, {6, 16}, {6, 16}}},
+	} {
+		pairs := make([]gpu.CopyPair, len(c.shapes))
+		dsts, srcs := make([]operand, len(c.shapes)), make([]operand, len(c.shapes))
+		wants := make([][]float64, len(c.shapes))
+		for i, sh := range c.shapes {
+			rows, cols := sh[0], sh[1]
+			strided := i%2 == 0
+			// The copy lands in rows 1 … rows of a destination one row
+			// taller, whose first row must keep its values.
+			dv := h.values((rows+1)*cols, 1)
+			sv := h.values(rows*cols, 1)
+			dsts[i] = h.input(rows+1, cols, strided, append([]float32(nil), dv...))
+			srcs[i] = h.input(rows, cols, !strided, sv)
+			pairs[i] = gpu.CopyPair{Dst: dsts[i].view.Slice(1, rows+1), Src: srcs[i].view}
+			wants[i] = widen(append(dv[:cols:cols], sv...))
+		}
+		gpu.CopyMany(h.q, pairs)
+		for i := range pairs {
+			cs := fmt.Sprintf("%s/pair%d/%dx%d", c.name, i, c.shapes[i][0], c.shapes[i][1])
+			got, err := h.read(dsts[i])
+			if err != nil {
+				h.fail(cs, "%v", err)
+				continue
+			}
+			d := compare(dsts[i], got, wants[i], nil, true)
+			pass, detail := d.ok(), d.String()
+			if msg := h.unchanged(srcs[i]); msg != "" {
+				pass, detail = false, detail+"; "+msg
+			}
+			h.record(cs, pass, d.err, 0, detail)
+		}
+	}
+}
