@@ -1,6 +1,11 @@
 package gpu
 
-import "fmt"
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+)
 
 // The ops below each stand for one op per sequence (or per row) of a
 // batch: continuous batching steps hundreds of conversations at once, and
@@ -17,8 +22,8 @@ type RowCopier interface {
 }
 
 // CopyRows sets row dstRows[i] of dst to row srcRows[i] of src for every i:
-// the same element type and column count, dst and src in different buffers
-// (no read can see a write), and no dst row named twice.
+// the same element type and column count, dst and src views whose extents
+// do not overlap (no read can see a write), and no dst row named twice.
 func CopyRows(q Queue, dst, src Tensor, dstRows, srcRows []int32) {
 	if err := checkCopyRows(dst, src, dstRows, srcRows); err != nil {
 		panic(err.Error())
@@ -45,7 +50,7 @@ func CopyRowsSeq(q Queue, dst, src Tensor, dstRows, srcRows []int32) {
 }
 
 func checkCopyRows(dst, src Tensor, dstRows, srcRows []int32) error {
-	if len(dstRows) != len(srcRows) || dst.Cols != src.Cols || dst.DType() != src.DType() || (len(dstRows) > 0 && dst.Buf == src.Buf) {
+	if len(dstRows) != len(srcRows) || dst.Cols != src.Cols || dst.DType() != src.DType() || (len(dstRows) > 0 && overlap(dst, src)) {
 		return fmt.Errorf("gpu: copy %d rows of %v to %d rows of %v", len(srcRows), src, len(dstRows), dst)
 	}
 	seen := make(map[int32]struct{}, len(dstRows))
@@ -170,14 +175,17 @@ type CopyPair struct{ Dst, Src Tensor }
 
 // CopyMany runs Copy(p.Dst, p.Src) for every pair, as one op where q can
 // (a stream's state moved in and out of a batch, one copy per stream). No
-// pair's Dst may share a buffer with another pair's Src or Dst unless their
-// elements are disjoint; a pair's own Dst and Src may not share a buffer.
-// A copy that depends on another's result belongs in a later CopyMany.
+// Dst's extent may overlap another pair's Src or Dst or its own Src (Srcs
+// may overlap each other): a copy that depends on another's result belongs
+// in a later CopyMany.
 func CopyMany(q Queue, pairs []CopyPair) {
 	for _, p := range pairs {
-		if p.Dst.Rows != p.Src.Rows || p.Dst.Cols != p.Src.Cols || p.Dst.DType() != p.Src.DType() || (p.Dst.Buf == p.Src.Buf && p.Dst.Len() > 0) {
+		if p.Dst.Rows != p.Src.Rows || p.Dst.Cols != p.Src.Cols || p.Dst.DType() != p.Src.DType() {
 			panic(fmt.Sprintf("gpu: copy %v to %v", p.Src, p.Dst))
 		}
+	}
+	if err := checkDisjoint(pairs); err != nil {
+		panic(err.Error())
 	}
 	if c, ok := q.(Copier); ok {
 		c.CopyMany(pairs)
@@ -186,4 +194,64 @@ func CopyMany(q Queue, pairs []CopyPair) {
 	for _, p := range pairs {
 		q.Copy(p.Dst, p.Src)
 	}
+}
+
+// extent returns the elements [lo, hi) of t's buffer that its view spans.
+func extent(t Tensor) (lo, hi int) {
+	if t.Rows == 0 || t.Cols == 0 {
+		return t.Off, t.Off
+	}
+	return t.Off, t.Off + (t.Rows-1)*t.Stride + t.Cols
+}
+
+// overlap says a and b are non-empty views of one buffer whose extents
+// overlap.
+func overlap(a, b Tensor) bool {
+	if a.Buf != b.Buf {
+		return false
+	}
+	alo, ahi := extent(a)
+	blo, bhi := extent(b)
+	return alo < ahi && blo < bhi && alo < bhi && blo < ahi
+}
+
+// checkDisjoint checks CopyMany's rule: no Dst extent overlaps any other
+// view's (a sweep over each buffer's extents in order of their start).
+func checkDisjoint(pairs []CopyPair) error {
+	type span struct {
+		lo, hi int
+		dst    bool
+		t      Tensor
+	}
+	byBuf := map[Buffer][]span{}
+	for _, p := range pairs {
+		for _, v := range []struct {
+			t   Tensor
+			dst bool
+		}{{p.Dst, true}, {p.Src, false}} {
+			if lo, hi := extent(v.t); lo < hi {
+				byBuf[v.t.Buf] = append(byBuf[v.t.Buf], span{lo, hi, v.dst, v.t})
+			}
+		}
+	}
+	for _, spans := range byBuf {
+		slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
+		maxHi, maxDst := math.MinInt, math.MinInt
+		var last, lastDst Tensor
+		for _, s := range spans {
+			if s.dst && s.lo < maxHi {
+				return fmt.Errorf("gpu: copy many: destination %v overlaps %v", s.t, last)
+			}
+			if !s.dst && s.lo < maxDst {
+				return fmt.Errorf("gpu: copy many: source %v overlaps destination %v", s.t, lastDst)
+			}
+			if s.hi > maxHi {
+				maxHi, last = s.hi, s.t
+			}
+			if s.dst && s.hi > maxDst {
+				maxDst, lastDst = s.hi, s.t
+			}
+		}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package gpu_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -52,6 +53,26 @@ func TestCopyRowsSeq(t *testing.T) {
 	}
 }
 
+// TestSameBufferDisjoint: views of one buffer whose extents do not overlap
+// may be copied between (two scratch tensors of one arena).
+func TestSameBufferDisjoint(t *testing.T) {
+	dev := cpu.New(1)
+	defer dev.Close()
+	q := dev.NewQueue("t")
+	a := dev.Alloc(gpu.F32, 6, 2)
+	q.Write(a, []float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
+	gpu.CopyRows(q, a.Slice(0, 3), a.Slice(3, 6), []int32{2, 0}, []int32{0, 1})
+	gpu.CopyMany(q, []gpu.CopyPair{{Dst: a.Slice(1, 2), Src: a.Slice(5, 6)}, {Dst: a.Slice(3, 4), Src: a.Slice(4, 5)}})
+	got := make([]float32, 12)
+	if err := q.Read(got, a); err != nil {
+		t.Fatal(err)
+	}
+	want := []float32{9, 10, 11, 12, 7, 8, 9, 10, 9, 10, 11, 12}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
 // TestBatchedOpArguments: the batched ops refuse bad arguments with a
 // message that names the problem, before any work is queued.
 func TestBatchedOpArguments(t *testing.T) {
@@ -68,14 +89,20 @@ func TestBatchedOpArguments(t *testing.T) {
 		op         func()
 	}{
 		{"rows: lengths differ", "copy 1 rows", func() { gpu.CopyRows(q, a, b, []int32{0, 1}, []int32{0}) }},
-		{"rows: same buffer", "copy 1 rows", func() { gpu.CopyRows(q, a.Slice(0, 2), a.Slice(2, 4), []int32{0}, []int32{0}) }},
+		{"rows: overlapping views", "copy 1 rows", func() { gpu.CopyRows(q, a.Slice(0, 3), a.Slice(2, 4), []int32{0}, []int32{0}) }},
 		{"rows: columns differ", "copy 1 rows", func() { gpu.CopyRows(q, wide, b, []int32{0}, []int32{0}) }},
 		{"rows: types differ", "copy 1 rows", func() { gpu.CopyRows(q, ints, b, []int32{0}, []int32{0}) }},
 		{"rows: dst row outside", "copy row 0", func() { gpu.CopyRows(q, a, b, []int32{4}, []int32{0}) }},
 		{"rows: src row negative", "copy row -1", func() { gpu.CopyRows(q, a, b, []int32{0}, []int32{-1}) }},
 		{"rows: dst row twice", "written twice", func() { gpu.CopyRows(q, a, b, []int32{1, 1}, []int32{0, 2}) }},
 		{"many: shapes differ", "gpu: copy", func() { gpu.CopyMany(q, []gpu.CopyPair{{Dst: a.Slice(0, 1), Src: b.Slice(0, 2)}}) }},
-		{"many: same buffer", "gpu: copy", func() { gpu.CopyMany(q, []gpu.CopyPair{{Dst: a.Slice(0, 1), Src: a.Slice(1, 2)}}) }},
+		{"many: dst over its src", "overlaps", func() { gpu.CopyMany(q, []gpu.CopyPair{{Dst: a.Slice(0, 2), Src: a.Slice(1, 3)}}) }},
+		{"many: dst over another dst", "destination", func() {
+			gpu.CopyMany(q, []gpu.CopyPair{{Dst: a.Slice(0, 2), Src: b.Slice(0, 2)}, {Dst: a.Slice(1, 3), Src: b.Slice(2, 4)}})
+		}},
+		{"many: src under another dst", "source", func() {
+			gpu.CopyMany(q, []gpu.CopyPair{{Dst: a.Slice(0, 2), Src: b.Slice(0, 2)}, {Dst: b.Slice(2, 3), Src: a.Slice(1, 2)}})
+		}},
 		{"attention: rows differ", "attention of 2 sequence rows", func() {
 			gpu.AttentionSeqs(q, a, b, gpu.AttnParams{Heads: 1, KVHeads: 1, HeadDim: 3}, []gpu.AttnSeq{{Rows: 2, K: a, V: b}})
 		}},
