@@ -188,7 +188,7 @@ func (h scriptedHead) Frame(c *nn.Ctx, x gpu.Tensor, pick family.Picker) ([][]in
 	}
 	return codes, nil
 }
-func (h scriptedHead) EmbedFrame(c *nn.Ctx, dst gpu.Tensor, codes []int) {
+func (h scriptedHead) EmbedFrames(c *nn.Ctx, dst gpu.Tensor, frames [][]int) {
 	c.Q.Write(dst, make([]float32, dst.Len()))
 }
 

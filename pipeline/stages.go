@@ -268,26 +268,14 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 		total += rows[i]
 	}
 	x := c.Tmp(total, H)
-	r0 := 0
-	for i, t := range live {
-		dst := x.Slice(r0, r0+seqs[i].Rows)
-		switch t.input {
-		case inPrompt:
-			e.embedRows(c, dst, t.sess.chat.Rows(t.sess.fed, t.sess.fed+rows[i]))
-		case inToken:
-			lm.EmbedTokens(c, dst, []int32{int32(t.token)})
-		case inFrame:
-			e.m.Head().EmbedFrame(c, dst, t.frame)
-		}
-		r0 += seqs[i].Rows
-	}
+	e.embedInputs(c, x, live, rows)
 	h := lm.Forward(c, x, seqs)
 
 	// Gather the last row of each turn: text turns get logits, audio turns
 	// hand the row to the depthformer; a prompt with rows left samples
 	// nothing yet.
 	var texts, audios, partial, prefilled []int
-	r0 = 0
+	r0 := 0
 	lasts := make([]int, len(live))
 	for i, t := range live {
 		r0 += seqs[i].Rows
@@ -311,9 +299,7 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 	var logits []float32
 	if len(texts) > 0 {
 		hs := c.Tmp(len(texts), H)
-		for j, i := range texts {
-			c.Q.Copy(hs.Row(j), h.Row(lasts[i]))
-		}
+		gpu.CopyRows(c.Q, hs, h, iota32(len(texts)), pick32(lasts, texts))
 		lg := c.Tmp(len(texts), V)
 		lm.Logits(c, lg, hs)
 		logits = make([]float32, len(texts)*V)
@@ -323,14 +309,28 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 			}
 		}
 	}
+	// The rows the depthformer (or a recording) needs, gathered on the
+	// device and read in one transfer.
+	var need []int
 	for i, t := range live {
-		done := t.input != inPrompt || t.sess.fed == t.sess.chat.Len()
-		if done && (t.kind == AudioStep || t.req.Record != nil) {
-			t.hidden = make([]float32, H)
-			if err := c.Q.Read(t.hidden, h.Row(lasts[i])); err != nil {
+		if done := t.input != inPrompt || t.sess.fed == t.sess.chat.Len(); done && (t.kind == AudioStep || t.req.Record != nil) {
+			need = append(need, i)
+		}
+	}
+	if len(need) > 0 {
+		hn := c.Tmp(len(need), H)
+		gpu.CopyRows(c.Q, hn, h, iota32(len(need)), pick32(lasts, need))
+		all := make([]float32, len(need)*H)
+		err := c.Q.Read(all, hn)
+		for j, i := range need {
+			live[i].hidden = all[j*H : (j+1)*H : (j+1)*H]
+			if err != nil {
 				errs[i] = cmp.Or(errs[i], fmt.Errorf("backbone: read hidden state: %w", err))
 			}
 		}
+	}
+	for i, t := range live {
+		done := t.input != inPrompt || t.sess.fed == t.sess.chat.Len()
 		if t.input == inPrompt {
 			n := seqs[i].Rows
 			t.prefilled += n
@@ -409,6 +409,71 @@ func (e *Engine) recordPrompt(t *turn, hidden []float32, n int) {
 	rec.SetInts("prompt_audio_out", out, cb, len(frames))
 }
 
+// embedInputs writes every turn's input rows of a backbone step into x
+// (rows[i] rows for live[i], in order): prompts as their chat rows, and all
+// sampled tokens and all sampled frames each in one op, however many
+// sessions the step holds.
+func (e *Engine) embedInputs(c *nn.Ctx, x gpu.Tensor, live []*turn, rows []int) {
+	var tokRows, frameRows []int32
+	var toks []int32
+	var frames [][]int
+	r0 := 0
+	for i, t := range live {
+		switch t.input {
+		case inPrompt:
+			e.embedRows(c, x.Slice(r0, r0+rows[i]), t.sess.chat.Rows(t.sess.fed, t.sess.fed+rows[i]))
+		case inToken:
+			tokRows, toks = append(tokRows, int32(r0)), append(toks, int32(t.token))
+		case inFrame:
+			frameRows, frames = append(frameRows, int32(r0)), append(frames, t.frame)
+		}
+		r0 += rows[i]
+	}
+	if len(toks) > 0 {
+		dst, scatter := scratchFor(c, x, tokRows)
+		e.m.LM().EmbedTokens(c, dst, toks)
+		scatter()
+	}
+	if len(frames) > 0 {
+		dst, scatter := scratchFor(c, x, frameRows)
+		e.m.Head().EmbedFrames(c, dst, frames)
+		scatter()
+	}
+}
+
+// scratchFor returns where to write rows that belong at rows of x: x's own
+// rows when they are consecutive, else a scratch tensor, with the op that
+// copies it into place (one CopyRows).
+func scratchFor(c *nn.Ctx, x gpu.Tensor, rows []int32) (gpu.Tensor, func()) {
+	consecutive := true
+	for j := range rows {
+		consecutive = consecutive && rows[j] == rows[0]+int32(j)
+	}
+	if consecutive {
+		return x.Slice(int(rows[0]), int(rows[0])+len(rows)), func() {}
+	}
+	tmp := c.Tmp(len(rows), x.Cols)
+	return tmp, func() { gpu.CopyRows(c.Q, x, tmp, rows, iota32(len(rows))) }
+}
+
+// iota32 returns 0, 1, …, n−1.
+func iota32(n int) []int32 {
+	s := make([]int32, n)
+	for i := range s {
+		s[i] = int32(i)
+	}
+	return s
+}
+
+// pick32 returns v[idx[0]], v[idx[1]], … as int32s.
+func pick32(v, idx []int) []int32 {
+	s := make([]int32, len(idx))
+	for j, i := range idx {
+		s[j] = int32(v[i])
+	}
+	return s
+}
+
 // embedRows writes the embeddings of chat rows into x (one row each), as
 // liquid-audio's _prefill assembles them.
 func (e *Engine) embedRows(c *nn.Ctx, x gpu.Tensor, rows []chat.Row) {
@@ -431,9 +496,11 @@ func (e *Engine) embedRows(c *nn.Ctx, x gpu.Tensor, rows []chat.Row) {
 			a, b := rows[i].Index, rows[j-1].Index+1
 			c.Q.Write(dst, feats[a*H:b*H])
 		case chat.AudioOut:
-			for k := i; k < j; k++ {
-				e.m.Head().EmbedFrame(c, x.Row(k), rows[k].Codes)
+			frames := make([][]int, j-i)
+			for k := range frames {
+				frames[k] = rows[i+k].Codes
 			}
+			e.m.Head().EmbedFrames(c, dst, frames)
 		}
 		i = j
 	}
@@ -517,9 +584,11 @@ func (e *Engine) depthStep(c *nn.Ctx, batch []*turn) (_, back []*turn) {
 	c.A.Reset()
 	H := e.info.HiddenSize
 	h := c.Tmp(len(live), H)
-	for r, t := range live {
-		c.Q.Write(h.Row(r), t.hidden)
+	hv := make([]float32, 0, len(live)*H)
+	for _, t := range live {
+		hv = append(hv, t.hidden...)
 	}
+	c.Q.Write(h, hv)
 	CB := e.info.Codebooks
 	own := make([][]int, len(live))
 	logs := make([][][]float32, len(live))

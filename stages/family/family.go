@@ -128,9 +128,9 @@ type AudioHead interface {
 	// Frame computes one frame of Codebooks codes for every row of h
 	// [B, HiddenSize], choosing each code with pick.
 	Frame(c *nn.Ctx, h gpu.Tensor, pick Picker) ([][]int, error)
-	// EmbedFrame writes the backbone input row of a sampled frame into
-	// dst (one row).
-	EmbedFrame(c *nn.Ctx, dst gpu.Tensor, codes []int)
+	// EmbedFrames writes the backbone input rows of sampled frames into
+	// dst (a row per frame; one op for all of them where the device can).
+	EmbedFrames(c *nn.Ctx, dst gpu.Tensor, frames [][]int)
 }
 
 // SampledHead is implemented by audio heads that also pick on the device:

@@ -1,6 +1,7 @@
 package lfm2audio
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -147,13 +148,25 @@ func (h head) FrameSampled(c *nn.Ctx, x gpu.Tensor, rows [][]gpu.SampleRow) ([][
 	return h.d.FrameSampled(c, x, rows)
 }
 
-// EmbedFrame writes the audio feedback of one frame: the sum of its codes'
-// embeddings (codebook i offset by i·Vocab), rounded as the reference's
-// bf16 sum.
-func (h head) EmbedFrame(c *nn.Ctx, dst gpu.Tensor, codes []int) {
-	ids := make([]int32, len(codes))
-	for i, code := range codes {
-		ids[i] = int32(code + i*h.d.Vocab)
+// EmbedFrames writes the audio feedback of frames, a row each: the sum of
+// a frame's codes' embeddings (codebook i offset by i·Vocab), rounded as
+// the reference's bf16 sum — one Embed for all the frames.
+func (h head) EmbedFrames(c *nn.Ctx, dst gpu.Tensor, frames [][]int) {
+	if len(frames) != dst.Rows {
+		panic(fmt.Sprintf("lfm2audio: %d frames embedded into %v", len(frames), dst))
+	}
+	if len(frames) == 0 {
+		return
+	}
+	n := len(frames[0])
+	ids := make([]int32, 0, n*len(frames))
+	for _, codes := range frames {
+		if len(codes) != n {
+			panic(fmt.Sprintf("lfm2audio: frames of %d and %d codes", n, len(codes)))
+		}
+		for i, code := range codes {
+			ids = append(ids, int32(code+i*h.d.Vocab))
+		}
 	}
 	c.Q.Embed(dst, h.emb, ids)
 	c.Round(dst)
