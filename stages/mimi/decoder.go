@@ -552,8 +552,12 @@ type batch struct {
 	n, off  []int
 	frames  int // Σ n
 
-	pos        []int32 // scratch: transformer positions
-	ids1, ids2 []int32 // scratch: codebook rows
+	pos        []int32        // scratch: transformer positions
+	ids1, ids2 []int32        // scratch: codebook rows
+	pairs      []gpu.CopyPair // scratch: a CopyMany's copies
+	pairs2     []gpu.CopyPair // scratch: a second CopyMany's
+	seqs       []gpu.AttnSeq  // scratch: attention sequences
+	freed      []gpu.Tensor   // scratch: caches to free
 }
 
 // rows returns stream k's rows of an activation of the pass with rows rows.
@@ -645,48 +649,89 @@ func (b *batch) positions(rows, upStride int) []int32 {
 	return b.pos
 }
 
-// appendKV adds a call's keys and values (rows of kh, vh) to layer i's
-// cache and returns the rows the call's queries attend over, with the
-// index of the call's first row among them.
-func (s *Stream) appendKV(t *transformer, i int, kh, vh gpu.Tensor) (keys, vals gpu.Tensor, qpos0 int) {
-	d, q := s.d, s.d.q
-	c := &s.kv[i]
-	T := kh.Rows
-	keep := t.keep(c.n)
-	if c.k.IsNil() || c.n+T > c.k.Rows {
-		need := keep + T
-		if c.k.IsNil() || need > c.k.Rows {
-			// Grow: room for a context's worth of calls before compacting.
-			capacity := max(need, 2*t.context, 64)
-			if !c.k.IsNil() {
-				capacity = max(capacity, 2*c.k.Rows)
-			}
-			k, v := d.dev.Alloc(gpu.F32, capacity, t.d), d.dev.Alloc(gpu.F32, capacity, t.d)
-			if keep > 0 {
-				q.Copy(k.Slice(0, keep), c.k.Slice(c.n-keep, c.n))
-				q.Copy(v.Slice(0, keep), c.v.Slice(c.n-keep, c.n))
-			}
-			if !c.k.IsNil() {
-				d.dev.Free(c.k)
-				d.dev.Free(c.v)
-			}
-			c.k, c.v = k, v
-		} else if keep > 0 {
-			// Compact: move the rows still visible to the front (through
-			// scratch, as the ranges may overlap).
-			tmp := d.arena.Get(keep, t.d)
-			q.Copy(tmp, c.k.Slice(c.n-keep, c.n))
-			q.Copy(c.k.Slice(0, keep), tmp)
-			q.Copy(tmp, c.v.Slice(c.n-keep, c.n))
-			q.Copy(c.v.Slice(0, keep), tmp)
+// appendKV adds every stream's keys and values of the pass (its rows of kh,
+// vh) to its layer-i cache and returns the attention sequences of the
+// pass's queries: each stream's rows over the cached rows they need. The
+// queue gets the same ops for any number of streams: one CopyMany, and one
+// before it when a cache compacts.
+func (b *batch) appendKV(d *Decoder, t *transformer, i int, kh, vh gpu.Tensor) []gpu.AttnSeq {
+	// A compaction moves the rows still visible to the front of the cache
+	// through tmp (a copy's source and destination must not overlap):
+	// every compacting stream's to tmp first, then back with the appends.
+	tmpRows := 0
+	for k, s := range b.streams {
+		if lo, hi := b.rows(k, kh.Rows); t.compacts(&s.kv[i], hi-lo) {
+			tmpRows += 2 * t.keep(s.kv[i].n)
 		}
-		c.n = keep
 	}
-	q.Copy(c.k.Slice(c.n, c.n+T), kh)
-	q.Copy(c.v.Slice(c.n, c.n+T), vh)
-	c.n += T
-	start := c.n - T - keep
-	return c.k.Slice(start, c.n), c.v.Slice(start, c.n), keep
+	var tmp gpu.Tensor
+	if tmpRows > 0 {
+		tmp = d.arena.Get(tmpRows, t.d)
+	}
+	moved, pairs, freed := b.pairs[:0], b.pairs2[:0], b.freed[:0]
+	b.seqs = b.seqs[:0]
+	tmpRows = 0
+	for k, s := range b.streams {
+		c := &s.kv[i]
+		lo, hi := b.rows(k, kh.Rows)
+		T := hi - lo
+		keep := t.keep(c.n)
+		if c.k.IsNil() || c.n+T > c.k.Rows {
+			need := keep + T
+			if c.k.IsNil() || need > c.k.Rows {
+				// Grow: room for a context's worth of calls before
+				// compacting.
+				capacity := max(need, 2*t.context, 64)
+				if !c.k.IsNil() {
+					capacity = max(capacity, 2*c.k.Rows)
+				}
+				k, v := d.dev.Alloc(gpu.F32, capacity, t.d), d.dev.Alloc(gpu.F32, capacity, t.d)
+				if keep > 0 {
+					pairs = append(pairs,
+						gpu.CopyPair{Dst: k.Slice(0, keep), Src: c.k.Slice(c.n-keep, c.n)},
+						gpu.CopyPair{Dst: v.Slice(0, keep), Src: c.v.Slice(c.n-keep, c.n)})
+				}
+				if !c.k.IsNil() {
+					freed = append(freed, c.k, c.v) // once the copies are queued
+				}
+				c.k, c.v = k, v
+			} else if keep > 0 { // t.compacts
+				tk, tv := tmp.Slice(tmpRows, tmpRows+keep), tmp.Slice(tmpRows+keep, tmpRows+2*keep)
+				tmpRows += 2 * keep
+				moved = append(moved,
+					gpu.CopyPair{Dst: tk, Src: c.k.Slice(c.n-keep, c.n)},
+					gpu.CopyPair{Dst: tv, Src: c.v.Slice(c.n-keep, c.n)})
+				pairs = append(pairs,
+					gpu.CopyPair{Dst: c.k.Slice(0, keep), Src: tk},
+					gpu.CopyPair{Dst: c.v.Slice(0, keep), Src: tv})
+			}
+			c.n = keep
+		}
+		pairs = append(pairs,
+			gpu.CopyPair{Dst: c.k.Slice(c.n, c.n+T), Src: kh.Slice(lo, hi)},
+			gpu.CopyPair{Dst: c.v.Slice(c.n, c.n+T), Src: vh.Slice(lo, hi)})
+		c.n += T
+		start := c.n - T - keep
+		b.seqs = append(b.seqs, gpu.AttnSeq{Rows: T, QPos0: keep, K: c.k.Slice(start, c.n), V: c.v.Slice(start, c.n)})
+	}
+	if len(moved) > 0 {
+		gpu.CopyMany(d.q, moved)
+	}
+	gpu.CopyMany(d.q, pairs)
+	for _, f := range freed {
+		d.dev.Free(f)
+	}
+	clear(freed)
+	b.pairs, b.pairs2, b.freed = moved, pairs, freed[:0]
+	return b.seqs
+}
+
+// compacts says whether adding T rows to cache c moves the rows still
+// visible to the front of its memory (they and the T rows fit, after the
+// cached rows they do not).
+func (t *transformer) compacts(c *kvCache, T int) bool {
+	keep := t.keep(c.n)
+	return !c.k.IsNil() && c.n+T > c.k.Rows && keep+T <= c.k.Rows && keep > 0
 }
 
 // forward runs the SEANet decoder over x [T, dim] and returns the samples.

@@ -76,7 +76,10 @@ func newConv1d(bl *builder, wb *weights.Binder, cin, cout, k, dil int, replicate
 
 // forward sets dst [T, cout] to the convolution of x [T, cin], each
 // stream's rows continued from its own history: the windows are gathered
-// per stream, the product runs once over every stream's rows.
+// for every stream at once, the product runs once over every stream's rows.
+// The queue gets the same ops for any number of streams: k+1 CopyMany
+// (every stream's [history; x], then each tap's im2col columns) and the
+// product.
 func (c *conv1d) forward(d *Decoder, b *batch, dst, x gpu.Tensor) {
 	q := d.q
 	if c.hist < 0 { // kernel 1: no history
@@ -84,30 +87,43 @@ func (c *conv1d) forward(d *Decoder, b *batch, dst, x gpu.Tensor) {
 		return
 	}
 	h := (c.k - 1) * c.dil
-	col := d.arena.Get(x.Rows, c.k*c.cin)
+	// cat holds every stream's [history; x], one after another.
+	cat := d.arena.Get(x.Rows+len(b.streams)*h, c.cin)
+	streamCat := func(k int) (lo, hi int, cs gpu.Tensor) {
+		lo, hi = b.rows(k, x.Rows)
+		return lo, hi, cat.Slice(lo+k*h, hi+(k+1)*h)
+	}
+	pairs := b.pairs[:0]
 	for k, s := range b.streams {
-		// The stream's scratch is the next stream's (the queue runs in
-		// order), so that the arena does not grow with the batch.
-		mark := d.arena.Mark()
-		lo, hi := b.rows(k, x.Rows)
-		T, xs := hi-lo, x.Slice(lo, hi)
-		hist := s.state[c.hist]
+		lo, hi, cs := streamCat(k)
+		xs := x.Slice(lo, hi)
 		if c.replicate && s.frames == 0 {
 			for r := 0; r < h; r++ {
-				q.Copy(hist.Row(r), xs.Row(0))
+				pairs = append(pairs, gpu.CopyPair{Dst: cs.Row(r), Src: xs.Row(0)})
+			}
+		} else {
+			pairs = append(pairs, gpu.CopyPair{Dst: cs.Slice(0, h), Src: s.state[c.hist]})
+		}
+		pairs = append(pairs, gpu.CopyPair{Dst: cs.Slice(h, h+hi-lo), Src: xs})
+	}
+	gpu.CopyMany(q, pairs)
+	// im2col: row t holds cat rows t, t+dil, …, a tap's columns per
+	// CopyMany (the taps' columns of a row are not disjoint views); the
+	// history becomes cat's last h rows.
+	col := d.arena.Get(x.Rows, c.k*c.cin)
+	for j := 0; j < c.k; j++ {
+		pairs = pairs[:0]
+		for k, s := range b.streams {
+			lo, hi, cs := streamCat(k)
+			T := hi - lo
+			pairs = append(pairs, gpu.CopyPair{Dst: col.Slice(lo, hi).ColSlice(j*c.cin, (j+1)*c.cin), Src: cs.Slice(j*c.dil, j*c.dil+T)})
+			if j == 0 {
+				pairs = append(pairs, gpu.CopyPair{Dst: s.state[c.hist], Src: cs.Slice(T, T+h)})
 			}
 		}
-		// cat = [history; x], then im2col: row t holds cat rows t, t+dil, …
-		cat := d.arena.Get(h+T, c.cin)
-		q.Copy(cat.Slice(0, h), hist)
-		q.Copy(cat.Slice(h, h+T), xs)
-		cs := col.Slice(lo, hi)
-		for j := 0; j < c.k; j++ {
-			q.Copy(cs.ColSlice(j*c.cin, (j+1)*c.cin), cat.Slice(j*c.dil, j*c.dil+T))
-		}
-		q.Copy(hist, cat.Slice(T, T+h))
-		d.arena.Release(mark)
+		gpu.CopyMany(q, pairs)
 	}
+	b.pairs = pairs
 	q.MatMul(dst, col, c.w, c.b)
 }
 
@@ -169,25 +185,16 @@ func newConvTr(bl *builder, wb *weights.Binder, cin, cout, k, stride int, depthw
 }
 
 // forward sets dst [T·stride, cout] from x [T, cin]: every input row's
-// contributions in one product over every stream's rows, then each
+// contributions in one product over every stream's rows, then every
 // stream's output rows summed from its own contributions and the pending
-// ones of its previous call.
+// ones of its previous call, each term gathered for all the streams at
+// once. The queue gets the same ops for any number of streams.
 func (c *convTr) forward(d *Decoder, b *batch, dst, x gpu.Tensor) {
 	q, a := d.q, d.arena
 	m, W := c.m, c.stride*c.cout
-	// Row m−1+t of a stream's z holds its input row t's contributions to
-	// output rows t·stride … t·stride+m·stride−1, in m blocks of W columns;
-	// rows 0…m−2 hold its previous call's last input rows. One stream's
-	// contributions are computed into its z directly; a batch's into zn,
-	// then copied into each stream's z.
-	single := len(b.streams) == 1 && m > 1
-	var z0, zn gpu.Tensor
-	if single {
-		z0 = a.Get(m-1+x.Rows, m*W)
-		zn = z0.Slice(m-1, m-1+x.Rows)
-	} else {
-		zn = a.Get(x.Rows, m*W)
-	}
+	// Row t of zn holds input row t's contributions to output rows
+	// t·stride … t·stride+m·stride−1, in m blocks of W columns.
+	zn := a.Get(x.Rows, m*W)
 	if c.depthwise {
 		for j, v := range c.dw {
 			q.MulRow(zn.ColSlice(j*c.cout, (j+1)*c.cout), x, v)
@@ -195,39 +202,69 @@ func (c *convTr) forward(d *Decoder, b *batch, dst, x gpu.Tensor) {
 	} else {
 		q.MatMul(zn, x, c.w, gpu.Tensor{})
 	}
-	for k, s := range b.streams {
-		mark := a.Mark() // the stream's z is the next stream's
-		lo, hi := b.rows(k, x.Rows)
-		T := hi - lo
-		var z gpu.Tensor
-		switch {
-		case m == 1:
-			z = zn.Slice(lo, hi)
-		case single:
-			z = z0
-		default:
-			z = a.Get(m-1+T, m*W)
-			q.Copy(z.Slice(m-1, m-1+T), zn.Slice(lo, hi))
+	// Output rows t·stride+r (r < stride) = Σ_j block j of input row t−j,
+	// where a stream's input rows before its first are the pending rows
+	// of its tail (its previous call's last m−1 input rows).
+	out := dst.Reshape(x.Rows, W)
+	block := func(z gpu.Tensor, j int) gpu.Tensor { return z.ColSlice(j*W, (j+1)*W) }
+	if m == 1 {
+		q.Copy(out, block(zn, 0))
+		if !c.b.IsNil() {
+			q.AddRow(dst, dst, c.b)
 		}
-		if c.tail >= 0 {
-			q.Copy(z.Slice(0, m-1), s.state[c.tail])
-		}
-		// Output rows t·stride+r (r < stride) = Σ_j block j of input row t−j.
-		out := dst.Slice(lo*c.stride, hi*c.stride).Reshape(T, W)
-		block := func(j int) gpu.Tensor { return z.Slice(m-1-j, m-1-j+T).ColSlice(j*W, (j+1)*W) }
-		if m == 1 {
-			q.Copy(out, block(0))
-		} else {
-			q.Add(out, block(0), block(1))
-		}
-		for j := 2; j < m; j++ {
-			q.Add(out, out, block(j))
-		}
-		if c.tail >= 0 {
-			q.Copy(s.state[c.tail], z.Slice(T, T+m-1))
-		}
-		a.Release(mark)
+		return
 	}
+	// terms[j−1] holds the block-j terms of every output row: row lo+t of
+	// stream k is block j of its input row t−j. A stream whose call has
+	// fewer than m−1 rows keeps some of its old tail rows: the new tail
+	// is put together in shift first (the old one is still read here).
+	terms := make([]gpu.Tensor, m-1)
+	for j := range terms {
+		terms[j] = a.Get(x.Rows, W)
+	}
+	var shift gpu.Tensor
+	pairs := b.pairs[:0]
+	for k, s := range b.streams {
+		lo, hi := b.rows(k, x.Rows)
+		T, tail := hi-lo, s.state[c.tail]
+		for j := 1; j < m; j++ {
+			n := min(j, T) // rows from the tail
+			pairs = append(pairs, gpu.CopyPair{Dst: terms[j-1].Slice(lo, lo+n), Src: block(tail.Slice(m-1-j, m-1-j+n), j)})
+			if T > j {
+				pairs = append(pairs, gpu.CopyPair{Dst: terms[j-1].Slice(lo+j, hi), Src: block(zn.Slice(lo, hi-j), j)})
+			}
+		}
+		if T < m-1 {
+			if shift.IsNil() {
+				shift = a.Get(len(b.streams)*(m-1), m*W)
+			}
+			// New tail rows: old tail rows T … m−2, then the call's rows.
+			sh := shift.Slice(k*(m-1), (k+1)*(m-1))
+			pairs = append(pairs,
+				gpu.CopyPair{Dst: sh.Slice(0, m-1-T), Src: tail.Slice(T, m-1)},
+				gpu.CopyPair{Dst: sh.Slice(m-1-T, m-1), Src: zn.Slice(lo, hi)})
+		}
+	}
+	gpu.CopyMany(q, pairs)
+	q.Add(out, block(zn, 0), terms[0])
+	for _, t := range terms[1:] {
+		q.Add(out, out, t)
+	}
+	// Each stream's tail becomes the contributions of its last m−1 input
+	// rows.
+	pairs = pairs[:0]
+	for k, s := range b.streams {
+		lo, hi := b.rows(k, x.Rows)
+		var src gpu.Tensor
+		if hi-lo >= m-1 {
+			src = zn.Slice(hi-(m-1), hi)
+		} else {
+			src = shift.Slice(k*(m-1), (k+1)*(m-1))
+		}
+		pairs = append(pairs, gpu.CopyPair{Dst: s.state[c.tail], Src: src})
+	}
+	gpu.CopyMany(q, pairs)
+	b.pairs = pairs
 	if !c.b.IsNil() {
 		q.AddRow(dst, dst, c.b)
 	}

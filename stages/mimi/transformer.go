@@ -85,7 +85,8 @@ func newTransformer(wb *weights.Binder, cfg *TransformerConfig) *transformer {
 
 // forward runs the transformer over x [T, inputDim] and returns [T, outDim].
 // Every stream's rows go through the projections, norms and activations
-// together; each stream's queries attend over its own keys.
+// together; each stream's queries attend over its own keys, every stream's
+// in one AttentionSeqs.
 func (t *transformer) forward(dc *Decoder, b *batch, x gpu.Tensor) gpu.Tensor {
 	q, a := dc.q, dc.arena
 	T, d := x.Rows, t.d
@@ -113,19 +114,13 @@ func (t *transformer) forward(dc *Decoder, b *batch, x gpu.Tensor) gpu.Tensor {
 			q.RoPE(qh, rp)
 			q.RoPE(kh, rp)
 		}
-		for k, s := range b.streams {
-			mark := a.Mark() // appendKV's scratch is the next stream's
-			lo, hi := b.rows(k, T)
-			keys, vals, qpos0 := s.appendKV(t, i, kh.Slice(lo, hi), vh.Slice(lo, hi))
-			q.Attention(att.Slice(lo, hi), qh.Slice(lo, hi), keys, vals, gpu.AttnParams{
-				Heads: t.heads, KVHeads: t.heads, HeadDim: t.headDim,
-				Scale:  float32(1 / math.Sqrt(float64(t.headDim))),
-				QPos0:  qpos0,
-				Causal: true,
-				Window: t.context,
-			})
-			a.Release(mark)
-		}
+		seqs := b.appendKV(dc, t, i, kh, vh)
+		gpu.AttentionSeqs(q, att, qh, gpu.AttnParams{
+			Heads: t.heads, KVHeads: t.heads, HeadDim: t.headDim,
+			Scale:  float32(1 / math.Sqrt(float64(t.headDim))),
+			Causal: true,
+			Window: t.context,
+		}, seqs)
 		q.MatMul(upd, att, l.out, gpu.Tensor{})
 		if !l.scale1.IsNil() {
 			q.MulRow(upd, upd, l.scale1)
