@@ -443,13 +443,15 @@ func (s *Stream) AppendFrames(ctx context.Context, dst []float32, codes [][]int)
 // gets exactly (bit for bit) the samples DecodeFrames would give it: the
 // per-row layers (the projections, norms, activations and the convolutions'
 // products) run once over all the streams' rows, while attention and the
-// convolutions' carried state stay each stream's own. The passes take up
-// to 16 frames of a stream and 32 in all, so a large batch needs no more
-// scratch than one such pass. A bad code in any
-// stream's frames, a stream named twice, a closed stream or one of another
-// decoder is an error before any stream advances. When ctx ends during a
-// call, every stream keeps the samples of the frames decoded so far (and
-// has advanced by those) and the error is ctx's.
+// convolutions' carried state stay each stream's own, moved and attended
+// for all the streams in batched ops (gpu.CopyMany, gpu.AttentionSeqs): a
+// pass gives the queue the same ops for any number of streams. The passes
+// take up to 16 frames of a stream and 32 in all, so a large batch needs
+// no more scratch than one such pass. A bad code in any stream's frames,
+// a stream named twice, a closed stream or one of another decoder is an
+// error before any stream advances. When ctx ends during a call, every
+// stream keeps the samples of the frames decoded so far (and has advanced
+// by those) and the error is ctx's.
 func (d *Decoder) DecodeBatch(ctx context.Context, streams []*Stream, codes [][][]int) ([][]float32, error) {
 	out := make([][]float32, len(streams))
 	err := d.appendBatch(ctx, out, streams, codes)
