@@ -204,6 +204,64 @@ func BenchmarkGEMV(b *testing.B) {
 	}
 }
 
+// depthShapes are the depthformer's products [out, in] (dim 1024, 8 KV
+// heads of 32, SwiGLU 2816, 2049-entry codebook tables), its input
+// projection from the 2048-wide backbone, and the backbone's longest rows
+// (LFM2-1.2B's w2).
+var depthShapes = []struct {
+	name string
+	n, k int
+}{
+	{"qkv/1536x1024", 1536, 1024},
+	{"out/1024x1024", 1024, 1024},
+	{"w1/2816x1024", 2816, 1024},
+	{"w2/1024x2816", 1024, 2816},
+	{"logits/2049x1024", 2049, 1024},
+	{"linear/8192x2048", 8192, 2048},
+	{"lfm2-w2/2048x8192", 2048, 8192},
+}
+
+// BenchmarkBatchGEMV: M rows (the sessions of a batched decode step) times
+// a bf16 weight at the depthformer's shapes, from DRAM, in µs per product
+// and GB/s of weight bytes. A batch streams the weight once, so while the
+// product is bandwidth-bound µs/op should barely grow with M; x-rows1 is
+// the product's time over the same shape's one-row time.
+func BenchmarkBatchGEMV(b *testing.B) {
+	for _, ks := range benchKernels(b) {
+		for _, sh := range depthShapes {
+			one := 0.0
+			for _, m := range []int{1, 2, 3, 4, 5, 6, 8, 16, 32, 64} {
+				b.Run(fmt.Sprintf("%s/%s/M=%d", ks.name, sh.name, m), func(b *testing.B) {
+					d := newDevice(benchWorkers, ks.asm)
+					defer d.Close()
+					q := d.NewQueue("bench")
+					bytes := sh.n * sh.k * 2
+					ws := make([]gpu.Tensor, max(1, streamBytes/4/bytes))
+					for i := range ws {
+						ws[i] = benchTensor(d, gpu.BF16, sh.n, sh.k)
+					}
+					x := benchTensor(d, gpu.F32, m, sh.k)
+					dst := d.Alloc(gpu.F32, m, sh.n)
+					i := 0
+					best := timed(b, func() {
+						q.MatMul(dst, x, ws[i%len(ws)], gpu.Tensor{})
+						i++
+					})
+					reportRate(b, best, float64(bytes)/1e9, "GB/s")
+					us := b.Elapsed().Seconds() * 1e6 / float64(b.N)
+					b.ReportMetric(us, "us/op")
+					b.ReportMetric(best.Seconds()*1e6, "us/op-best")
+					if m == 1 {
+						one = us
+					} else if one > 0 {
+						b.ReportMetric(us/one, "x-rows1")
+					}
+				})
+			}
+		}
+	}
+}
+
 // BenchmarkGEMM: prefill (93 rows: the reference's prompt), encoder and
 // batch shapes, in GFLOP/s (2·M·N·K per product).
 func BenchmarkGEMM(b *testing.B) {

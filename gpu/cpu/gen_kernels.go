@@ -17,6 +17,13 @@
 //   - axpy tiles (x·w, w row-major [K,N]): mr rows × nv vectors of 8 output
 //     columns, each column's sum running sequentially over K with one FMA per
 //     step (broadcast x[m,k] times w row k).
+//
+// The dot tiles of up to prefetchRows rows prefetch the next tile's weight
+// rows (they serve the one-pass GEMV of a decode step, which streams the
+// weights from DRAM). The four-row tiles exist twice: without prefetch for
+// the blocked GEMM (its weight block sits in L2) and with it ("s", stream)
+// for the one-pass product of a batched decode step. The two perform the
+// same arithmetic.
 package main
 
 import (
@@ -59,6 +66,10 @@ var dotShapes = []shape{
 	{3, 1}, {3, 2}, {3, 3},
 	{4, 1}, {4, 2}, {4, 3},
 }
+
+// Stream dot tiles: the prefetching twins of the dot tiles with more than
+// prefetchRows rows, for the one-pass product (matmul.go's runStream).
+var streamShapes = []shape{{4, 1}, {4, 2}, {4, 3}}
 
 // Axpy tiles: mr rows × nv vectors of 8 columns; mr·nv + nv + 1 ≤ 16.
 var axpyShapes = []shape{
@@ -108,7 +119,16 @@ func (g *gen) load8(dt dtype, addr, r string) {
 	}
 }
 
-func dotName(dt dtype, s shape) string  { return fmt.Sprintf("dot%s_%dx%d", dt.name, s.mr, s.nr) }
+func dotName(dt dtype, s shape) string { return fmt.Sprintf("dot%s_%dx%d", dt.name, s.mr, s.nr) }
+
+// streamName names a stream dot tile: the dot tile itself when it
+// prefetches anyway, else its prefetching twin.
+func streamName(dt dtype, s shape) string {
+	if s.mr <= prefetchRows {
+		return dotName(dt, s)
+	}
+	return dotName(dt, s) + "s"
+}
 func axpyName(dt dtype, s shape) string { return fmt.Sprintf("axpy%s_%dx%d", dt.name, s.mr, s.nr) }
 
 // Registers: AX the argument block; SI x, R8 x stride, R9 3·x stride; DI w,
@@ -141,13 +161,13 @@ func (g *gen) outRegs() {
 // rows are short streams the hardware prefetcher barely ramps up on.
 const prefetchRows = 3
 
-func (g *gen) dot(dt dtype, s shape) {
-	name := dotName(dt, s)
+// dot emits the dot tile of shape s; pf makes it prefetch the next tile's
+// weight rows (the nr rows below, at the same column).
+func (g *gen) dot(dt dtype, s shape, name string, pf bool) {
 	na := s.mr * s.nr
 	acc := func(i, j int) int { return i*s.nr + j }
 	wreg := func(j int) int { return na + j }
 	xreg := na + s.nr
-	pf := s.mr <= prefetchRows
 	g.prologue(name)
 	// Initial accumulators: zero, or the spilled ones of the previous K block.
 	g.p("\tTESTQ $%d, %d(AX)", 1, argMode)
@@ -729,7 +749,10 @@ func main() {
 	s.p("")
 	for _, dt := range dtypes {
 		for _, sh := range dotShapes {
-			s.dot(dt, sh)
+			s.dot(dt, sh, dotName(dt, sh), sh.mr <= prefetchRows)
+		}
+		for _, sh := range streamShapes {
+			s.dot(dt, sh, streamName(dt, sh), true)
 		}
 		for _, sh := range axpyShapes {
 			s.axpy(dt, sh)
@@ -752,6 +775,9 @@ func main() {
 		for _, sh := range dotShapes {
 			names = append(names, dotName(dt, sh))
 		}
+		for _, sh := range streamShapes {
+			names = append(names, streamName(dt, sh))
+		}
 		for _, sh := range axpyShapes {
 			names = append(names, axpyName(dt, sh))
 		}
@@ -761,9 +787,10 @@ func main() {
 		pr("func %s(a *tileArgs)", n)
 		pr("")
 	}
-	table := func(kind string, shapes []shape, name func(dtype, shape) string) {
-		pr("// %sTiles[dtype][mr][nr] is the %s kernel for an mr×nr tile (nil where", kind, kind)
-		pr("// the shape does not fit the 16 vector registers).")
+	table := func(kind, what string, shapes []shape, name func(dtype, shape) string) {
+		pr("// %sTiles[dtype][mr][nr] is the %s", kind, what)
+		pr("// for an mr×nr tile (nil where the shape does not fit the 16 vector")
+		pr("// registers).")
 		pr("var %sTiles = [3][5][5]func(*tileArgs){", kind)
 		for i, dt := range dtypes {
 			pr("\t%d: { // %s", i, dt.name)
@@ -781,8 +808,15 @@ func main() {
 		pr("}")
 		pr("")
 	}
-	table("dot", dotShapes, dotName)
-	table("axpy", axpyShapes, axpyName)
+	table("dot", "dot kernel", dotShapes, dotName)
+	var stream []shape
+	for _, sh := range dotShapes {
+		if sh.mr <= prefetchRows {
+			stream = append(stream, sh)
+		}
+	}
+	table("stream", "dot kernel of the one-pass product (prefetching)", append(stream, streamShapes...), streamName)
+	table("axpy", "axpy kernel", axpyShapes, axpyName)
 	src, err := format.Source(d.Bytes())
 	if err != nil {
 		log.Fatalf("format: %v\n%s", err, d.Bytes())

@@ -47,6 +47,15 @@ func dotF32_4x2(a *tileArgs)
 func dotF32_4x3(a *tileArgs)
 
 //go:noescape
+func dotF32_4x1s(a *tileArgs)
+
+//go:noescape
+func dotF32_4x2s(a *tileArgs)
+
+//go:noescape
+func dotF32_4x3s(a *tileArgs)
+
+//go:noescape
 func axpyF32_1x1(a *tileArgs)
 
 //go:noescape
@@ -129,6 +138,15 @@ func dotBF16_4x2(a *tileArgs)
 
 //go:noescape
 func dotBF16_4x3(a *tileArgs)
+
+//go:noescape
+func dotBF16_4x1s(a *tileArgs)
+
+//go:noescape
+func dotBF16_4x2s(a *tileArgs)
+
+//go:noescape
+func dotBF16_4x3s(a *tileArgs)
 
 //go:noescape
 func axpyBF16_1x1(a *tileArgs)
@@ -215,6 +233,15 @@ func dotF16_4x2(a *tileArgs)
 func dotF16_4x3(a *tileArgs)
 
 //go:noescape
+func dotF16_4x1s(a *tileArgs)
+
+//go:noescape
+func dotF16_4x2s(a *tileArgs)
+
+//go:noescape
+func dotF16_4x3s(a *tileArgs)
+
+//go:noescape
 func axpyF16_1x1(a *tileArgs)
 
 //go:noescape
@@ -256,8 +283,9 @@ func axpyF16_4x2(a *tileArgs)
 //go:noescape
 func axpyF16_4x3(a *tileArgs)
 
-// dotTiles[dtype][mr][nr] is the dot kernel for an mr×nr tile (nil where
-// the shape does not fit the 16 vector registers).
+// dotTiles[dtype][mr][nr] is the dot kernel
+// for an mr×nr tile (nil where the shape does not fit the 16 vector
+// registers).
 var dotTiles = [3][5][5]func(*tileArgs){
 	0: { // F32
 		1: {1: dotF32_1x1, 2: dotF32_1x2, 3: dotF32_1x3, 4: dotF32_1x4},
@@ -279,8 +307,33 @@ var dotTiles = [3][5][5]func(*tileArgs){
 	},
 }
 
-// axpyTiles[dtype][mr][nr] is the axpy kernel for an mr×nr tile (nil where
-// the shape does not fit the 16 vector registers).
+// streamTiles[dtype][mr][nr] is the dot kernel of the one-pass product (prefetching)
+// for an mr×nr tile (nil where the shape does not fit the 16 vector
+// registers).
+var streamTiles = [3][5][5]func(*tileArgs){
+	0: { // F32
+		1: {1: dotF32_1x1, 2: dotF32_1x2, 3: dotF32_1x3, 4: dotF32_1x4},
+		2: {1: dotF32_2x1, 2: dotF32_2x2, 3: dotF32_2x3, 4: dotF32_2x4},
+		3: {1: dotF32_3x1, 2: dotF32_3x2, 3: dotF32_3x3},
+		4: {1: dotF32_4x1s, 2: dotF32_4x2s, 3: dotF32_4x3s},
+	},
+	1: { // BF16
+		1: {1: dotBF16_1x1, 2: dotBF16_1x2, 3: dotBF16_1x3, 4: dotBF16_1x4},
+		2: {1: dotBF16_2x1, 2: dotBF16_2x2, 3: dotBF16_2x3, 4: dotBF16_2x4},
+		3: {1: dotBF16_3x1, 2: dotBF16_3x2, 3: dotBF16_3x3},
+		4: {1: dotBF16_4x1s, 2: dotBF16_4x2s, 3: dotBF16_4x3s},
+	},
+	2: { // F16
+		1: {1: dotF16_1x1, 2: dotF16_1x2, 3: dotF16_1x3, 4: dotF16_1x4},
+		2: {1: dotF16_2x1, 2: dotF16_2x2, 3: dotF16_2x3, 4: dotF16_2x4},
+		3: {1: dotF16_3x1, 2: dotF16_3x2, 3: dotF16_3x3},
+		4: {1: dotF16_4x1s, 2: dotF16_4x2s, 3: dotF16_4x3s},
+	},
+}
+
+// axpyTiles[dtype][mr][nr] is the axpy kernel
+// for an mr×nr tile (nil where the shape does not fit the 16 vector
+// registers).
 var axpyTiles = [3][5][5]func(*tileArgs){
 	0: { // F32
 		1: {1: axpyF32_1x1, 2: axpyF32_1x2, 3: axpyF32_1x3, 4: axpyF32_1x4},

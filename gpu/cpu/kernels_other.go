@@ -7,6 +7,7 @@ const haveAsm = false
 
 // The kernel tables are empty; devices never select them.
 var (
-	dotTiles  [3][5][5]func(*tileArgs)
-	axpyTiles [3][5][5]func(*tileArgs)
+	dotTiles    [3][5][5]func(*tileArgs)
+	streamTiles [3][5][5]func(*tileArgs)
+	axpyTiles   [3][5][5]func(*tileArgs)
 )

@@ -23,7 +23,14 @@ import (
 // split across workers; the assembly GEMM may cut K into blocks, carrying the
 // raw 8-lane accumulators between them, which changes nothing.
 
-// Blocking of the assembly GEMM (four rows or more). The x micro-panel of a
+// streamRows is the most rows of x a product takes in one pass (the decode
+// step of a batch of sessions): each participant streams its weight rows
+// once, from DRAM, with every row of x against them, and K is not blocked.
+// More rows take the blocked GEMM. Either way a row's outputs are the same
+// floats (the summation order above).
+const streamRows = 16
+
+// Blocking of the assembly GEMM (more than streamRows rows). The x micro-panel of a
 // tile (4 rows × kcBlock floats, 8 KB) stays in L1 while the tile walks a
 // column block; the w block (ncBlock rows × kcBlock, 96 KB in bf16) stays in
 // L2 while the tiles walk the row block; the spilled accumulators of a row
@@ -126,15 +133,16 @@ func (q *Queue) gemm(g *mm) {
 	p := q.dev.pool
 	ws := q.workspace(p.workers)
 	asm := q.asm
-	byCols := g.M <= 3 || g.N*g.wt.Size() >= g.M*4
+	byCols := g.M <= streamRows || g.N*g.wt.Size() >= g.M*4
 	switch {
 	case p.workers == 1 || g.M*g.N*max(g.K, 8) < 1<<16:
 		g.run(ws[0], 0, g.M, 0, g.N, asm)
 	case byCols && g.N >= 24:
-		// Chunks of about 192 KB of weights for the GEMV, whole column
-		// blocks for the GEMM; a multiple of 12 columns (whole tiles).
+		// Chunks of about 192 KB of weights for the one-pass product,
+		// whole column blocks for the GEMM; a multiple of 12 columns
+		// (whole tiles).
 		grain := ncBlock
-		if g.M <= 3 {
+		if g.M <= streamRows {
 			grain = max(12, (192<<10)/(max(g.K, 1)*g.wt.Size())/12*12)
 		}
 		grain = min(grain, max(12, (g.N+2*p.workers-1)/(2*p.workers)/12*12))
@@ -161,23 +169,20 @@ func (g *mm) run(wk *work, m0, m1, n0, n1 int, asm bool) {
 }
 
 // runAsm computes steps 1 and 2 of the summation order with the tile
-// kernels. Up to three rows (the decode step) take one pass over K with
-// tiles of every row × 4 (or 3) weight rows, streaming each weight row once.
-// More rows take the blocked GEMM: 4×3 tiles, K cut into kcBlock blocks.
+// kernels: up to streamRows rows in one pass (runStream), more with the
+// blocked GEMM: 4×3 tiles, K cut into kcBlock blocks.
 func (g *mm) runAsm(wk *work, m0, m1, n0, n1 int) {
 	K8 := g.K &^ 7
 	if K8 == 0 {
 		return
 	}
 	rows := m1 - m0
+	if rows <= streamRows {
+		g.runStream(wk, m0, m1, n0, n1)
+		return
+	}
 	mr, nr := 4, 3
 	kc, mc, nc := kcBlock, mcBlock, ncBlock
-	switch {
-	case rows <= 2:
-		mr, nr, kc, mc, nc = rows, 4, K8, rows, n1-n0
-	case rows == 3:
-		mr, nr, kc, mc, nc = 3, 3, K8, 3, n1-n0
-	}
 	if kc >= K8 {
 		kc = K8
 	} else {
@@ -227,6 +232,47 @@ func (g *mm) runAsm(wk *work, m0, m1, n0, n1 int) {
 		}
 	}
 	a.x, a.w, a.acc, a.out = nil, nil, nil, nil // retain no tensor
+}
+
+// runStream computes steps 1 and 2 of the summation order for a few rows
+// (at most streamRows) in one pass over K: the columns are walked in tiles
+// of nr weight rows (4 for one or two rows, else 3), and each tile is
+// dotted with every row of x, in groups of up to 4 rows, before the next.
+// The first group streams the tile from memory, prefetching the next one
+// (streamTiles); the later groups find it in L1. Each weight is read from
+// memory once, whatever the number of rows.
+func (g *mm) runStream(wk *work, m0, m1, n0, n1 int) {
+	K8 := g.K &^ 7
+	rows := m1 - m0
+	nr := 3
+	if rows <= 2 {
+		nr = 4
+	}
+	di := dtIndex(g.wt)
+	es := uintptr(g.wt.Size())
+	a := &wk.args
+	a.xs = uintptr(g.xs) * 4
+	a.ws = uintptr(g.ws) * es
+	a.os = uintptr(g.ds) * 4
+	a.k = uintptr(K8) / 8
+	a.mode = 0
+	for n := n0; n < n1; n += nr {
+		tn := min(nr, n1-n)
+		if g.w32 != nil {
+			a.w = unsafe.Pointer(&g.w32[n*g.ws])
+		} else {
+			a.w = unsafe.Pointer(&g.w16[n*g.ws])
+		}
+		tiles := &streamTiles[di]
+		for m := m0; m < m1; m += 4 {
+			tm := min(4, m1-m)
+			a.x = unsafe.Pointer(&g.x[m*g.xs])
+			a.out = unsafe.Pointer(&g.dst[m*g.ds+n])
+			tiles[tm][tn](a)
+			tiles = &dotTiles[di]
+		}
+	}
+	a.x, a.w, a.out = nil, nil, nil // retain no tensor
 }
 
 // runGo computes steps 1 and 2 of the summation order in Go: each weight

@@ -160,7 +160,9 @@ func TestMatMulRowsIndependent(t *testing.T) {
 					check("alone", q1, r, r+1)
 				}
 				_, q3 := newTestDevice(t, 3, ks.asm)
-				for _, b := range []int{2, 3, 4, 5, 7, 8, 13, 64, 76} {
+				// Up to streamRows rows one pass (groups of four rows and
+				// a remainder), more the blocked GEMM.
+				for _, b := range []int{2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 15, streamRows, streamRows + 1, 64, 76} {
 					for range 3 {
 						lo := rng.IntN(M - b + 1)
 						check(fmt.Sprintf("batch of %d (2 workers)", b), q, lo, lo+b)
@@ -170,6 +172,42 @@ func TestMatMulRowsIndependent(t *testing.T) {
 				check("full batch on 1 worker", q1, 0, M)
 				check("full batch on 3 workers", q3, 0, M)
 			})
+		}
+	}
+}
+
+// TestMatMulBatchOnePass checks that the product of a decode step's batch
+// (up to 16 rows) takes one pass over K, reading each weight once
+// with every row against it: no accumulators are spilled between K blocks
+// (the blocked GEMM's re-reads and re-stores, which made a 4-row product
+// cost several 1-row ones). More rows do take the blocked GEMM, so the
+// check can fail.
+func TestMatMulBatchOnePass(t *testing.T) {
+	const batch = 16 // the largest batch that must take one pass
+	if !haveAsm {
+		t.Skip("the Go kernels have no K blocks")
+	}
+	const N, K = 100, 3*kcBlock + 9 // N ≥ 2M: cut into column chunks
+	for _, workers := range []int{1, 2} {
+		for _, M := range []int{1, 2, 3, 4, 5, 8, 11, batch, streamRows + 1, 2 * streamRows} {
+			dev, q := newTestDevice(t, workers, true)
+			rng := rand.New(rand.NewPCG(4, uint64(M)))
+			x := view(dev, gpu.F32, M, K, 0, 0)
+			w := view(dev, gpu.BF16, N, K, 0, 0)
+			dst := view(dev, gpu.F32, M, N, 0, 0)
+			fillRandom(rng, x)
+			fillRandom(rng, w)
+			q.MatMul(dst, x, w, gpu.Tensor{})
+			spilled := false
+			for _, wk := range q.work {
+				spilled = spilled || len(wk.acc) > 0
+			}
+			if want := M > max(batch, streamRows); spilled != want {
+				t.Errorf("%d rows on %d workers: K blocked %v, want %v", M, workers, spilled, want)
+			}
+			if st := checkMatMul(dst, x, w, gpu.Tensor{}); st.bad > 0 {
+				t.Fatalf("%d rows: %d of %d outside the bound; first %s", M, st.bad, st.n, st.first)
+			}
 		}
 	}
 }

@@ -17,10 +17,12 @@ import (
 // codebooks each through the 6 × 1024 depthformer and its 2049 × 1024
 // logits table, the logits read back and the argmax fed to the next —
 // at LFM2-Audio-1.5B's real size with random bf16 weights from bench's
-// synthetic checkpoint, for 1 and 4 sessions batched. GB/s is the frame's
-// weight bytes per second; floor-ms and memcpy-floor-ms are those bytes
-// over the measured streaming-read and memcpy bandwidths (the same for a
-// batch, which reads the weights once).
+// synthetic checkpoint, for 1, 2, 4 and 8 sessions batched. GB/s is the
+// frame's weight bytes per second; floor-ms and memcpy-floor-ms are those
+// bytes over the measured streaming-read and memcpy bandwidths (the same for
+// a batch, which reads the weights once); x-sessions1 is the frame's time
+// over the one-session frame's (while the frame is bandwidth-bound a batch
+// should cost little more than one session).
 func BenchmarkDepthFrame(b *testing.B) {
 	ck := bench.Real()
 	specs, err := ck.ModelTensors()
@@ -49,7 +51,8 @@ func BenchmarkDepthFrame(b *testing.B) {
 	bytes := bench.DepthFrameBytes(d)
 	bw := bench.MeasureBandwidth(dev.Workers())
 	H := cfg.LFM.HiddenSize
-	for _, sessions := range []int{1, 4} {
+	one := 0.0 // ms/frame of one session
+	for _, sessions := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("sessions=%d", sessions), func(b *testing.B) {
 			c := nn.NewCtx(dev, dev.NewQueue("bench"), nn.BF16)
 			defer c.A.Free()
@@ -82,6 +85,11 @@ func BenchmarkDepthFrame(b *testing.B) {
 			b.ReportMetric(floor*1e3, "floor-ms")
 			b.ReportMetric(float64(bytes)/(bw.CopyGBs*1e9)*1e3, "memcpy-floor-ms")
 			b.ReportMetric(per/floor, "x-floor")
+			if sessions == 1 {
+				one = per
+			} else if one > 0 {
+				b.ReportMetric(per/one, "x-sessions1")
+			}
 		})
 	}
 }
