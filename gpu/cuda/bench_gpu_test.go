@@ -99,6 +99,60 @@ func BenchmarkMatMul(b *testing.B) {
 	}
 }
 
+// BenchmarkMatMulTiles times the tensor-core tile kernels on rows of
+// exact bf16 values (what bf16 networks multiply: a batched decode step
+// and a prefill chunk) against [8192, 2048] weights × 16 sets, each kernel
+// forced, split_bf16 included.
+func BenchmarkMatMulTiles(b *testing.B) {
+	d := openGPU(b)
+	d.mmaMatMul = true
+	defer func() { d.mmaMatMul = false }()
+	const N, K, sets = 8192, 2048, 16
+	rng := rand.New(rand.NewPCG(3, 5))
+	ws := make([]gpu.Tensor, sets)
+	for i := range ws {
+		ws[i] = loadNormalBF16(b, d, rng, N, K)
+	}
+	defer func() {
+		for _, w := range ws {
+			d.Free(w)
+		}
+	}()
+	for _, kernel := range []string{"mma_bf16_m32", "mma_bf16_big"} {
+		for _, M := range []int{16, 32, 64, 128, 256, 512, 1024} {
+			b.Run(fmt.Sprintf("%s/M=%d", kernel, M), func(b *testing.B) {
+				q := d.NewQueue("bench").(*Queue)
+				q.tileForce, q.tileKernel = true, kernel
+				x, y := d.Alloc(gpu.F32, M, K), d.Alloc(gpu.F32, M, N)
+				defer d.Free(x)
+				defer d.Free(y)
+				xs := normals(rng, M*K)
+				for i := range xs {
+					xs[i] = gpu.RoundBF16(xs[i])
+				}
+				q.Write(x, xs)
+				for range 2 { // warm up (and build the graph)
+					for _, w := range ws {
+						q.MatMul(y, x, w, gpu.Tensor{})
+					}
+					q.Sync()
+				}
+				b.ResetTimer()
+				for range b.N {
+					for _, w := range ws {
+						q.MatMul(y, x, w, gpu.Tensor{})
+					}
+					q.flush()
+				}
+				if err := q.Sync(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(b.N)*sets*2*float64(M)*N*K/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+			})
+		}
+	}
+}
+
 // BenchmarkKernelChain replays a chain of 256 dependent small kernels of
 // one kind (as a decode step is: one row through norms, rotations, copies
 // and products) and reports the time per kernel: the per-launch cost a

@@ -341,6 +341,68 @@ func TestMmvVariantsBitIdentical(t *testing.T) {
 		[]int{1, 2, 3, 5, 8, 11, 17, 32}, names, func(q *Queue, name string) { q.mmvForce = name }, everyOtherRowBF16)
 }
 
+// TestMmaBigBitIdentical: the 64 × 64 tensor-core tile kernel (K walked
+// class by class, operands through shared memory) gives the bits of
+// mma_tile's kernel for every output — rows all exact bf16 (its staged
+// path), all fp32 and mixed (its global-memory path, parts per 8-row
+// tile), K below 1024 (empty classes), ragged K and N, weights whose rows
+// are not 16-byte aligned, and rows past the last tile.
+func TestMmaBigBitIdentical(t *testing.T) {
+	d := openGPU(t)
+	d.mmaMatMul = true
+	defer func() { d.mmaMatMul = false }()
+	rng := rand.New(rand.NewPCG(21, 22))
+	preps := map[string]func(xs []float32, M, K int){
+		"bf16": func(xs []float32, M, K int) {
+			for i := range xs {
+				xs[i] = gpu.RoundBF16(xs[i])
+			}
+		},
+		"fp32": nil,
+		"mixed": func(xs []float32, M, K int) { // rows 0–63 exact bf16, the rest every other row
+			for r := 0; r < M; r++ {
+				if r < 64 || r%2 == 0 {
+					for k := range K {
+						xs[r*K+k] = gpu.RoundBF16(xs[r*K+k])
+					}
+				}
+			}
+		},
+	}
+	for _, sh := range []struct{ N, K int }{{2048, 2048}, {777, 1000}, {130, 4104}, {64, 264}, {100, 7}, {3, 2056}, {1536, 8192}} {
+		w := loadNormalBF16(t, d, rng, sh.N, sh.K)
+		q := d.NewQueue("big").(*Queue)
+		for _, M := range []int{1, 33, 64, 100, 130} {
+			for pn, prep := range preps {
+				xs := normals(rng, M*sh.K)
+				if prep != nil {
+					prep(xs, M, sh.K)
+				}
+				x, y := d.Alloc(gpu.F32, M, sh.K), d.Alloc(gpu.F32, M, sh.N)
+				q.Write(x, xs)
+				q.tileForce = true
+				var outs [2][]float32
+				for i, name := range []string{"mma_bf16_m32", "mma_bf16_big"} {
+					q.tileKernel = name
+					q.Fill(y, float32(math.NaN()))
+					q.MatMul(y, x, w, gpu.Tensor{})
+					outs[i] = make([]float32, M*sh.N)
+					if err := q.Read(outs[i], y); err != nil {
+						t.Fatal(err)
+					}
+				}
+				q.tileForce, q.tileKernel = false, ""
+				if bad := differing(outs[1], outs[0]); bad > 0 {
+					t.Errorf("mma_bf16_big on M=%d %dx%d, x %s: %d/%d outputs differ from mma_bf16_m32's", M, sh.N, sh.K, pn, bad, len(outs[0]))
+				}
+				d.Free(x)
+				d.Free(y)
+			}
+		}
+		d.Free(w)
+	}
+}
+
 // variantsEqualTile checks, for every weight shape and row count, that the
 // product of each named kernel variant (force selects it on the queue;
 // "" is the default pick) equals the tile kernel's bit for bit, its output

@@ -135,13 +135,21 @@ func TestMatmulLaunchShape(t *testing.T) {
 
 func TestMMALaunchShape(t *testing.T) {
 	for _, c := range []struct {
-		m, n int
-		name string
-	}{{1, 1, "mma_bf16_m8"}, {8, 8192, "mma_bf16_m8"}, {9, 16, "mma_bf16_m16"}, {16, 17, "mma_bf16_m16"}, {17, 65536, "mma_bf16_m32"}, {93, 2048, "mma_bf16_m32"}} {
-		name, g := mmaLaunch(c.m, c.n)
-		rows := map[string]int{"mma_bf16_m8": 8, "mma_bf16_m16": 16, "mma_bf16_m32": 32}[name]
-		if name != c.name || int(g[0])*16 < c.n || int(g[0]-1)*16 >= c.n || int(g[1])*rows < c.m || int(g[1]-1)*rows >= c.m {
-			t.Errorf("mmaLaunch(%d, %d) = %s %v", c.m, c.n, name, g)
+		m, n        int
+		force, name string
+	}{
+		{1, 1, "", "mma_bf16_m8"}, {8, 8192, "", "mma_bf16_m8"}, {9, 16, "", "mma_bf16_m16"}, {16, 17, "", "mma_bf16_m16"},
+		{17, 65536, "", "mma_bf16_m32"}, {32, 2048, "", "mma_bf16_m32"}, {33, 2048, "", "mma_bf16_big"}, {93, 2049, "", "mma_bf16_big"},
+		{512, 8192, "", "mma_bf16_big"}, {93, 2048, "mma_bf16_m32", "mma_bf16_m32"}, {5, 100, "mma_bf16_big", "mma_bf16_big"},
+		{40, 100, "mma_bf16_m8", "mma_bf16_m8"},
+	} {
+		name, g := mmaLaunch(c.m, c.n, c.force)
+		tn, tm := 16, map[string]int{"mma_bf16_m8": 8, "mma_bf16_m16": 16, "mma_bf16_m32": 32}[name]
+		if name == "mma_bf16_big" {
+			tn, tm = 64, 64
+		}
+		if name != c.name || int(g[0])*tn < c.n || int(g[0]-1)*tn >= c.n || int(g[1])*tm < c.m || int(g[1]-1)*tm >= c.m {
+			t.Errorf("mmaLaunch(%d, %d, %q) = %s %v", c.m, c.n, c.force, name, g)
 		}
 	}
 }

@@ -1656,6 +1656,232 @@ MMA_KERNEL(mma_bf16_m8, 1)
 MMA_KERNEL(mma_bf16_m16, 2)
 MMA_KERNEL(mma_bf16_m32, 4)
 
+}  // extern "C"
+
+// mma_big: mma_tile's products, bit for bit, for a 64 × 64 tile of outputs a
+// block (64 weight rows × 64 rows of x; 4 warps of 32 × 32 each). K is
+// walked class by class — class c's superblocks c, c + 16, … into one set
+// of accumulators, which is then added to the sum of the classes before it
+// (p0 + p1 + … + p15, mma_tile's final order; an empty class adds +0 as
+// mma_tile's untouched one does) — so a thread holds two sets where
+// mma_tile's holds four, and a whole tile of weights and x is shared by
+// the block's warps. A superblock's weights and x (hi part) stream through
+// shared memory with cp.async, three stages deep, when no row of the tile
+// has a mid or lo part (x already bf16, as in bf16 networks); other tiles
+// load every operand from global memory as mma_tile does. Either way each
+// output receives the same MMAs in the same order as in mma_tile (a part
+// that is zero in an 8-row tile adds exact zeros, as there).
+#define BIG_T 64  // rows of weights, and of x, a block
+#ifdef FAULT_MMA_BIG
+#define BIG_XP(p) (((p) + 2) & 7)  // x's k pair p + 2 against the weights' pair p
+#else
+#define BIG_XP(p) (p)
+#endif
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  unsigned long long a;
+  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+  return (unsigned)a;
+}
+
+__device__ __forceinline__ void cp_async16(void* sm, const void* gm, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(sm)), "l"(gm), "r"(bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+// big_next steps (c, s) to the next superblock in class order.
+__device__ __forceinline__ void big_next(int& c, int& s, int nsb) {
+  s += 16;
+  if (s >= nsb) {
+    c++;
+    s = c;
+  }
+}
+
+// big_mmas runs one superblock's MMAs of one part for a warp's 2 × 4 tiles
+// from its fragments (wf[i]: weight tile i's rows g and g + 8, 8 pairs
+// each; xf[j]: x tile j's row g).
+__device__ __forceinline__ void big_mmas(float (&acc)[2][4][4], const u32 (&wf)[2][2][8], const u32 (&xf)[4][8]) {
+#pragma unroll
+  for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+        mma16816(acc[i][j], wf[i][0][2 * jj], wf[i][1][2 * jj], wf[i][0][2 * jj + 1], wf[i][1][2 * jj + 1],
+                 xf[j][BIG_XP(2 * jj)], xf[j][BIG_XP(2 * jj + 1)]);
+}
+
+// big_fold ends class c: sum = acc (class 0) or sum + acc, and acc = 0.
+__device__ __forceinline__ void big_fold(float (&sum)[2][4][4], float (&acc)[2][4][4], int c) {
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        sum[i][j][q] = c == 0 ? acc[i][j][q] : sum[i][j][q] + acc[i][j][q];
+        acc[i][j][q] = 0.0f;
+      }
+}
+
+extern "C" {
+
+__global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16* xs, const u32* flags, int Kp,
+                                                    const u16* w, i64 ldw, const void* bias, int bdt, int M, int N,
+                                                    int K, EPI_PARAMS) {
+  // Three stages of one superblock: 64 weight rows and 64 x rows of 64
+  // bf16 (128 bytes) each, 16-byte chunk h of row r at chunk h ^ 4·(r & 1)
+  // (a quarter warp's loads of rows r and r + 1 then hit all 32 banks).
+  __shared__ __align__(16) u32 sw[3][BIG_T][32], sx[3][BIG_T][32];
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int g = lane >> 2, t = lane & 3;
+  int n0 = blockIdx.x * BIG_T, m0 = blockIdx.y * BIG_T;
+  int wn = (warp & 1) * 32, wm = (warp >> 1) * 32;  // the warp's 32 × 32
+  // Whether some row of the tile has a mid or lo part.
+  int need = __syncthreads_or(threadIdx.x < BIG_T && flags[min(m0 + (int)threadIdx.x, M - 1)] != 0);
+  float acc[2][4][4], sum[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int q = 0; q < 4; q++) acc[i][j][q] = sum[i][j][q] = 0.0f;
+  int nsb = (K + 63) / 64;
+  int ncls = min(16, nsb);
+  if (need == 0 && ((((unsigned long long)w) & 15) == 0) && ldw % 8 == 0) {
+    // Stage loads: 512 16-byte chunks of weights and 512 of x, 4 + 4 a
+    // thread.
+    auto load = [&](int st, int s) {
+      int k0 = 64 * s;
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int id = threadIdx.x + 128 * e, r = id >> 3, h = id & 7;
+        int kk = k0 + 8 * h;
+        const u16* src = w + (i64)min(n0 + r, N - 1) * ldw;
+        int bytes = max(0, min(16, 2 * (K - kk)));
+        cp_async16(&sw[st][r][4 * (h ^ ((r & 1) << 2))], src + (bytes > 0 ? kk : 0), bytes);
+        const u16* xsrc = xs + (i64)min(m0 + r, M - 1) * Kp + kk;
+        cp_async16(&sx[st][r][4 * (h ^ ((r & 1) << 2))], xsrc, 16);
+      }
+    };
+    int lc = 0, ls = 0;  // the next superblock to load
+    for (int p = 0; p < 2; p++) {
+      if (p < nsb) {
+        load(p, ls);
+        big_next(lc, ls, nsb);
+      }
+      cp_async_commit();
+    }
+    int c = 0, s = 0;
+    for (int it = 0; it < nsb; it++) {
+      cp_async_wait1();
+      __syncthreads();
+      if (it + 2 < nsb) {
+        load((it + 2) % 3, ls);
+        big_next(lc, ls, nsb);
+      }
+      cp_async_commit();
+      int st = it % 3;
+      u32 wf[2][2][8], xf[4][8];
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+          int r = wn + 16 * i + g + 8 * hh;
+#pragma unroll
+          for (int half = 0; half < 2; half++) {
+            uint4 a = *(const uint4*)&sw[st][r][4 * ((t + 4 * half) ^ ((r & 1) << 2))];
+            wf[i][hh][4 * half] = a.x; wf[i][hh][4 * half + 1] = a.y;
+            wf[i][hh][4 * half + 2] = a.z; wf[i][hh][4 * half + 3] = a.w;
+          }
+        }
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        int r = wm + 8 * j + g;
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+          uint4 a = *(const uint4*)&sx[st][r][4 * ((t + 4 * half) ^ ((r & 1) << 2))];
+          xf[j][4 * half] = a.x; xf[j][4 * half + 1] = a.y; xf[j][4 * half + 2] = a.z; xf[j][4 * half + 3] = a.w;
+        }
+      }
+      big_mmas(acc, wf, xf);
+      if (s + 16 >= nsb) big_fold(sum, acc, c);
+      big_next(c, s, nsb);
+    }
+  } else {
+    // Every operand from global memory (mma_tile's loads), parts where the
+    // 8-row tile has them.
+    bool wv = ((((unsigned long long)w) & 15) == 0) && (ldw % 8 == 0);
+    const u16* wr[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int hh = 0; hh < 2; hh++) wr[i][hh] = w + (i64)min(n0 + wn + 16 * i + g + 8 * hh, N - 1) * ldw;
+    u32 tneed[4];
+    const u16* xr[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      int m = min(m0 + wm + 8 * j + g, M - 1);
+      xr[j] = xs + (i64)m * Kp;
+      tneed[j] = __reduce_or_sync(0xffffffffu, flags[m]);
+    }
+    i64 pstride = (i64)M * Kp;
+    int c = 0, s = 0;
+    for (int it = 0; it < nsb; it++) {
+      int k = 64 * s + 8 * t;
+      u32 wf[2][2][8];
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) mma_wload(wf[i][hh], wr[i][hh], k, K, wv);
+      // Part by part (hi, mid, lo) for each x tile, as mma_tile orders
+      // them for an output: a tile's parts go into its own accumulators.
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+#pragma unroll
+        for (int part_ = 0; part_ < 3; part_++) {
+          if (part_ > 0 && !(tneed[j] & (1u << (part_ - 1)))) continue;
+          u32 px[8];
+          mma_xload(px, xr[j] + part_ * pstride, k);
+#pragma unroll
+          for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+              mma16816(acc[i][j], wf[i][0][2 * jj], wf[i][1][2 * jj], wf[i][0][2 * jj + 1], wf[i][1][2 * jj + 1],
+                       px[BIG_XP(2 * jj)], px[BIG_XP(2 * jj + 1)]);
+        }
+      }
+      if (s + 16 >= nsb) big_fold(sum, acc, c);
+      big_next(c, s, nsb);
+    }
+  }
+  // Classes without superblocks (K < 1024) add +0, as in mma_tile.
+  for (int c = ncls; c < 16; c++)
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) sum[i][j][q] = sum[i][j][q] + 0.0f;
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        int n = n0 + wn + 16 * i + g + (q >> 1) * 8, m = m0 + wm + 8 * j + 2 * t + (q & 1);
+        if (n < N && m < M) {
+          float v = sum[i][j][q];
+          if (bias) v += load(bias, bdt, n);
+          d[(i64)m * ldd + n] = epi(v, EPI_ARGS, m, n);
+        }
+      }
+}
+
 // MMV(name, W, NT, MT): mmv_tile as a kernel (blocks of W warps; grid.x
 // over weight rows by 16·NT, grid.y over rows of x by 8·MT).
 #define MMV(name, W, NT, MT)                                                                                  \

@@ -44,12 +44,22 @@ func matmulGrid(m, n, r int) [3]uint32 {
 	return [3]uint32{uint32((tiles + 3) / 4), uint32((m + r - 1) / r), 1}
 }
 
+// mmaBigMinRows is the fewest rows of x that take mma_bf16_big (64 × 64
+// output tiles, operands staged in shared memory) rather than mma_tile's
+// kernels (16 weight rows × 8–32 rows of x a block).
+const mmaBigMinRows = 33
+
 // mmaLaunch picks the tensor-core kernel for M rows (8, 16 or 32 rows of x
-// a block: the order of the sums does not depend on it) and its grid (16
-// weight rows a block).
-func mmaLaunch(m, n int) (string, [3]uint32) {
+// a block of 16 weight rows, or 64 × 64 tiles past mmaBigMinRows rows: the
+// order of the sums does not depend on it) and its grid; force, when set,
+// names the kernel (tests and benchmarks).
+func mmaLaunch(m, n int, force string) (string, [3]uint32) {
 	rows, name := 32, "mma_bf16_m32"
 	switch {
+	case force == "mma_bf16_big" || force == "" && m >= mmaBigMinRows:
+		return "mma_bf16_big", [3]uint32{uint32((n + 63) / 64), uint32((m + 63) / 64), 1}
+	case force != "":
+		rows, name = map[string]int{"mma_bf16_m8": 8, "mma_bf16_m16": 16, "mma_bf16_m32": 32}[force], force
 	case m <= 8:
 		rows, name = 8, "mma_bf16_m8"
 	case m <= 16:
@@ -124,7 +134,7 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		xs := gpu.Tensor{Buf: q.split, Rows: 1, Cols: 3 * M * Kp, Stride: 3 * M * Kp}
 		fl := gpu.Tensor{Buf: q.flags, Rows: 1, Cols: M, Stride: M}
 		q.launch("split_bf16", [3]uint32{uint32(M), 1, 1}, blk128, 0, q.t(xs), q.t(fl), q.t(x), ld(x), i(M), i(K), i(Kp))
-		name, g := mmaLaunch(M, N)
+		name, g := mmaLaunch(M, N, q.tileKernel)
 		q.launchEpi(epiProduct, dst, name, g, blk128, 0,
 			q.t(dst), ld(dst), q.t(xs), q.t(fl), i(Kp), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return

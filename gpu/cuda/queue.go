@@ -23,7 +23,7 @@ var kernelNames = []string{
 	"gemv_bf16", "gemv_bf16_c1u4", "gemv_bf16_c1u8", "gemv_bf16_c2u4", "gemv_bf16_c2u8", "gemv_bf16_c4u8",
 	"gemvn_bf16_c1u4", "gemvn_bf16_c2u4", "gemvn_bf16_c4u4", "prep_heads_f32",
 	"gemvr_bf16_r2c4u4", "gemvr_bf16_r2c2u8", "gemvr_bf16_r3c4u4", "gemvr_bf16_r4c4u4", "gemvr_bf16_r4c4u2",
-	"gemvr_bf16_r4c8u2", "gemvr_bf16_r4c8u1", "gemvr_bf16_r8c4u2", "split_bf16", "sample_f32", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32",
+	"gemvr_bf16_r4c8u2", "gemvr_bf16_r4c8u1", "gemvr_bf16_r8c4u2", "split_bf16", "sample_f32", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32", "mma_bf16_big",
 	"mmv_bf16_w4n1m1", "mmv_bf16_w16n1m1", "mmv_bf16_w16n2m1", "mmv_bf16_w16n4m1", "mmv_bf16_w16n1m2",
 	"mmvn_bf16_w4", "mmvn_bf16_w16",
 	"attention_f32", "attention_seqs_f32", "shortconv_seqs_f32", "copy_rows_u32", "copy_rows_u16", "copy_many_u32", "copy_many_u16", "conv1d_f32", "convtr1d_f32", "conv2d_f32",
@@ -104,6 +104,9 @@ type Queue struct {
 	// to the tile kernels (the reference order the variants are held to).
 	gemvrForce string
 	tileForce  bool
+	// tileKernel, when set, names the tensor-core tile kernel MatMul uses
+	// past the few-row kernels (tests and benchmarks).
+	tileKernel string
 	// mmvForce, when set, is the few-row tensor-core kernel MatMul uses
 	// on the tensor cores whatever the shape (tests and benchmarks).
 	mmvForce string

@@ -25,14 +25,21 @@ func checkMatMul(h *harness) {
 		for _, M := range Ms {
 			for _, K := range Ks {
 				for _, N := range Ns {
-					matmulCase(h, wdt, false, M, K, N, biases[i%3], i%2 == 1, i%4 == 2)
+					matmulCase(h, wdt, false, false, M, K, N, biases[i%3], i%2 == 1, i%4 == 2)
 					i++
 				}
 			}
 		}
 	}
 	for _, c := range []struct{ M, K, N int }{{1, 7, 5}, {5, 300, 33}, {17, 1030, 5}, {3, 24, 1}, {9, 1, 33}} {
-		matmulCase(h, gpu.F32, true, c.M, c.K, c.N, biases[i%3], i%2 == 0, true)
+		matmulCase(h, gpu.F32, true, false, c.M, c.K, c.N, biases[i%3], i%2 == 0, true)
+		i++
+	}
+	// x of exact bf16 values (what bf16 networks multiply; a GPU may stage
+	// such tiles differently), past the few-row kernels and over several
+	// row tiles.
+	for _, c := range []struct{ M, K, N int }{{40, 1030, 33}, {70, 300, 70}, {130, 24, 5}, {64, 2100, 65}} {
+		matmulCase(h, gpu.BF16, false, true, c.M, c.K, c.N, biases[i%3], i%2 == 0, false)
 		i++
 	}
 	checkBatchInvariance(h)
@@ -41,8 +48,13 @@ func checkMatMul(h *harness) {
 // matmulCase checks one product; wview makes w a strided F32 activation
 // (written with Write) instead of a loaded weight, wstrided a loaded
 // weight a strided view.
-func matmulCase(h *harness, wdt gpu.DType, wview bool, M, K, N int, bdt gpu.DType, strided, wstrided bool) {
-	x := h.input(M, K, strided, h.values(M*K, 1))
+func matmulCase(h *harness, wdt gpu.DType, wview, xbf16 bool, M, K, N int, bdt gpu.DType, strided, wstrided bool) {
+	xv := h.values(M*K, 1)
+	xtag := ""
+	if xbf16 {
+		xv, xtag = h.bf16Values(M*K, 1), "/x=bf16"
+	}
+	x := h.input(M, K, strided, xv)
 	var w operand
 	if wview {
 		w = h.input(N, K, true, h.values(N*K, 1))
@@ -71,7 +83,7 @@ func matmulCase(h *harness, wdt gpu.DType, wview bool, M, K, N int, bdt gpu.DTyp
 	if bdt != 0 {
 		bias = dtName(bdt)
 	}
-	h.verify(fmt.Sprintf("w=%s/M=%d/K=%d/N=%d/bias=%s%s%s", wname, M, K, N, bias, wtag, tag(strided)), dst, want, bound, x, w, b)
+	h.verify(fmt.Sprintf("w=%s/M=%d/K=%d/N=%d/bias=%s%s%s%s", wname, M, K, N, bias, wtag, xtag, tag(strided)), dst, want, bound, x, w, b)
 }
 
 // matmulReplay returns x·wᵀ + b in float64 and the bound of every element.

@@ -5,6 +5,7 @@
 #define __forceinline__ inline
 #define __shared__
 #define __launch_bounds__(...)
+#define __align__(n) alignas(n)
 struct uint3s { unsigned x, y, z; };
 extern uint3s threadIdx, blockIdx, blockDim, gridDim;
 struct float4 { float x, y, z, w; };
