@@ -25,17 +25,19 @@ import (
 
 // streamRows is the most rows of x a product takes in one pass (the decode
 // step of a batch of sessions): each participant streams its weight rows
-// once, from DRAM, with every row of x against them, and K is not blocked.
-// More rows take the blocked GEMM. Either way a row's outputs are the same
-// floats (the summation order above).
+// once, from DRAM, with every row of x against them, and K is not blocked,
+// so a batch costs about what one row does while the product is
+// bandwidth-bound. More rows take the blocked GEMM (at 16 rows the one pass
+// was still the faster; at 32 they were even). Either way a row's outputs
+// are the same floats (the summation order above).
 const streamRows = 16
 
-// Blocking of the assembly GEMM (more than streamRows rows). The x micro-panel of a
-// tile (4 rows × kcBlock floats, 8 KB) stays in L1 while the tile walks a
-// column block; the w block (ncBlock rows × kcBlock, 96 KB in bf16) stays in
-// L2 while the tiles walk the row block; the spilled accumulators of a row
-// block × column block (mcBlock/4 · ncBlock/3 · 384 bytes = 384 KB) live in
-// L2 as well. A prompt of up to mcBlock rows streams each weight once.
+// Blocking of the assembly GEMM (more than streamRows rows). The x
+// micro-panel of a tile (4 rows × kcBlock floats, 8 KB) stays in L1 while
+// the tile walks a column block; the w block (ncBlock rows × kcBlock, 96 KB
+// in bf16) stays in L2 while the tiles walk the row block; the spilled
+// accumulators of a row block × column block (mcBlock/4 · ncBlock/3 · 384
+// bytes = 384 KB) live in L2 as well. A prompt of up to mcBlock rows streams each weight once.
 const (
 	kcBlock = 512 // multiple of 8
 	mcBlock = 128 // multiple of 4
