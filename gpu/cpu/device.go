@@ -10,10 +10,11 @@
 //
 //   - dot tiles for x·wᵀ (MatMul, convolution im2col products, attention
 //     scores): up to 4×3 outputs in registers, weights widened from BF16
-//     (vpmovzxwd + vpslld) or F16 (vcvtph2ps) in registers. Up to three rows
-//     of x (a decode step) stream each weight row once with the next rows
-//     prefetched; more rows run a blocked GEMM (K blocks of 512 with the
-//     8-lane accumulators carried between blocks).
+//     (vpmovzxwd + vpslld) or F16 (vcvtph2ps) in registers. Up to 16 rows
+//     of x (a decode step, one row per session of a batch) stream each
+//     weight row once, with the next rows prefetched, against every row of
+//     x in one pass over K; more rows run a blocked GEMM (K blocks of 512
+//     with the 8-lane accumulators carried between blocks).
 //   - x·w tiles for right operands laid out along N (ConvTranspose1D,
 //     Conv2D, attention's weighted values): 4 rows × 24 columns.
 //   - elementwise kernels (add, mul, bf16 rounding, exp-based activations,
