@@ -139,7 +139,7 @@ func TestMMALaunchShape(t *testing.T) {
 		force, name string
 	}{
 		{1, 1, "", "mma_bf16_m8"}, {8, 8192, "", "mma_bf16_m8"}, {9, 16, "", "mma_bf16_m16"}, {16, 17, "", "mma_bf16_m16"},
-		{17, 65536, "", "mma_bf16_m32"}, {32, 2048, "", "mma_bf16_m32"}, {33, 2048, "", "mma_bf16_big"}, {93, 2049, "", "mma_bf16_big"},
+		{17, 65536, "", "mma_bf16_big"}, {32, 2048, "", "mma_bf16_big"}, {33, 2048, "", "mma_bf16_big"}, {20, 100, "mma_bf16_m32", "mma_bf16_m32"}, {93, 2049, "", "mma_bf16_big"},
 		{512, 8192, "", "mma_bf16_big"}, {93, 2048, "mma_bf16_m32", "mma_bf16_m32"}, {5, 100, "mma_bf16_big", "mma_bf16_big"},
 		{40, 100, "mma_bf16_m8", "mma_bf16_m8"},
 	} {
@@ -638,4 +638,25 @@ func TestPagedAttentionArguments(t *testing.T) {
 		}
 	}()
 	hostQueue().Attention(dst, qt, pool, vpool, bad)
+}
+
+// TestBatchedCopyGrids: the batched copies' grids give every pair (or row
+// pair) its own block row and enough blocks across for the widest.
+func TestBatchedCopyGrids(t *testing.T) {
+	for _, c := range []struct {
+		n, most int
+		want    [3]uint32
+	}{{1, 1, [3]uint32{1, 1, 1}}, {3, 256, [3]uint32{3, 1, 1}}, {3, 257, [3]uint32{3, 2, 1}}, {256, 1 << 20, [3]uint32{256, 64, 1}}, {2, 0, [3]uint32{2, 1, 1}}} {
+		if g := copyManyGrid(c.n, c.most); g != c.want {
+			t.Errorf("copyManyGrid(%d, %d) = %v, want %v", c.n, c.most, g, c.want)
+		}
+	}
+	for _, c := range []struct {
+		rows, cols int
+		want       [3]uint32
+	}{{5, 1, [3]uint32{5, 1, 1}}, {5, 512, [3]uint32{5, 2, 1}}, {12, 100000, [3]uint32{12, 8, 1}}} {
+		if g := copyRowsGrid(c.rows, c.cols); g != c.want {
+			t.Errorf("copyRowsGrid(%d, %d) = %v, want %v", c.rows, c.cols, g, c.want)
+		}
+	}
 }

@@ -46,8 +46,12 @@ func matmulGrid(m, n, r int) [3]uint32 {
 
 // mmaBigMinRows is the fewest rows of x that take mma_bf16_big (64 × 64
 // output tiles, operands staged in shared memory) rather than mma_tile's
-// kernels (16 weight rows × 8–32 rows of x a block).
-const mmaBigMinRows = 33
+// kernels (16 weight rows × 8–32 rows of x a block): on the H200, on exact
+// bf16 rows against [8192, 2048] weights (BenchmarkMatMulTiles, commit
+// 1cf6c5d), the two ran even at 16 rows and the big one was faster from 32
+// (26.9 against 21.5 TFLOP/s; 61.7 against 31.2 at 64 rows, 109 against
+// 39.9 at 256, 154 against 43.3 at 1024).
+const mmaBigMinRows = 17
 
 // mmaLaunch picks the tensor-core kernel for M rows (8, 16 or 32 rows of x
 // a block of 16 weight rows, or 64 × 64 tiles past mmaBigMinRows rows: the

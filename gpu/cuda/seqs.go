@@ -172,6 +172,10 @@ const copyPairBytes = 40
 // CopyMany implements gpu.Copier: one copy_many launch per element size, a
 // block row per pair (the pairs were checked by gpu.CopyMany).
 func (q *Queue) CopyMany(pairs []gpu.CopyPair) {
+	if len(pairs) == 1 { // the plain copy's grid fits one large copy better
+		q.Copy(pairs[0].Dst, pairs[0].Src)
+		return
+	}
 	for _, size := range []int{4, 2} {
 		buf := make([]byte, 0, copyPairBytes*len(pairs))
 		n, most := 0, 0
@@ -205,6 +209,13 @@ func (q *Queue) CopyMany(pairs []gpu.CopyPair) {
 			name = "copy_many_u16"
 		}
 		off := q.put(buf)
-		q.launch(name, [3]uint32{uint32(n), uint32(min(16, (most+255)/256)), 1}, blk256, 0, upload(off))
+		q.launch(name, copyManyGrid(n, most), blk256, 0, upload(off))
 	}
+}
+
+// copyManyGrid is copy_many's grid for n pairs of at most most elements: a
+// block row per pair, enough 256-thread blocks along y for the largest
+// (at most 64; they loop, and a smaller pair's spare blocks exit).
+func copyManyGrid(n, most int) [3]uint32 {
+	return [3]uint32{uint32(n), uint32(min(64, max(1, (most+255)/256))), 1}
 }
