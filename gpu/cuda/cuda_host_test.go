@@ -660,3 +660,117 @@ func TestBatchedCopyGrids(t *testing.T) {
 		}
 	}
 }
+
+// uploadAt returns the n bytes of the recorded uploads that launch arg
+// slot i (an upload offset) points at.
+func uploadAt(q *Queue, slot uint64, n int) []byte { return q.rec.up[slot : int(slot)+n] }
+
+// TestBatchedOpsPacking: each batched op is one launch whose uploaded
+// records carry every sequence's (or pair's) own pointers, strides,
+// positions and counts, in kernels.cu's layouts.
+func TestBatchedOpsPacking(t *testing.T) {
+	le := binary.LittleEndian
+	t.Run("attention", func(t *testing.T) {
+		const heads, hd = 4, 8
+		qt, dst := fakeTensor(gpu.F32, 4, heads*hd), fakeTensor(gpu.F32, 4, heads*hd)
+		pool, vpool := fakeTensor(gpu.F32, 4*16, 2*hd), fakeTensor(gpu.F32, 4*16, 2*hd)
+		own, ownv := fakeTensor(gpu.F32, 9, 2*hd), fakeTensor(gpu.F32, 9, 2*hd)
+		t1, t2 := fakeTensor(gpu.I32, 1, 3), fakeTensor(gpu.I32, 1, 2)
+		seqs := []gpu.AttnSeq{
+			{Rows: 1, QPos0: 40, K: pool, V: vpool, Blocks: t1, Keys: 41},
+			{Rows: 0, QPos0: 7, K: pool, V: vpool, Blocks: t2, Keys: 7},
+			{Rows: 2, QPos0: 7, K: own, V: ownv},
+			{Rows: 1, QPos0: 20, K: pool, V: vpool, Blocks: t2, Keys: 21},
+		}
+		q := hostQueue()
+		q.scores = &buffer{ptr: 1 << 40, dt: gpu.F32, n: maxScores}
+		q.AttentionSeqs(dst, qt, gpu.AttnParams{Heads: heads, KVHeads: 2, HeadDim: hd, Scale: 0.25, Causal: true, BlockRows: 16}, seqs)
+		if len(q.rec.cmds) != 1 || q.rec.cmds[0].fn != q.d.fns["attention_seqs_f32"] || q.rec.cmds[0].grid != [3]uint32{4, heads, 1} {
+			t.Fatalf("%d launches (%+v), want one attention_seqs_f32 on a 4 × %d grid", len(q.rec.cmds), q.rec.cmds, heads)
+		}
+		cm := q.rec.cmds[0]
+		args := q.rec.slots[cm.a0 : cm.a0+cm.na]
+		if maxL := int(args[6]); maxL != 41 {
+			t.Errorf("scores of %d keys a row, want 41 (the longest sequence)", maxL)
+		}
+		recs := uploadAt(q, args[4], 4*attnRowBytes)
+		ptr := func(x gpu.Tensor) uint64 { return uint64(x.Buf.(*buffer).ptr) }
+		want := []struct {
+			k, v, tab uint64
+			pos, keys int
+		}{
+			{ptr(pool), ptr(vpool), ptr(t1), 40, 41},
+			{ptr(own), ptr(ownv), 0, 7, 9},
+			{ptr(own), ptr(ownv), 0, 8, 9},
+			{ptr(pool), ptr(vpool), ptr(t2), 20, 21},
+		}
+		for r, w := range want {
+			b := recs[r*attnRowBytes:]
+			got := []uint64{le.Uint64(b), le.Uint64(b[8:]), le.Uint64(b[16:]), le.Uint64(b[24:]), uint64(le.Uint32(b[40:])), uint64(le.Uint32(b[44:]))}
+			if got[0] != w.k || got[1] != w.v || got[2] != w.tab || got[3] != uint64(2*hd) || int(got[4]) != w.pos || int(got[5]) != w.keys {
+				t.Errorf("row %d: k %#x v %#x table %#x ldk %d pos %d keys %d; want %#x %#x %#x %d %d %d",
+					r, got[0], got[1], got[2], got[3], got[4], got[5], w.k, w.v, w.tab, 2*hd, w.pos, w.keys)
+			}
+		}
+	})
+	t.Run("shortconv", func(t *testing.T) {
+		x, dst := fakeTensor(gpu.F32, 4, 8), fakeTensor(gpu.F32, 4, 8)
+		w := fakeTensor(gpu.BF16, 8, 3)
+		s := []gpu.Tensor{fakeTensor(gpu.F32, 2, 8), fakeTensor(gpu.F32, 2, 8), fakeTensor(gpu.F32, 2, 8)}
+		q := hostQueue()
+		q.ShortConvSeqs(dst, x, w, s, []int{3, 0, 1})
+		if len(q.rec.cmds) != 1 || q.rec.cmds[0].fn != q.d.fns["shortconv_seqs_f32"] || q.rec.cmds[0].grid != [3]uint32{1, 2, 1} {
+			t.Fatalf("%+v, want one shortconv_seqs_f32 over the 2 sequences with rows", q.rec.cmds)
+		}
+		cm := q.rec.cmds[0]
+		recs := uploadAt(q, q.rec.slots[cm.a0+6], 2*convSeqBytes)
+		for i, w := range []struct {
+			st     gpu.Tensor
+			r0, rs int
+		}{{s[0], 0, 3}, {s[2], 3, 1}} {
+			b := recs[i*convSeqBytes:]
+			if le.Uint64(b) != uint64(w.st.Buf.(*buffer).ptr) || le.Uint64(b[8:]) != 8 || int(le.Uint32(b[16:])) != w.r0 || int(le.Uint32(b[20:])) != w.rs {
+				t.Errorf("sequence %d: state %#x ld %d rows %d+%d", i, le.Uint64(b), le.Uint64(b[8:]), le.Uint32(b[16:]), le.Uint32(b[20:]))
+			}
+		}
+	})
+	t.Run("copies", func(t *testing.T) {
+		a, b := fakeTensor(gpu.F32, 8, 4), fakeTensor(gpu.F32, 8, 4)
+		h, g := fakeTensor(gpu.BF16, 2, 4), fakeTensor(gpu.BF16, 2, 4)
+		q := hostQueue()
+		q.CopyRows(a, b, []int32{5, 2}, []int32{0, 7})
+		cm := q.rec.cmds[0]
+		if pairs := uploadAt(q, q.rec.slots[cm.a0+4], 16); le.Uint32(pairs) != 5 || le.Uint32(pairs[4:]) != 0 || le.Uint32(pairs[8:]) != 2 || le.Uint32(pairs[12:]) != 7 {
+			t.Errorf("row pairs % x", pairs)
+		}
+		for _, c := range []struct {
+			name  string
+			pairs []gpu.CopyPair
+			want  []string
+		}{
+			{"one pair: the plain copy", []gpu.CopyPair{{Dst: a, Src: b}}, []string{"copy_u32"}},
+			{"4- and 2-byte pairs: a launch each", []gpu.CopyPair{{Dst: a.Row(0), Src: b.Row(1)}, {Dst: h, Src: g}, {Dst: a.Row(3), Src: b.Row(2)}}, []string{"copy_many_u32", "copy_many_u16"}},
+			{"empty pairs: nothing", []gpu.CopyPair{{Dst: a.Slice(0, 0), Src: b.Slice(0, 0)}, {Dst: a.Slice(1, 1), Src: b.Slice(1, 1)}}, nil},
+		} {
+			q := hostQueue()
+			q.CopyMany(c.pairs)
+			if len(q.rec.cmds) != len(c.want) {
+				t.Errorf("%s: %d launches, want %v", c.name, len(q.rec.cmds), c.want)
+				continue
+			}
+			for i, name := range c.want {
+				if q.rec.cmds[i].fn != q.d.fns[name] {
+					t.Errorf("%s: launch %d is not %s", c.name, i, name)
+				}
+			}
+		}
+		q = hostQueue()
+		q.CopyMany([]gpu.CopyPair{{Dst: a.Row(0), Src: b.Row(1)}, {Dst: a.Slice(2, 5), Src: b.Slice(4, 7)}})
+		cm = q.rec.cmds[0]
+		recs := uploadAt(q, q.rec.slots[cm.a0], 2*copyPairBytes)
+		r := recs[copyPairBytes:]
+		if le.Uint64(r) != uint64(a.Buf.(*buffer).ptr)+2*4*4 || le.Uint64(r[8:]) != uint64(b.Buf.(*buffer).ptr)+4*4*4 || le.Uint32(r[32:]) != 3 || le.Uint32(r[36:]) != 4 {
+			t.Errorf("second pair's record % x", r[:copyPairBytes])
+		}
+	})
+}
