@@ -57,6 +57,7 @@ func TestBlocksTeacherForced(t *testing.T) {
 	d := e.DModel
 	T := e.OutLen(frames)
 	l := &e.Layers[0]
+	one := layout([]int{T}) // the clip alone
 
 	// ref returns a reference activation in our layout as a device tensor.
 	get := func(name string) gpu.Tensor {
@@ -87,14 +88,21 @@ func TestBlocksTeacherForced(t *testing.T) {
 		got  func() gpu.Tensor
 	}
 	steps := []step{
-		{"sub.0", func() gpu.Tensor { return e.Sub.conv0(c, upload(c, mel, frames, feats)) }},
+		{"sub.0", func() gpu.Tensor {
+			x, _ := e.Sub.conv0(c, upload(c, mel, frames, feats), layout([]int{frames}))
+			return x
+		}},
 	}
 	prev := "sub.0"
 	for i := range e.Sub.Stages {
 		dw, pw := fmt.Sprintf("sub.%d", 3*i+2), fmt.Sprintf("sub.%d", 3*i+3)
 		in := prev
 		steps = append(steps,
-			step{dw, func() gpu.Tensor { return e.Sub.depthwise(c, i, reluOf(in)) }},
+			step{dw, func() gpu.Tensor {
+				x := reluOf(in)
+				y, _ := e.Sub.depthwise(c, i, x, layout([]int{x.Rows}))
+				return y
+			}},
 			step{pw, func() gpu.Tensor { return e.Sub.pointwise(c, i, get(dw)) }})
 		prev = pw
 	}
@@ -113,7 +121,7 @@ func TestBlocksTeacherForced(t *testing.T) {
 		{"L0.res1", func() gpu.Tensor { return inPlace("sub.out", func(x gpu.Tensor) { halfResidual(c, x, get("L0.ff1")) }) }},
 		{"L0.ln2", func() gpu.Tensor { return out(T, d, func(x gpu.Tensor) { layerNorm(c, x, get("L0.res1"), l.NormAtt) }) }},
 		{"L0.att", func() gpu.Tensor {
-			return out(T, d, func(x gpu.Tensor) { e.attention(c, x, get("L0.ln2"), get("pos"), &l.Attn) })
+			return out(T, d, func(x gpu.Tensor) { e.attention(c, x, get("L0.ln2"), get("pos"), one, &l.Attn) })
 		}},
 		{"L0.res2", func() gpu.Tensor { return inPlace("L0.res1", func(x gpu.Tensor) { residual(c, x, get("L0.att")) }) }},
 		{"L0.ln3", func() gpu.Tensor {
@@ -125,9 +133,9 @@ func TestBlocksTeacherForced(t *testing.T) {
 		{"L0.glu", func() gpu.Tensor {
 			return out(T, d, func(x gpu.Tensor) { c.Q.GLU(x, get("L0.pw1")); c.Round(x) })
 		}},
-		{"L0.dw", func() gpu.Tensor { return out(T, d, func(x gpu.Tensor) { l.Conv.depthwise(c, x, get("L0.glu")) }) }},
+		{"L0.dw", func() gpu.Tensor { return out(T, d, func(x gpu.Tensor) { l.Conv.depthwise(c, x, get("L0.glu"), one) }) }},
 		{"L0.bn", func() gpu.Tensor { return inPlace("L0.dw", func(x gpu.Tensor) { l.Conv.batchNorm(c, x) }) }},
-		{"L0.conv", func() gpu.Tensor { return out(T, d, func(x gpu.Tensor) { l.Conv.forward(c, x, get("L0.ln3")) }) }},
+		{"L0.conv", func() gpu.Tensor { return out(T, d, func(x gpu.Tensor) { l.Conv.forward(c, x, get("L0.ln3"), one) }) }},
 		{"L0.res3", func() gpu.Tensor { return inPlace("L0.res2", func(x gpu.Tensor) { residual(c, x, get("L0.conv")) }) }},
 		{"L0.ln4", func() gpu.Tensor { return out(T, d, func(x gpu.Tensor) { layerNorm(c, x, get("L0.res3"), l.NormFF2) }) }},
 		{"L0.ff2", func() gpu.Tensor { return out(T, d, func(x gpu.Tensor) { e.feedForward(c, x, get("L0.ln4"), &l.FF2) }) }},

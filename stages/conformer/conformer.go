@@ -4,7 +4,8 @@
 // the audio adapter, the MLP that maps each encoder frame into the
 // backbone's embedding space. It follows liquid-audio's
 // model/conformer/{encoder,modules,mha,subsampling}.py and model/mlp.py for
-// one clip at a time (batch 1, no padding, so every mask is all-visible).
+// one clip at a time (batch 1, no padding, so every mask is all-visible);
+// EncodeBatch runs several such clips at once, each exactly as alone.
 //
 // # Numerics
 //
@@ -306,34 +307,67 @@ func (e *Encoder) Forward(c *nn.Ctx, mel gpu.Tensor) gpu.Tensor {
 
 // Encode runs the conformer alone: mel [T_mel, feat_in] → the encoder
 // output [OutLen(T_mel), FeatOut] (what the reference's ConformerEncoder
-// returns, transposed), in c's arena.
+// returns, transposed), in c's arena. It is EncodeBatch of one clip.
 func (e *Encoder) Encode(c *nn.Ctx, mel gpu.Tensor) gpu.Tensor {
 	if mel.Rows < 1 || mel.Cols != e.Cfg.FeatIn {
 		panic(fmt.Sprintf("conformer: mel %v, want [T ≥ 1, %d]", mel, e.Cfg.FeatIn))
 	}
-	T := e.OutLen(mel.Rows)
-	out := c.Tmp(T, e.FeatOut)
+	return e.EncodeBatch(c, mel, []int{mel.Rows})
+}
+
+// EncodeBatch encodes several clips at once: mels [Σ frames, feat_in]
+// holds their log-mel rows one clip after another, frames[i] rows for
+// clip i. It returns the encoder output of every clip in the same order,
+// [Σ OutLen(frames[i]), FeatOut] in c's arena, clip i's OutLen(frames[i])
+// rows exactly, bit for bit, what Encode gives for that clip alone (the
+// reference runs one unpadded clip at a time: no clip sees another).
+//
+// The work that treats rows independently — every product (linears, the
+// positional projection), norm, activation, residual and rounding — runs
+// once over all clips' rows; by the gpu.Queue contract a row's result
+// does not depend on the rows beside it, so this is exact. What mixes
+// rows within a clip runs on each clip's rows alone: the subsampling's
+// 3×3 convolutions, the conv module's depthwise convolution, and the
+// attention core (scores, rel_shift, softmax, the weighted sum). Adapt is
+// row-wise too: call it once on the result.
+//
+// frames must be non-empty, each at least 1, summing to mels.Rows, and
+// mels must be feat_in wide; anything else panics (a programmer error).
+func (e *Encoder) EncodeBatch(c *nn.Ctx, mels gpu.Tensor, frames []int) gpu.Tensor {
+	in := layout(frames)
+	if len(frames) == 0 || slices.Min(frames) < 1 || in.rows != mels.Rows || mels.Cols != e.Cfg.FeatIn {
+		panic(fmt.Sprintf("conformer: mels %v for clips of %v frames, want [Σ frames, %d] with every clip ≥ 1 frame", mels, frames, e.Cfg.FeatIn))
+	}
+	lens := make([]int, len(frames))
+	for i, n := range frames {
+		lens[i] = e.OutLen(n)
+	}
+	l := layout(lens)
+	out := c.Tmp(l.rows, e.FeatOut)
 	mark := c.A.Mark()
 	defer c.A.Release(mark)
 
 	// ChatState casts the fp32 mel to the model's dtype before the encoder.
-	in := c.Tmp(mel.Rows, mel.Cols)
-	c.Q.Copy(in, mel)
-	c.Round(in)
+	x0 := c.Tmp(mels.Rows, mels.Cols)
+	c.Q.Copy(x0, mels)
+	c.Round(x0)
 	x := out
 	if !e.OutProj.W.IsNil() {
-		x = c.Tmp(T, e.DModel)
+		x = c.Tmp(l.rows, e.DModel)
 	}
-	e.Sub.forward(c, x, in)
+	e.Sub.forward(c, x, x0, in)
 	if e.Cfg.XScaling { // RelPositionalEncoding: x = x * xscale
 		c.Q.Scale(x, x, float32(math.Sqrt(float64(e.DModel))))
 		c.Round(x)
 	}
-	pos := c.Tmp(2*T-1, e.DModel)
-	c.Q.Write(pos, e.pe.rows(T))
+	// The positional rows of the longest clip: a clip of T frames uses
+	// their middle 2T−1 rows (posTable's rows do not depend on the table's
+	// size).
+	pos := c.Tmp(2*l.max-1, e.DModel)
+	c.Q.Write(pos, e.pe.rows(l.max))
 	c.Round(pos) // the pe buffer is cast to bf16 with the model
 	for i := range e.Layers {
-		e.layer(c, &e.Layers[i], x, pos)
+		e.layer(c, &e.Layers[i], x, pos, l)
 	}
 	if !e.OutProj.W.IsNil() {
 		linear(c, out, x, e.OutProj)
@@ -342,7 +376,8 @@ func (e *Encoder) Encode(c *nn.Ctx, mel gpu.Tensor) gpu.Tensor {
 }
 
 // Adapt runs the audio adapter on encoder frames enc [T, FeatOut] and
-// returns [T, hidden] in c's arena.
+// returns [T, hidden] in c's arena. Every op of it is row-wise: the rows
+// of several clips (EncodeBatch's output) may go through it at once.
 func (e *Encoder) Adapt(c *nn.Ctx, enc gpu.Tensor) gpu.Tensor {
 	if enc.Cols != e.FeatOut {
 		panic(fmt.Sprintf("conformer: adapter input %v, want %d columns", enc, e.FeatOut))
@@ -362,36 +397,36 @@ func (e *Encoder) Adapt(c *nn.Ctx, enc gpu.Tensor) gpu.Tensor {
 }
 
 // layer runs ConformerLayer.forward in place on the residual stream x
-// [T, d]; pos holds the positional rows [2T−1, d].
-func (e *Encoder) layer(c *nn.Ctx, l *Layer, x, pos gpu.Tensor) {
+// [Σ T, d] of the clips l; pos holds the positional rows [2·l.max−1, d].
+func (e *Encoder) layer(c *nn.Ctx, ly *Layer, x, pos gpu.Tensor, l clips) {
 	mark := c.A.Mark()
 	defer c.A.Release(mark)
-	T, d := x.Rows, x.Cols
-	xn := c.Tmp(T, d)
-	y := c.Tmp(T, d)
+	N, d := x.Rows, x.Cols
+	xn := c.Tmp(N, d)
+	y := c.Tmp(N, d)
 
 	// residual = residual + dropout(ff1(norm(x))) * fc_factor
-	layerNorm(c, xn, x, l.NormFF1)
-	e.feedForward(c, y, xn, &l.FF1)
+	layerNorm(c, xn, x, ly.NormFF1)
+	e.feedForward(c, y, xn, &ly.FF1)
 	halfResidual(c, x, y)
 
 	// residual = residual + dropout(self_attn(norm(residual)))
-	layerNorm(c, xn, x, l.NormAtt)
-	e.attention(c, y, xn, pos, &l.Attn)
+	layerNorm(c, xn, x, ly.NormAtt)
+	e.attention(c, y, xn, pos, l, &ly.Attn)
 	residual(c, x, y)
 
 	// residual = residual + dropout(conv(norm(residual)))
-	layerNorm(c, xn, x, l.NormConv)
-	l.Conv.forward(c, y, xn)
+	layerNorm(c, xn, x, ly.NormConv)
+	ly.Conv.forward(c, y, xn, l)
 	residual(c, x, y)
 
 	// residual = residual + dropout(ff2(norm(residual))) * fc_factor
-	layerNorm(c, xn, x, l.NormFF2)
-	e.feedForward(c, y, xn, &l.FF2)
+	layerNorm(c, xn, x, ly.NormFF2)
+	e.feedForward(c, y, xn, &ly.FF2)
 	halfResidual(c, x, y)
 
 	// x = norm_out(residual)
-	layerNorm(c, x, x, l.NormOut)
+	layerNorm(c, x, x, ly.NormOut)
 }
 
 // feedForward is ConformerFeedForward: dst = linear2(silu(linear1(x))).
@@ -404,50 +439,71 @@ func (e *Encoder) feedForward(c *nn.Ctx, dst, x gpu.Tensor, f *FeedForward) {
 	linear(c, dst, h, f.Linear2) // [T, d_ff] -> [T, d]
 }
 
-// attention is RelPositionMultiHeadAttention.forward without a mask (one
-// unpadded clip with full context): per head,
-// scores = ((q+u)·kᵀ + rel_shift((q+v)·pᵀ)[:, :T]) / √head_dim,
-// dst = linear_out(softmax(scores)·v).
-func (e *Encoder) attention(c *nn.Ctx, dst, x, pos gpu.Tensor, a *Attention) {
+// attention is RelPositionMultiHeadAttention.forward without a mask (each
+// clip unpadded with full context) over the clips l of x [Σ T, d]: per
+// clip and head, scores = ((q+u)·kᵀ + rel_shift((q+v)·pᵀ)[:, :T]) /
+// √head_dim, dst = linear_out(softmax(scores)·v). The projections, the
+// bias adds and vᵀ run once for all clips; pos [2·l.max−1, d] is
+// projected once and clip T takes the middle 2T−1 rows of the product.
+func (e *Encoder) attention(c *nn.Ctx, dst, x, pos gpu.Tensor, l clips, a *Attention) {
 	mark := c.A.Mark()
 	defer c.A.Release(mark)
-	T, d, hd := x.Rows, x.Cols, e.HeadDim
-	P := pos.Rows // 2T − 1
-	q, k, v := c.Tmp(T, d), c.Tmp(T, d), c.Tmp(T, d)
+	N, d := x.Rows, x.Cols
+	P := pos.Rows // 2·l.max − 1
+	q, k, v := c.Tmp(N, d), c.Tmp(N, d), c.Tmp(N, d)
 	linear(c, q, x, a.Q)
 	linear(c, k, x, a.K)
 	linear(c, v, x, a.V)
 	p := c.Tmp(P, d) // linear_pos(pos_emb), no bias
 	c.Q.MatMul(p, pos, a.Pos, gpu.Tensor{})
 	c.Round(p)
-	qu, qv := c.Tmp(T, d), c.Tmp(T, d) // q + pos_bias_u, q + pos_bias_v
+	qu, qv := c.Tmp(N, d), c.Tmp(N, d) // q + pos_bias_u, q + pos_bias_v
 	c.Q.AddRow(qu, q, a.BiasU)
 	c.Round(qu)
 	c.Q.AddRow(qv, q, a.BiasV)
 	c.Round(qv)
-	vt := c.Tmp(d, T) // vᵀ: head h's rows are the right operand of probs·v
+	vt := c.Tmp(d, N) // vᵀ: clip i's columns, head h's rows are the right operand of probs·v
 	c.Q.Transpose(vt, v)
-	// scores / s_d_k: PyTorch multiplies by the fp32 reciprocal of a CPU
-	// scalar divisor.
-	scale := 1 / float32(math.Sqrt(float64(hd)))
-	ac, bd := c.Tmp(T, T), c.Tmp(T, P)
-	o := c.Tmp(T, d)
-	for h := range e.Heads {
-		lo, hi := h*hd, (h+1)*hd
-		c.Q.MatMul(bd, qv.ColSlice(lo, hi), p.ColSlice(lo, hi), gpu.Tensor{}) // matrix_bd [T, 2T−1]
-		c.Round(bd)
-		c.Q.MatMul(ac, qu.ColSlice(lo, hi), k.ColSlice(lo, hi), gpu.Tensor{}) // matrix_ac [T, T]
-		c.Round(ac)
-		c.Q.Add(ac, ac, relShift(bd))
-		c.Round(ac)
-		c.Q.Scale(ac, ac, scale)
-		c.Round(ac)
-		c.Q.Softmax(ac)
-		c.Round(ac)
-		c.Q.MatMul(o.ColSlice(lo, hi), ac, vt.Slice(lo, hi), gpu.Tensor{}) // probs·v [T, head_dim]
+	o := c.Tmp(N, d)
+	for i, T := range l.n {
+		e.clipAttention(c, l.view(o, i), l.view(qu, i), l.view(qv, i), l.view(k, i),
+			vt.ColSlice(l.off[i], l.off[i]+T), p.Slice(l.max-T, l.max+T-1))
 	}
 	c.Round(o)
 	linear(c, dst, o, a.Out)
+}
+
+// clipAttention is the attention core of one clip of T rows: o [T, d]
+// from qu, qv, k [T, d], vt [d, T] and its projected positions p
+// [2T−1, d]. Each head's scores (ac [T, T]) lie in one [heads·T, T]
+// matrix, so that the row-wise scale, softmax and their roundings run once
+// for all heads.
+func (e *Encoder) clipAttention(c *nn.Ctx, o, qu, qv, k, vt, p gpu.Tensor) {
+	mark := c.A.Mark()
+	defer c.A.Release(mark)
+	T, hd := qu.Rows, e.HeadDim
+	// scores / s_d_k: PyTorch multiplies by the fp32 reciprocal of a CPU
+	// scalar divisor.
+	scale := 1 / float32(math.Sqrt(float64(hd)))
+	ac, bd := c.Tmp(e.Heads*T, T), c.Tmp(T, p.Rows)
+	for h := range e.Heads {
+		lo, hi := h*hd, (h+1)*hd
+		ach := ac.Slice(h*T, (h+1)*T)
+		c.Q.MatMul(bd, qv.ColSlice(lo, hi), p.ColSlice(lo, hi), gpu.Tensor{}) // matrix_bd [T, 2T−1]
+		c.Round(bd)
+		c.Q.MatMul(ach, qu.ColSlice(lo, hi), k.ColSlice(lo, hi), gpu.Tensor{}) // matrix_ac [T, T]
+		c.Round(ach)
+		c.Q.Add(ach, ach, relShift(bd))
+		c.Round(ach)
+	}
+	c.Q.Scale(ac, ac, scale)
+	c.Round(ac)
+	c.Q.Softmax(ac)
+	c.Round(ac)
+	for h := range e.Heads {
+		lo, hi := h*hd, (h+1)*hd
+		c.Q.MatMul(o.ColSlice(lo, hi), ac.Slice(h*T, (h+1)*T), vt.Slice(lo, hi), gpu.Tensor{}) // probs·v [T, head_dim]
+	}
 }
 
 // relShift is RelPositionMultiHeadAttention.rel_shift followed by the
@@ -466,29 +522,34 @@ func relShift(bd gpu.Tensor) gpu.Tensor {
 	return v
 }
 
-// forward is ConformerConvolution.forward in time-major layout: dst =
-// pointwise_conv2(silu(batch_norm(depthwise_conv(glu(pointwise_conv1(x)))))).
-func (m *ConvModule) forward(c *nn.Ctx, dst, x gpu.Tensor) {
+// forward is ConformerConvolution.forward in time-major layout over the
+// clips l of x: dst = pointwise_conv2(silu(batch_norm(depthwise_conv(
+// glu(pointwise_conv1(x)))))). Only the depthwise convolution runs per
+// clip.
+func (m *ConvModule) forward(c *nn.Ctx, dst, x gpu.Tensor, l clips) {
 	mark := c.A.Mark()
 	defer c.A.Release(mark)
-	T, d := x.Rows, x.Cols
-	a := c.Tmp(T, 2*d)
+	N, d := x.Rows, x.Cols
+	a := c.Tmp(N, 2*d)
 	cudnnConv1x1(c, a, x, m.PW1) // [T, d] -> [T, 2d]
-	g := c.Tmp(T, d)
+	g := c.Tmp(N, d)
 	c.Q.GLU(g, a) // first half ⊙ sigmoid(second half)
 	c.Round(g)
-	y := c.Tmp(T, d)
-	m.depthwise(c, y, g)
+	y := c.Tmp(N, d)
+	m.depthwise(c, y, g, l)
 	m.batchNorm(c, y)
 	act(c, y, gpu.SiLU)
 	cudnnConv1x1(c, dst, y, m.PW2) // [T, d] -> [T, d]
 }
 
 // depthwise is depthwise_conv: a per-channel convolution along time with
-// conv_context_size zero rows each side; PyTorch's depthwise kernel sums
-// from the bias, one rounding.
-func (m *ConvModule) depthwise(c *nn.Ctx, dst, x gpu.Tensor) {
-	c.Q.Conv1D(dst, x, m.DW, m.DWB, gpu.ConvParams{K: m.Kernel, Stride: 1, Dilation: 1, Groups: x.Cols, PadLeft: m.PadLeft})
+// conv_context_size zero rows each side of every clip; PyTorch's
+// depthwise kernel sums from the bias, one rounding.
+func (m *ConvModule) depthwise(c *nn.Ctx, dst, x gpu.Tensor, l clips) {
+	p := gpu.ConvParams{K: m.Kernel, Stride: 1, Dilation: 1, Groups: x.Cols, PadLeft: m.PadLeft}
+	for i := range l.n {
+		c.Q.Conv1D(l.view(dst, i), l.view(x, i), m.DW, m.DWB, p)
+	}
 	c.Round(dst)
 }
 

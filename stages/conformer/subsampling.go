@@ -102,46 +102,61 @@ func (s *Subsampling) OutLen(tMel int) int {
 	return tMel
 }
 
-// forward runs the subsampling on in [T_mel, feat_in] into dst
-// [OutLen(T_mel), d_model]. MaskedConvSequential's masks are all ones for
-// one unpadded clip.
-func (s *Subsampling) forward(c *nn.Ctx, dst, in gpu.Tensor) {
+// forward runs the subsampling on in [Σ T_mel, feat_in], the mel rows of
+// the clips l, into dst [Σ OutLen(T_mel), d_model]. MaskedConvSequential's
+// masks are all ones for unpadded clips. The 3×3 convolutions run on each
+// clip's rows (their zero padding is the clip's edge); the pointwise
+// convolutions, bias adds, ReLUs and roundings are row-wise and run once.
+func (s *Subsampling) forward(c *nn.Ctx, dst, in gpu.Tensor, l clips) {
 	mark := c.A.Mark()
 	defer c.A.Release(mark)
-	x := s.conv0(c, in)
+	x, l := s.conv0(c, in, l)
 	c.Q.Act(x, x, gpu.ReLU) // exact on bf16 values: no rounding
 	for i := range s.Stages {
-		x = s.pointwise(c, i, s.depthwise(c, i, x))
+		var y gpu.Tensor
+		y, l = s.depthwise(c, i, x, l)
+		x = s.pointwise(c, i, y)
 		c.Q.Act(x, x, gpu.ReLU)
 	}
 	// x.transpose(1, 2).reshape(b, t, c·f) is x's row layout already.
 	linear(c, dst, x, s.Out)
 }
 
-// conv0 is conv.0 before its ReLU: in [T, feat_in] -> [⌈T/2⌉, C·W₁]. It
-// runs on cuDNN: the convolution is rounded, then ConvNd's bias add.
-func (s *Subsampling) conv0(c *nn.Ctx, in gpu.Tensor) gpu.Tensor {
-	x := c.Tmp(halve(in.Rows), s.Channels*s.Widths[1])
-	c.Q.Conv2D(x, in, s.Conv0, gpu.Tensor{}, strided(1, s.Widths[0], s.Widths[1], 1))
+// conv0 is conv.0 before its ReLU over the clips l of in: [T, feat_in] ->
+// [⌈T/2⌉, C·W₁] per clip; it returns the output and its layout. It runs
+// on cuDNN: the convolution is rounded, then ConvNd's bias add.
+func (s *Subsampling) conv0(c *nn.Ctx, in gpu.Tensor, l clips) (gpu.Tensor, clips) {
+	lo := l.halved()
+	x := c.Tmp(lo.rows, s.Channels*s.Widths[1])
+	p := strided(1, s.Widths[0], s.Widths[1], 1)
+	for i := range l.n {
+		c.Q.Conv2D(lo.view(x, i), l.view(in, i), s.Conv0, gpu.Tensor{}, p)
+	}
 	c.Round(x)
 	c.Q.AddRow(x, x, s.Conv0B)
 	c.Round(x)
-	return x
+	return x, lo
 }
 
-// depthwise is stage i's depthwise stride-2 convolution: [T, C·W] ->
-// [⌈T/2⌉, C·⌈W/2⌉]. PyTorch's own depthwise kernel adds the bias inside
-// its fp32 sum: one rounding.
-func (s *Subsampling) depthwise(c *nn.Ctx, i int, x gpu.Tensor) gpu.Tensor {
+// depthwise is stage i's depthwise stride-2 convolution over the clips l
+// of x: [T, C·W] -> [⌈T/2⌉, C·⌈W/2⌉] per clip; it returns the output and
+// its layout. PyTorch's own depthwise kernel adds the bias inside its fp32
+// sum: one rounding.
+func (s *Subsampling) depthwise(c *nn.Ctx, i int, x gpu.Tensor, l clips) (gpu.Tensor, clips) {
 	C, st := s.Channels, &s.Stages[i]
-	y := c.Tmp(halve(x.Rows), C*s.Widths[i+2])
-	c.Q.Conv2D(y, x, st.DW, st.DWB, strided(C, s.Widths[i+1], s.Widths[i+2], C))
+	lo := l.halved()
+	y := c.Tmp(lo.rows, C*s.Widths[i+2])
+	p := strided(C, s.Widths[i+1], s.Widths[i+2], C)
+	for j := range l.n {
+		c.Q.Conv2D(lo.view(y, j), l.view(x, j), st.DW, st.DWB, p)
+	}
 	c.Round(y)
-	return y
+	return y, lo
 }
 
 // pointwise is stage i's 1×1 convolution before its ReLU, on cuDNN like
-// conv.0.
+// conv.0. Each output row reads only its own input row (kernel height 1,
+// no padding along time), so it runs over all clips' rows at once.
 func (s *Subsampling) pointwise(c *nn.Ctx, i int, y gpu.Tensor) gpu.Tensor {
 	C, W, st := s.Channels, s.Widths[i+2], &s.Stages[i]
 	z := c.Tmp(y.Rows, C*W)
