@@ -91,6 +91,18 @@ type Frontend interface {
 	Adapt(c *nn.Ctx, enc gpu.Tensor) gpu.Tensor
 }
 
+// BatchFrontend is implemented by front ends whose encoder runs several
+// clips in one pass (the weights read once for every clip's rows).
+type BatchFrontend interface {
+	// EncodeBatch runs the encoder over the features of several clips:
+	// feats [Σ frames, bins] holds clip i's frames[i] rows after clip
+	// i−1's. It returns the clips' encoder outputs the same way, clip i's
+	// rows[i] rows after clip i−1's, each clip's rows exactly, bit for bit,
+	// what Encode returns for that clip alone. Adapt is row-wise: Adapt of
+	// enc gives every clip's rows as Adapt of that clip's rows alone.
+	EncodeBatch(c *nn.Ctx, feats gpu.Tensor, frames []int) (enc gpu.Tensor, rows []int)
+}
+
 // Cache is one conversation's backbone state.
 type Cache interface {
 	// Free releases its device memory.

@@ -114,6 +114,17 @@ func (f frontend) Features(x []float32) (*audio.Features, error) {
 func (f frontend) Encode(c *nn.Ctx, feats gpu.Tensor) gpu.Tensor { return f.enc.Encode(c, feats) }
 func (f frontend) Adapt(c *nn.Ctx, enc gpu.Tensor) gpu.Tensor    { return f.enc.Adapt(c, enc) }
 
+// EncodeBatch implements family.BatchFrontend: the conformer's EncodeBatch.
+func (f frontend) EncodeBatch(c *nn.Ctx, feats gpu.Tensor, frames []int) (gpu.Tensor, []int) {
+	rows := make([]int, len(frames))
+	for i, n := range frames {
+		rows[i] = f.enc.OutLen(n)
+	}
+	return f.enc.EncodeBatch(c, feats, frames), rows
+}
+
+var _ family.BatchFrontend = frontend{}
+
 type backbone struct{ m *lfm2.Model }
 
 func (b backbone) NewCache(dev gpu.Device) family.Cache { return b.m.NewCache(dev) }
