@@ -21,34 +21,54 @@ import (
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 )
 
-// frontend is the log-mel → encoder chain: a go-streams flow of two Map
-// stages (parallelism 1 keeps turns in order and gives each stage one
-// goroutine, which owns its queue). Every element is a *turn; a cancelled
-// turn passes through without work, so the flow never holds one back, and
-// close drains it so that every go-streams goroutine returns.
+// frontend is the log-mel → encoder chain: a go-streams flow of a Map
+// stage for the log-mel and a batchMap for the encoder (each one
+// goroutine, which owns its queue; both keep turns in order). The encoder
+// takes the turns whose clips wait for it when it is free (at most
+// encodeBatchClips clips, encodeBatchFrames mel frames) and encodes them
+// in one pass. Every element is a *turn; a cancelled turn passes through
+// without work, so the flow never holds one back, and close drains it so
+// that every go-streams goroutine returns.
 type frontend struct {
 	e    *Engine
 	src  chan any
+	enc  *batchMap[*turn]
 	done chan struct{}
 	once sync.Once
 }
+
+// The encoder's batch limits: clips, and mel frames in all (24,000 frames
+// are 4 minutes of audio at 100 frames a second). A clip longer than the
+// frame budget is encoded alone.
+const (
+	encodeBatchClips  = 32
+	encodeBatchFrames = 24000
+)
 
 func newFrontend(e *Engine) *frontend {
 	f := &frontend{e: e, src: make(chan any, e.opts.MaxTurns), done: make(chan struct{})}
 	encQ := e.dev.NewQueue(StageEncoder)
 	encCtx := nn.NewCtx(e.dev, encQ, e.opts.Precision)
 	mel := flow.NewMap(func(t *turn) *turn { return e.guard(StageFrontend, t, f.mel) }, 1)
-	enc := flow.NewMap(func(t *turn) *turn {
-		return e.guard(StageEncoder, t, func(t *turn) *turn { return f.encode(encCtx, t) })
-	}, 1)
-	extension.NewChanSource(f.src).Via(mel).Via(enc)
+	f.enc = newBatchMap(func(ts []*turn) []*turn { return f.encode(encCtx, ts) },
+		encodeBatchClips, melFrames, encodeBatchFrames)
+	extension.NewChanSource(f.src).Via(mel).Via(f.enc)
 	go func() {
 		defer close(f.done)
-		for v := range enc.Out() {
+		for v := range f.enc.Out() {
 			e.bbIn <- v.(*turn)
 		}
 	}()
 	return f
+}
+
+// melFrames is a turn's cost in the encoder's batch: its clip's mel frames
+// (none once it failed before its features).
+func melFrames(t *turn) int {
+	if t.mel == nil {
+		return 0
+	}
+	return t.mel.Frames
 }
 
 func (f *frontend) submit(t *turn) { f.src <- t }
@@ -118,42 +138,125 @@ func transpose(v []float32, rows, cols int) []float32 {
 	return out
 }
 
-// encode runs the conformer and the adapter; the rows land in the clip.
-func (f *frontend) encode(c *nn.Ctx, t *turn) *turn {
-	if t.failed() != nil || t.mel == nil {
-		return t
+// encode runs the conformer and the adapter over the clips of ts, one
+// batch (family.BatchFrontend; one by one where the front end does not
+// batch); each clip's rows land in its turn, and ts go on in order. Failed
+// and cancelled turns pass through untouched. A clip that fails fails only
+// its own turn: when a batch fails as a whole (a panic or a device error),
+// each of its clips is encoded again alone.
+func (f *frontend) encode(c *nn.Ctx, ts []*turn) []*turn {
+	var live []*turn
+	for _, t := range ts {
+		if t.failed() == nil && t.mel != nil {
+			live = append(live, t)
+		}
 	}
+	bf, batches := f.e.m.Frontend().(family.BatchFrontend)
+	if batches && len(live) > 1 {
+		err := f.tryBatch(c, bf, live)
+		if err == nil {
+			return ts
+		}
+		f.e.opts.Logger.Warn("pipeline: a batch of clips failed in the encoder; encoding them one by one", "clips", len(live), "err", err)
+	}
+	for _, t := range live {
+		f.e.guard(StageEncoder, t, func(t *turn) *turn {
+			f.encodeOne(c, t)
+			return t
+		})
+	}
+	return ts
+}
+
+// encodeOne encodes t's clip alone; a failure cancels t.
+func (f *frontend) encodeOne(c *nn.Ctx, t *turn) {
 	start := time.Now()
 	c.A.Reset()
-	feats := t.mel
-	mel := c.Tmp(feats.Frames, feats.Bins)
-	c.Q.Write(mel, feats.Data)
+	mel := c.Tmp(t.mel.Frames, t.mel.Bins)
+	c.Q.Write(mel, t.mel.Data)
 	enc := f.e.m.Frontend().Encode(c, mel)
-	if rec := t.req.Record; rec != nil {
-		v := make([]float32, enc.Len())
-		if err := c.Q.Read(v, enc); err != nil {
-			t.cancel(fmt.Errorf("encoder: %w", err))
-			return t
-		}
-		rec.SetFloats("encoder_out", v, enc.Rows, enc.Cols)
-	}
-	rows := f.e.m.Frontend().Adapt(c, enc)
-	host := make([]float32, rows.Len())
-	if err := c.Q.Read(host, rows); err != nil {
+	if err := f.land(c, []*turn{t}, enc, []int{enc.Rows}); err != nil {
 		t.cancel(fmt.Errorf("encoder: %w", err))
-		return t
+		return
 	}
-	if rows.Rows != chat.Rows(t.clip.MelFrames) {
-		t.cancel(fmt.Errorf("encoder gave %d rows for %d mel frames", rows.Rows, t.clip.MelFrames))
-		return t
-	}
-	if rec := t.req.Record; rec != nil {
-		rec.SetFloats("adapter_out", host, rows.Rows, rows.Cols)
-	}
-	t.clip.Features = host
-	t.mel = nil
 	f.e.record(StageEncoder, []*turn{t}, nil, start, "clip")
-	return t
+}
+
+// tryBatch is encodeBatch with a panic returned as its *StagePanic (and
+// logged): the caller encodes the clips again one by one.
+func (f *frontend) tryBatch(c *nn.Ctx, bf family.BatchFrontend, ts []*turn) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = f.e.stagePanic(StageEncoder, r)
+		}
+	}()
+	return f.encodeBatch(c, bf, ts)
+}
+
+// encodeBatch encodes the clips of ts in one pass: their features written
+// in one transfer, one EncodeBatch, one Adapt and one read of all rows. A
+// device error is returned with no turn touched.
+func (f *frontend) encodeBatch(c *nn.Ctx, bf family.BatchFrontend, ts []*turn) error {
+	start := time.Now()
+	c.A.Reset()
+	frames := make([]int, len(ts))
+	var data []float32
+	for i, t := range ts {
+		frames[i] = t.mel.Frames
+		data = append(data, t.mel.Data...)
+	}
+	bins := ts[0].mel.Bins
+	mel := c.Tmp(len(data)/bins, bins)
+	c.Q.Write(mel, data)
+	enc, rows := bf.EncodeBatch(c, mel, frames)
+	if err := f.land(c, ts, enc, rows); err != nil {
+		return err
+	}
+	f.e.recordRows(StageEncoder, ts, nil, frames, start, "clips")
+	return nil
+}
+
+// land runs the adapter on the encoder rows enc of the clips of ts
+// (rows[i] rows for ts[i], one clip after another), reads the result in
+// one transfer and gives every turn its clip's rows, recording
+// encoder_out and adapter_out for the turns that record. A clip with the
+// wrong number of rows cancels its own turn; a failed read is returned
+// before any turn is touched.
+func (f *frontend) land(c *nn.Ctx, ts []*turn, enc gpu.Tensor, rows []int) error {
+	encOut := make([][]float32, len(ts))
+	r0 := 0
+	for i, t := range ts {
+		if t.req.Record != nil {
+			x := enc.Slice(r0, r0+rows[i])
+			encOut[i] = make([]float32, x.Len())
+			if err := c.Q.Read(encOut[i], x); err != nil {
+				return err
+			}
+		}
+		r0 += rows[i]
+	}
+	out := f.e.m.Frontend().Adapt(c, enc)
+	host := make([]float32, out.Len())
+	if err := c.Q.Read(host, out); err != nil {
+		return err
+	}
+	r0 = 0
+	for i, t := range ts {
+		n := rows[i]
+		feats := slices.Clone(host[r0*out.Cols : (r0+n)*out.Cols])
+		r0 += n
+		if want := chat.Rows(t.clip.MelFrames); n != want {
+			t.cancel(fmt.Errorf("encoder gave %d rows for %d mel frames", n, t.clip.MelFrames))
+			continue
+		}
+		if rec := t.req.Record; rec != nil {
+			rec.SetFloats("encoder_out", encOut[i], n, enc.Cols)
+			rec.SetFloats("adapter_out", feats, n, out.Cols)
+		}
+		t.clip.Features = feats
+		t.mel = nil
+	}
+	return nil
 }
 
 // gather blocks for the first pending turn of in (or returns nil when the
