@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/gpu/gputest"
 	"github.com/omni-pipe/omni-pipe/internal/testdev"
 	"github.com/omni-pipe/omni-pipe/stages/config"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
@@ -144,89 +145,6 @@ func firstDiff(a, b []float32) int {
 	return -1
 }
 
-// countingQueue counts the calls of each gpu.Queue method.
-type countingQueue struct {
-	gpu.Queue
-	calls map[string]int
-}
-
-func (q *countingQueue) n(op string) { q.calls[op]++ }
-
-func (q *countingQueue) Write(dst gpu.Tensor, src []float32) { q.n("Write"); q.Queue.Write(dst, src) }
-func (q *countingQueue) WriteInt(dst gpu.Tensor, src []int32) {
-	q.n("WriteInt")
-	q.Queue.WriteInt(dst, src)
-}
-func (q *countingQueue) Read(dst []float32, src gpu.Tensor) error {
-	q.n("Read")
-	return q.Queue.Read(dst, src)
-}
-func (q *countingQueue) ReadInt(dst []int32, src gpu.Tensor) error {
-	q.n("ReadInt")
-	return q.Queue.ReadInt(dst, src)
-}
-func (q *countingQueue) Copy(dst, src gpu.Tensor)       { q.n("Copy"); q.Queue.Copy(dst, src) }
-func (q *countingQueue) Fill(dst gpu.Tensor, v float32) { q.n("Fill"); q.Queue.Fill(dst, v) }
-func (q *countingQueue) Sync() error                    { q.n("Sync"); return q.Queue.Sync() }
-func (q *countingQueue) MatMul(dst, x, w, bias gpu.Tensor) {
-	q.n("MatMul")
-	q.Queue.MatMul(dst, x, w, bias)
-}
-func (q *countingQueue) Add(dst, a, b gpu.Tensor)           { q.n("Add"); q.Queue.Add(dst, a, b) }
-func (q *countingQueue) Mul(dst, a, b gpu.Tensor)           { q.n("Mul"); q.Queue.Mul(dst, a, b) }
-func (q *countingQueue) AddRow(dst, a, v gpu.Tensor)        { q.n("AddRow"); q.Queue.AddRow(dst, a, v) }
-func (q *countingQueue) MulRow(dst, a, v gpu.Tensor)        { q.n("MulRow"); q.Queue.MulRow(dst, a, v) }
-func (q *countingQueue) Scale(dst, a gpu.Tensor, s float32) { q.n("Scale"); q.Queue.Scale(dst, a, s) }
-func (q *countingQueue) RoundBF16(dst gpu.Tensor)           { q.n("RoundBF16"); q.Queue.RoundBF16(dst) }
-func (q *countingQueue) Act(dst, a gpu.Tensor, f gpu.Activation) {
-	q.n("Act")
-	q.Queue.Act(dst, a, f)
-}
-func (q *countingQueue) GLU(dst, a gpu.Tensor) { q.n("GLU"); q.Queue.GLU(dst, a) }
-func (q *countingQueue) RMSNorm(dst, a gpu.Tensor, eps float32) {
-	q.n("RMSNorm")
-	q.Queue.RMSNorm(dst, a, eps)
-}
-func (q *countingQueue) LayerNorm(dst, a, w, b gpu.Tensor, eps float32) {
-	q.n("LayerNorm")
-	q.Queue.LayerNorm(dst, a, w, b, eps)
-}
-func (q *countingQueue) Softmax(dst gpu.Tensor)                { q.n("Softmax"); q.Queue.Softmax(dst) }
-func (q *countingQueue) RoPE(dst gpu.Tensor, p gpu.RoPEParams) { q.n("RoPE"); q.Queue.RoPE(dst, p) }
-func (q *countingQueue) Attention(dst, qt, k, v gpu.Tensor, p gpu.AttnParams) {
-	q.n("Attention")
-	q.Queue.Attention(dst, qt, k, v, p)
-}
-func (q *countingQueue) ShortConv(dst, x, w, state gpu.Tensor) {
-	q.n("ShortConv")
-	q.Queue.ShortConv(dst, x, w, state)
-}
-func (q *countingQueue) Embed(dst, table gpu.Tensor, ids []int32) {
-	q.n("Embed")
-	q.Queue.Embed(dst, table, ids)
-}
-func (q *countingQueue) EmbedIDs(dst, table, ids gpu.Tensor) {
-	q.n("EmbedIDs")
-	q.Queue.EmbedIDs(dst, table, ids)
-}
-func (q *countingQueue) Sample(ids, logits gpu.Tensor, rows []gpu.SampleRow) {
-	q.n("Sample")
-	q.Queue.Sample(ids, logits, rows)
-}
-func (q *countingQueue) Conv1D(dst, x, w, bias gpu.Tensor, p gpu.ConvParams) {
-	q.n("Conv1D")
-	q.Queue.Conv1D(dst, x, w, bias, p)
-}
-func (q *countingQueue) ConvTranspose1D(dst, x, w, bias gpu.Tensor, p gpu.ConvParams) {
-	q.n("ConvTranspose1D")
-	q.Queue.ConvTranspose1D(dst, x, w, bias, p)
-}
-func (q *countingQueue) Conv2D(dst, x, w, bias gpu.Tensor, p gpu.Conv2DParams) {
-	q.n("Conv2D")
-	q.Queue.Conv2D(dst, x, w, bias, p)
-}
-func (q *countingQueue) Transpose(dst, src gpu.Tensor) { q.n("Transpose"); q.Queue.Transpose(dst, src) }
-
 func total(calls map[string]int) int {
 	n := 0
 	for _, k := range calls {
@@ -261,7 +179,7 @@ func TestEncodeBatchOps(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	lengths := []int{40, 9, 1, 57, 17, 33, 8, 25}
 	count := func(clips int, batched bool) map[string]int {
-		q := &countingQueue{Queue: dev.NewQueue("count"), calls: map[string]int{}}
+		q := gputest.NewCountingQueue(dev.NewQueue("count"))
 		c := nn.NewCtx(dev, q, nn.BF16)
 		defer c.A.Free()
 		frames := lengths[:clips]
@@ -270,17 +188,17 @@ func TestEncodeBatchOps(t *testing.T) {
 			all = append(all, randomMel(rng, n, e.Cfg.FeatIn)...)
 		}
 		mel := upload(c, all, len(all)/e.Cfg.FeatIn, e.Cfg.FeatIn)
-		clear(q.calls)
+		clear(q.Ops)
 		if batched {
 			e.Adapt(c, e.EncodeBatch(c, mel, frames))
-			return q.calls
+			return q.Ops
 		}
 		row := 0
 		for _, n := range frames { // before EncodeBatch: one clip at a time
 			e.Adapt(c, oneClipEncode(e, c, mel.Slice(row, row+n)))
 			row += n
 		}
-		return q.calls
+		return q.Ops
 	}
 	two, eight := count(2, true), count(8, true)
 	oldTwo, oldEight := count(2, false), count(8, false)
