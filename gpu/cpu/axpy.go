@@ -64,12 +64,7 @@ func (g *xw) run(wk *work, m0, m1, n0, n1 int, asm bool) {
 }
 
 func (g *xw) runAsm(wk *work, m0, m1, n0, n1 int) {
-	di := dtIndex(g.wt)
-	es := uintptr(g.wt.Size())
-	a := &wk.args
-	a.xs = uintptr(g.xs) * 4
-	a.ws = uintptr(g.ws) * es
-	a.os = uintptr(g.ds) * 4
+	a, di := wk.argsFor(g.xs, g.ws, g.ds, g.wt)
 	if g.K == 0 {
 		if g.add {
 			return

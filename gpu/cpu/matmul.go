@@ -56,6 +56,17 @@ type work struct {
 }
 
 // workspace returns n chunk scratches.
+// argsFor sets wk's tile-kernel row strides for x, weight and output rows
+// of xs, ws and ds elements (F32 x and outputs, weights of wt) and returns
+// the arguments with wt's kernel-table index.
+func (wk *work) argsFor(xs, ws, ds int, wt gpu.DType) (*tileArgs, int) {
+	a := &wk.args
+	a.xs = uintptr(xs) * 4
+	a.ws = uintptr(ws) * uintptr(wt.Size())
+	a.os = uintptr(ds) * 4
+	return a, dtIndex(wt)
+}
+
 func (q *Queue) workspace(n int) []*work {
 	for len(q.work) < n {
 		q.work = append(q.work, new(work))
@@ -191,12 +202,7 @@ func (g *mm) runAsm(wk *work, m0, m1, n0, n1 int) {
 		// Tiles of a block × 96 floats (the largest tile's accumulators).
 		wk.acc = grow(wk.acc, ((min(mc, rows)+mr-1)/mr)*((min(nc, n1-n0)+nr-1)/nr)*96)
 	}
-	di := dtIndex(g.wt)
-	es := uintptr(g.wt.Size())
-	a := &wk.args
-	a.xs = uintptr(g.xs) * 4
-	a.ws = uintptr(g.ws) * es
-	a.os = uintptr(g.ds) * 4
+	a, di := wk.argsFor(g.xs, g.ws, g.ds, g.wt)
 	for nb := n0; nb < n1; nb += nc {
 		nbe := min(nb+nc, n1)
 		for mb := m0; mb < m1; mb += mc {
@@ -250,12 +256,7 @@ func (g *mm) runStream(wk *work, m0, m1, n0, n1 int) {
 	if rows <= 2 {
 		nr = 4
 	}
-	di := dtIndex(g.wt)
-	es := uintptr(g.wt.Size())
-	a := &wk.args
-	a.xs = uintptr(g.xs) * 4
-	a.ws = uintptr(g.ws) * es
-	a.os = uintptr(g.ds) * 4
+	a, di := wk.argsFor(g.xs, g.ws, g.ds, g.wt)
 	a.k = uintptr(K8) / 8
 	a.mode = 0
 	for n := n0; n < n1; n += nr {
