@@ -91,19 +91,7 @@ func attentionCase(h *harness, c attnCase, probBF16 bool) {
 	if c.paged > 0 {
 		var pv []int32
 		p.Blocks, p.BlockRows, p.Keys, pv = h.pageTable(c.nk, c.paged)
-		scatter := func(vals []float32) operand {
-			pool := make([]float32, len(pv)*kc)
-			for r, j := range pv {
-				for e := 0; e < kc; e++ {
-					pool[r*kc+e] = poison
-					if j >= 0 {
-						pool[r*kc+e] = vals[int(j)*kc+e]
-					}
-				}
-			}
-			return h.input(len(pv), kc, c.strided, pool)
-		}
-		k, v = scatter(kv), scatter(vv)
+		k, v = h.pagedPool(pv, kv, kc, c.strided), h.pagedPool(pv, vv, kc, c.strided)
 	} else {
 		k = h.input(c.nk, kc, c.strided, kv)
 		v = h.input(c.nk, kc, c.strided, vv)

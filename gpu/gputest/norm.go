@@ -296,6 +296,23 @@ func checkEmbed(h *harness) {
 	}
 }
 
+// shortConvReplay writes the float64 replay of T rows of ShortConv over
+// x′ = [state; x] (xp, (L−1+T)·C values) into want and each output's bound
+// γ_L·Σ|w·x′| (a dot product of L terms) into bound.
+func shortConvReplay(want, bound []float64, w, xp []float32, T, C, L int) {
+	for t := 0; t < T; t++ {
+		for ch := 0; ch < C; ch++ {
+			var s, sa float64
+			for k := 0; k < L; k++ {
+				p := float64(w[ch*L+k]) * float64(xp[(t+k)*C+ch])
+				s += p
+				sa += math.Abs(p)
+			}
+			want[t*C+ch], bound[t*C+ch] = s, gamma(L)*sa
+		}
+	}
+}
+
 // checkShortConv runs several calls in a row on one state and checks both
 // outputs after every call: dst within γ_L·Σ|w·x′| (a dot product of L
 // terms), the state exactly (a copy of the last L−1 rows of x′).
@@ -321,17 +338,7 @@ func checkShortConv(h *harness) {
 			dst := h.f32(T, c.C, c.strided)
 			xp := append(append([]float32(nil), st...), xv...) // x′ = [state; x]
 			want, bound := make([]float64, T*c.C), make([]float64, T*c.C)
-			for t := 0; t < T; t++ {
-				for ch := 0; ch < c.C; ch++ {
-					var s, sa float64
-					for k := 0; k < c.L; k++ {
-						p := float64(w.vals[ch*c.L+k]) * float64(xp[(t+k)*c.C+ch])
-						s += p
-						sa += math.Abs(p)
-					}
-					want[t*c.C+ch], bound[t*c.C+ch] = s, gamma(c.L)*sa
-				}
-			}
+			shortConvReplay(want, bound, w.vals, xp, T, c.C, c.L)
 			st = append([]float32(nil), xp[T*c.C:]...)
 			h.q.ShortConv(dst.view, x.view, w.view, state.view)
 			cs := fmt.Sprintf("%s/call%d/T=%d", name, call+1, T)

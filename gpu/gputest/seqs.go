@@ -142,17 +142,7 @@ func checkShortConvSeqs(h *harness) {
 			r0 := 0
 			for si, n := range rows {
 				xp := append(append([]float32(nil), st[si]...), xv[r0*c.C:(r0+n)*c.C]...)
-				for t := 0; t < n; t++ {
-					for ch := 0; ch < c.C; ch++ {
-						var s, sa float64
-						for k := 0; k < c.L; k++ {
-							p := float64(w.vals[ch*c.L+k]) * float64(xp[(t+k)*c.C+ch])
-							s += p
-							sa += math.Abs(p)
-						}
-						want[(r0+t)*c.C+ch], bound[(r0+t)*c.C+ch] = s, gamma(c.L)*sa
-					}
-				}
+				shortConvReplay(want[r0*c.C:], bound[r0*c.C:], w.vals, xp, n, c.C, c.L)
 				st[si] = append([]float32(nil), xp[n*c.C:]...)
 				r0 += n
 			}
