@@ -495,6 +495,7 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 	// data, not kernel arguments.
 	var w2 poolWrites
 	aseqs := make([]gpu.AttnSeq, 0, len(seqs))
+	blockRows := 0 // one pool per model and device: the same for every cache
 	r0 = 0
 	for _, s := range seqs {
 		if s.Rows == 0 {
@@ -504,6 +505,10 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 		t := cc.tabs[cc.group[i]]
 		kp, vp := t.g.layerPools(i)
 		br := cc.pool.rows
+		if blockRows != 0 && br != blockRows {
+			panic(fmt.Sprintf("lfm2: caches of %d- and %d-row blocks in one forward", blockRows, br))
+		}
+		blockRows = br
 		pw := w2.pool(kp, vp)
 		for j := 0; j < s.Rows; j++ {
 			a := cc.pos + j
@@ -521,16 +526,12 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 		gpu.CopyRows(c.Q, pw.k, k, pw.dst, pw.src)
 		gpu.CopyRows(c.Q, pw.v, v, pw.dst, pw.src)
 	}
-	br := 1
-	if len(aseqs) > 0 {
-		br = seqs[0].Cache.pool.rows
-	}
 	gpu.AttentionSeqs(c.Q, o, q, gpu.AttnParams{
 		Heads: at.Heads, KVHeads: at.KVHeads, HeadDim: hd,
 		Scale:  float32(1 / math.Sqrt(float64(hd))),
 		Causal: true, Window: at.Window,
 		ProbBF16:  c.P == nn.BF16 && m.FlashAttention,
-		BlockRows: br,
+		BlockRows: max(blockRows, 1),
 	}, aseqs)
 	c.Round(o)
 	c.Linear(dst, o, at.Out, gpu.Tensor{})
