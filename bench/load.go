@@ -37,6 +37,11 @@ type LoadOptions struct {
 	MaxNewTokens int
 	// Seed is the first session's clip and sampling seed (session i: Seed+i).
 	Seed uint64
+	// Ramp spreads the sessions' starts evenly over this long (session i
+	// starts at i·Ramp/Sessions): a steady arrival of conversations instead
+	// of all of them at once (0). First audio is from each session's own
+	// start either way.
+	Ramp time.Duration
 	// Progress, when set, receives a line per finished run.
 	Progress io.Writer
 }
@@ -110,6 +115,9 @@ func Load(ctx context.Context, tgt Target, o LoadOptions) (*LoadReport, error) {
 	if o.Sessions < 1 {
 		return nil, fmt.Errorf("load: %d sessions", o.Sessions)
 	}
+	if o.Ramp < 0 {
+		return nil, fmt.Errorf("load: ramp %v", o.Ramp)
+	}
 	clips := make([]*audio.Clip, o.Sessions)
 	for i := range clips {
 		c, err := SpeechClip(o.ClipSeconds, 16000, o.Seed+uint64(i))
@@ -148,6 +156,10 @@ func Load(ctx context.Context, tgt Target, o LoadOptions) (*LoadReport, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if !sleepUntil(ctx, start.Add(o.Ramp*time.Duration(i)/time.Duration(o.Sessions))) {
+				rep.PerSession[i] = SessionResult{Index: i, Error: ctx.Err().Error()}
+				return
+			}
 			// Each session also samples at its first audio, when its turn
 			// surely holds its memory (a turn shorter than the ticker's
 			// period would otherwise go unseen).
@@ -167,6 +179,22 @@ func Load(ctx context.Context, tgt Target, o LoadOptions) (*LoadReport, error) {
 		return rep, err
 	}
 	return rep, nil
+}
+
+// sleepUntil waits until t and reports whether ctx is still live.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // LoadCurve runs Load once per session count.

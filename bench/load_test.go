@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/bench"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
 	"github.com/omni-pipe/omni-pipe/internal/testmodel"
@@ -118,5 +119,43 @@ func TestUnderruns(t *testing.T) {
 				t.Errorf("%s: underrun %d stalls %v, want %v", tc.name, i, u.Stall, ms(tc.stalls[i]))
 			}
 		}
+	}
+}
+
+// instantTarget answers every turn at once with a few chunks of speech.
+type instantTarget struct{}
+
+func (instantTarget) Name() string { return "instant" }
+func (instantTarget) Turn(ctx context.Context, _ *audio.Clip, _ uint64, _ int, sink func(samples, rate int)) error {
+	for range 3 {
+		sink(1920, 24000)
+	}
+	return ctx.Err()
+}
+func (instantTarget) Memory(context.Context) (int64, int64, bool) { return 0, 0, false }
+
+// TestLoadRamp: with a ramp, session i starts no sooner than i·ramp/N into
+// the run (a lower bound only: a loaded machine may start it later); a
+// negative ramp is refused; a run cancelled during the ramp fails the
+// sessions not yet started and says so.
+func TestLoadRamp(t *testing.T) {
+	const n, ramp = 4, 120 * time.Millisecond
+	rep, err := bench.Load(context.Background(), instantTarget{}, bench.LoadOptions{Sessions: n, ClipSeconds: 0.5, Ramp: ramp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range rep.PerSession {
+		if lo := float64(ramp.Milliseconds()) * float64(i) / n; s.StartMS < lo || s.Error != "" {
+			t.Errorf("session %d started at %.1f ms (error %q), want ≥ %.0f ms", i, s.StartMS, s.Error, lo)
+		}
+	}
+	if _, err := bench.Load(context.Background(), instantTarget{}, bench.LoadOptions{Sessions: 2, Ramp: -time.Second}); err == nil {
+		t.Error("a negative ramp was accepted")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	rep, err = bench.Load(ctx, instantTarget{}, bench.LoadOptions{Sessions: 2, ClipSeconds: 0.5, Ramp: time.Hour})
+	if err == nil || rep.Failed != 1 || !strings.Contains(rep.PerSession[1].Error, "deadline") {
+		t.Errorf("cancelled during the ramp: err %v, %d failed, session 1 %+v", err, rep.Failed, rep.PerSession[1])
 	}
 }

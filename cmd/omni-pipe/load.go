@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/omni-pipe/omni-pipe/bench"
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -23,6 +24,7 @@ import (
 type loadFlags struct {
 	sessions, url, svg, budget *string
 	maxBatch, prefillChunk     *int
+	ramp                       *time.Duration
 }
 
 func (lf *loadFlags) register(fs *flag.FlagSet) {
@@ -31,6 +33,7 @@ func (lf *loadFlags) register(fs *flag.FlagSet) {
 	lf.svg = fs.String("svg", "", "with --sessions: also draw sessions against time into this SVG file")
 	lf.maxBatch = fs.Int("max-batch", 0, "with --sessions, in process: sessions one step serves (0: the device's default)")
 	lf.prefillChunk = fs.Int("prefill-chunk", 0, "with --sessions, in process: prompt rows one step prefills (0: the device's default)")
+	lf.ramp = fs.Duration("ramp", 0, "with --sessions: spread the sessions' starts evenly over this long (e.g. 10s: a steady arrival) instead of starting them all at once")
 	lf.budget = fs.String("memory-budget", "", "with --sessions, in process: the engine's memory budget (e.g. 8GiB, 512MiB; default: from the device's free memory)")
 }
 
@@ -92,6 +95,7 @@ func (lf *loadFlags) run(e *env, r loadRun) error {
 		intIn("--max-batch", *lf.maxBatch, 0, 4096),
 		intIn("--prefill-chunk", *lf.prefillChunk, 0, 1<<16),
 		checkWritable("--svg", *lf.svg),
+		durationIn("--ramp", *lf.ramp, 0, time.Hour),
 	); err != nil {
 		return err
 	}
@@ -103,7 +107,7 @@ func (lf *loadFlags) run(e *env, r loadRun) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	opts := bench.LoadOptions{ClipSeconds: r.seconds, MaxNewTokens: r.maxNew, Seed: r.seed, Progress: e.stderr}
+	opts := bench.LoadOptions{ClipSeconds: r.seconds, MaxNewTokens: r.maxNew, Seed: r.seed, Ramp: *lf.ramp, Progress: e.stderr}
 	var tgt bench.Target
 	if *lf.url != "" {
 		if r.synthetic || r.mf.dir != "" {

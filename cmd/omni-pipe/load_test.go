@@ -23,6 +23,8 @@ func TestLoadUsage(t *testing.T) {
 		{[]string{"bench", "--sessions", "2", "--url", "x:80"}, "want http://HOST:PORT"},
 		{[]string{"bench", "--sessions", "2", "--model", tiny, "--memory-budget", "lots"}, "--memory-budget"},
 		{[]string{"bench", "--sessions", "2", "--model", tiny, "--max-batch", "-1"}, "--max-batch -1"},
+		{[]string{"bench", "--sessions", "2", "--model", tiny, "--ramp", "-1s"}, "--ramp -1s"},
+		{[]string{"bench", "--sessions", "2", "--model", tiny, "--ramp", "soon"}, `invalid value "soon" for flag -ramp`},
 	} {
 		code, out, errOut := runCmd(t, "", tt.args...)
 		if code != exitUsage || !strings.Contains(out+errOut, tt.want) {
@@ -74,6 +76,18 @@ func TestLoadCommand(t *testing.T) {
 	var reps []bench.LoadReport
 	if err := json.Unmarshal([]byte(out), &reps); err != nil || len(reps) != 2 || reps[1].Sessions != 2 || len(reps[1].PerSession) != 2 || reps[0].MemoryBudget != 256<<20 {
 		t.Fatalf("--json: %v, %+v", err, reps)
+	}
+	// --ramp 400ms: of 2 sessions the second starts 200 ms into the run.
+	code, out, errOut = runCmd(t, "", "bench", "--model", tiny, "--sessions", "2", "--seconds", "1", "--max-new-tokens", "12", "--ramp", "400ms", "--json")
+	if code != exitOK {
+		t.Fatalf("--ramp: exit %d: %s", code, errOut)
+	}
+	reps = nil
+	if err := json.Unmarshal([]byte(out), &reps); err != nil || len(reps) != 1 || len(reps[0].PerSession) != 2 {
+		t.Fatalf("--ramp: %v, %+v", err, reps)
+	}
+	if s := reps[0].PerSession[1]; s.StartMS < 200 {
+		t.Errorf("--ramp 400ms: the second of 2 sessions started at %.0f ms, want ≥ 200", s.StartMS)
 	}
 }
 
