@@ -37,7 +37,12 @@
 // place before the launch, at about 15 µs of host time each. A RoundBF16, an activation, a norm's row weight or an
 // Add/Mul with another buffer that follows an op on exactly its output is
 // folded into that op's kernel: the same float operations in the same
-// order, one kernel fewer.
+// order, one kernel fewer. The batched ops of package gpu (CopyRows,
+// CopyMany, AttentionSeqs, ShortConvSeqs; seqs.go) and PrepHeads carry
+// their per-sequence pointers, positions and counts in the launch's
+// uploaded bytes, so as the sessions of a step advance a replayed graph
+// sees new data, not node updates, and a step's launches do not grow with
+// its sessions.
 //
 // # Numerics
 //
