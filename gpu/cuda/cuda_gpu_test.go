@@ -309,7 +309,7 @@ func TestGemvrVariantsBitIdentical(t *testing.T) {
 	for _, v := range gemvrVariants {
 		names = append(names, v.name)
 	}
-	variantsEqualTile(t, openGPU(t), rand.New(rand.NewPCG(10, 10)),
+	variantsEqualTile(t, openGPU(t), rand.New(rand.NewPCG(10, 10)), "",
 		[]struct{ N, K int }{{1024, 1024}, {2816, 1024}, {1024, 2816}, {777, 1000}, {3, 4104}, {1536, 264}, {65, 2056}},
 		[]int{2, 3, 4, 5, 8, 11, 32}, names, func(q *Queue, name string) { q.gemvrForce = name }, nil)
 }
@@ -336,7 +336,7 @@ func TestMmvVariantsBitIdentical(t *testing.T) {
 			}
 		}
 	}
-	variantsEqualTile(t, d, rand.New(rand.NewPCG(14, 15)),
+	variantsEqualTile(t, d, rand.New(rand.NewPCG(14, 15)), "",
 		[]struct{ N, K int }{{1024, 1024}, {2816, 1024}, {1024, 2816}, {777, 1000}, {3, 4104}, {1536, 264}, {65, 2056}, {40, 7}},
 		[]int{1, 2, 3, 5, 8, 11, 17, 32}, names, func(q *Queue, name string) { q.mmvForce = name }, everyOtherRowBF16)
 }
@@ -369,46 +369,23 @@ func TestMmaBigBitIdentical(t *testing.T) {
 			}
 		},
 	}
-	for _, sh := range []struct{ N, K int }{{2048, 2048}, {777, 1000}, {130, 4104}, {64, 264}, {100, 7}, {3, 2056}, {1536, 8192}} {
-		w := loadNormalBF16(t, d, rng, sh.N, sh.K)
-		q := d.NewQueue("big").(*Queue)
-		for _, M := range []int{1, 33, 64, 100, 130} {
-			for pn, prep := range preps {
-				xs := normals(rng, M*sh.K)
-				if prep != nil {
-					prep(xs, M, sh.K)
-				}
-				x, y := d.Alloc(gpu.F32, M, sh.K), d.Alloc(gpu.F32, M, sh.N)
-				q.Write(x, xs)
-				q.tileForce = true
-				var outs [2][]float32
-				for i, name := range []string{"mma_bf16_m32", "mma_bf16_big"} {
-					q.tileKernel = name
-					q.Fill(y, float32(math.NaN()))
-					q.MatMul(y, x, w, gpu.Tensor{})
-					outs[i] = make([]float32, M*sh.N)
-					if err := q.Read(outs[i], y); err != nil {
-						t.Fatal(err)
-					}
-				}
-				q.tileForce, q.tileKernel = false, ""
-				if bad := differing(outs[1], outs[0]); bad > 0 {
-					t.Errorf("mma_bf16_big on M=%d %dx%d, x %s: %d/%d outputs differ from mma_bf16_m32's", M, sh.N, sh.K, pn, bad, len(outs[0]))
-				}
-				d.Free(x)
-				d.Free(y)
-			}
-		}
-		d.Free(w)
+	for _, pn := range []string{"bf16", "fp32", "mixed"} {
+		t.Run("x="+pn, func(t *testing.T) {
+			variantsEqualTile(t, d, rng, "mma_bf16_m32",
+				[]struct{ N, K int }{{2048, 2048}, {777, 1000}, {130, 4104}, {64, 264}, {100, 7}, {3, 2056}, {1536, 8192}},
+				[]int{1, 33, 64, 100, 130}, []string{"mma_bf16_big"},
+				func(q *Queue, name string) { q.tileForce, q.tileKernel = name != "", name }, preps[pn])
+		})
 	}
 }
 
 // variantsEqualTile checks, for every weight shape and row count, that the
 // product of each named kernel variant (force selects it on the queue;
-// "" is the default pick) equals the tile kernel's bit for bit, its output
-// poisoned with NaNs before each launch. prep, when set, edits the random
-// rows of x first.
-func variantsEqualTile(t *testing.T, d *Device, rng *rand.Rand, shapes []struct{ N, K int }, Ms []int, names []string,
+// "" is the default pick) equals the tile kernel's bit for bit — the tile
+// kernel ref, or the default tile pick for "" — its output poisoned with
+// NaNs before each launch. prep, when set, edits the random rows of x
+// first.
+func variantsEqualTile(t *testing.T, d *Device, rng *rand.Rand, ref string, shapes []struct{ N, K int }, Ms []int, names []string,
 	force func(q *Queue, name string), prep func(xs []float32, M, K int)) {
 	t.Helper()
 	for _, sh := range shapes {
@@ -421,9 +398,9 @@ func variantsEqualTile(t *testing.T, d *Device, rng *rand.Rand, shapes []struct{
 			}
 			x, y := d.Alloc(gpu.F32, M, sh.K), d.Alloc(gpu.F32, M, sh.N)
 			q.Write(x, xs)
-			q.tileForce = true
+			q.tileForce, q.tileKernel = true, ref
 			q.MatMul(y, x, w, gpu.Tensor{})
-			q.tileForce = false
+			q.tileForce, q.tileKernel = false, ""
 			want := make([]float32, M*sh.N)
 			if err := q.Read(want, y); err != nil {
 				t.Fatal(err)
