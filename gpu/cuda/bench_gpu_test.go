@@ -67,33 +67,17 @@ func BenchmarkMatMul(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/M=%d", kind, M), func(b *testing.B) {
 				d.mmaMatMul = kind == "mma"
 				defer func() { d.mmaMatMul = false }()
-				q := d.NewQueue("bench")
+				q := d.NewQueue("bench").(*Queue)
 				x, y := d.Alloc(gpu.F32, M, K), d.Alloc(gpu.F32, M, N)
+				defer d.Free(x)
+				defer d.Free(y)
 				xs := make([]float32, M*K)
 				for i := range xs {
 					xs[i] = float32(rng.Float64()*2 - 1)
 				}
 				q.Write(x, xs)
-				for _, w := range ws { // warm up (and build the graph)
-					q.MatMul(y, x, w, gpu.Tensor{})
-				}
-				q.Sync()
-				for _, w := range ws {
-					q.MatMul(y, x, w, gpu.Tensor{})
-				}
-				q.Sync()
 				b.SetBytes(int64(sets) * N * K * 2)
-				b.ResetTimer()
-				for range b.N {
-					for _, w := range ws {
-						q.MatMul(y, x, w, gpu.Tensor{})
-					}
-					q.(*Queue).flush()
-				}
-				if err := q.Sync(); err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(float64(b.N)*sets*2*float64(M)*N*K/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+				timeProductSets(b, q, x, y, ws)
 			})
 		}
 	}
@@ -131,26 +115,36 @@ func BenchmarkMatMulTiles(b *testing.B) {
 					xs[i] = gpu.RoundBF16(xs[i])
 				}
 				q.Write(x, xs)
-				for range 2 { // warm up (and build the graph)
-					for _, w := range ws {
-						q.MatMul(y, x, w, gpu.Tensor{})
-					}
-					q.Sync()
-				}
-				b.ResetTimer()
-				for range b.N {
-					for _, w := range ws {
-						q.MatMul(y, x, w, gpu.Tensor{})
-					}
-					q.flush()
-				}
-				if err := q.Sync(); err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(float64(b.N)*sets*2*float64(M)*N*K/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+				timeProductSets(b, q, x, y, ws)
 			})
 		}
 	}
+}
+
+// timeProductSets times y = x·wᵀ for every w of ws an iteration (the sets
+// replayed as graphs, one hand-over an iteration) after two warm-up passes
+// (the second replays the graphs the first built), and reports TFLOP/s.
+func timeProductSets(b *testing.B, q *Queue, x, y gpu.Tensor, ws []gpu.Tensor) {
+	M, K, N := x.Rows, x.Cols, y.Cols
+	for range 2 {
+		for _, w := range ws {
+			q.MatMul(y, x, w, gpu.Tensor{})
+		}
+		if err := q.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		for _, w := range ws {
+			q.MatMul(y, x, w, gpu.Tensor{})
+		}
+		q.flush()
+	}
+	if err := q.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)*float64(len(ws))*2*float64(M)*float64(N)*float64(K)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
 }
 
 // BenchmarkKernelChain replays a chain of 256 dependent small kernels of
