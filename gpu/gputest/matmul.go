@@ -152,7 +152,7 @@ func checkBatchInvariance(h *harness) {
 					continue
 				}
 				alone[r] = a
-				if i := firstDiff(a, v); i >= 0 {
+				if i := FirstDiff(a, v); i >= 0 {
 					fails = append(fails, fmt.Sprintf("%s row %d: alone %.9g, as a row view %.9g (column %d)", cfg, r, a[i], v[i], i))
 					worst = max(worst, math.Abs(float64(a[i])-float64(v[i])))
 				}
@@ -169,7 +169,7 @@ func checkBatchInvariance(h *harness) {
 					if alone[r] == nil {
 						continue
 					}
-					if i := firstDiff(alone[r], got[r*N:(r+1)*N]); i >= 0 {
+					if i := FirstDiff(alone[r], got[r*N:(r+1)*N]); i >= 0 {
 						g := got[r*N+i]
 						fails = append(fails, fmt.Sprintf("%s M=%d row %d column %d: %.9g, alone %.9g", cfg, M, r, i, g, alone[r][i]))
 						worst = max(worst, math.Abs(float64(g)-float64(alone[r][i])))
@@ -197,12 +197,17 @@ func (h *harness) readView(o operand) ([]float32, error) {
 	return got, nil
 }
 
-// firstDiff returns the first index where a and b differ in bits, or −1.
-func firstDiff(a, b []float32) int {
-	for i := range a {
+// FirstDiff returns the first index where a and b differ in their bits,
+// or −1 (a length mismatch is a difference at the shorter length): the
+// check of every "bit for bit" test.
+func FirstDiff(a, b []float32) int {
+	for i := range min(len(a), len(b)) {
 		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
 			return i
 		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
 	}
 	return -1
 }

@@ -4,9 +4,10 @@
 package codectest
 
 import (
-	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/omni-pipe/omni-pipe/gpu/gputest"
 )
 
 // Schedule is a sequence of batched calls over streams: Calls[c][s] is the
@@ -83,7 +84,7 @@ func Check[S comparable](t *testing.T, c Codec[S], sc Schedule, seed uint64) (ba
 			case len(codes[i]) > 0 && len(want[i]) == 0:
 				t.Fatalf("call %d stream %d: one-by-one gave no samples", call, ids[i])
 			}
-			if j := firstDiff(got[i], want[i]); j >= 0 {
+			if j := gputest.FirstDiff(got[i], want[i]); j >= 0 {
 				t.Errorf("call %d stream %d: sample %d differs from decoding it alone (%d vs %d samples)",
 					call, ids[i], j, len(got[i]), len(want[i]))
 			}
@@ -93,17 +94,4 @@ func Check[S comparable](t *testing.T, c Codec[S], sc Schedule, seed uint64) (ba
 		}
 	}
 	return batched, alone
-}
-
-// firstDiff returns the index of the first bitwise difference, or -1.
-func firstDiff(a, b []float32) int {
-	for i := range min(len(a), len(b)) {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return i
-		}
-	}
-	if len(a) != len(b) {
-		return min(len(a), len(b))
-	}
-	return -1
 }

@@ -2,7 +2,6 @@ package conformer
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -116,11 +115,11 @@ func batchEqualsOneByOne(t *testing.T, e *Encoder, dev gpu.Device, p nn.Precisio
 			x := ref.encode(alone, upload(alone, mels[i], n, feats))
 			y := e.Adapt(alone, x)
 			we, wa := download(t, alone, x), download(t, alone, y)
-			if d := firstDiff(ge, we); d >= 0 {
+			if d := gputest.FirstDiff(ge, we); d >= 0 {
 				t.Errorf("clip %d (%d frames): encoder row %d col %d = %v in the batch, %v by %s alone",
 					i, n, d/e.FeatOut, d%e.FeatOut, ge[d], we[d], ref.name)
 			}
-			if d := firstDiff(gad, wa); d >= 0 {
+			if d := gputest.FirstDiff(gad, wa); d >= 0 {
 				t.Errorf("clip %d (%d frames): adapter row %d col %d = %v in the batch, %v by %s alone",
 					i, n, d/e.Hidden, d%e.Hidden, gad[d], wa[d], ref.name)
 			}
@@ -129,20 +128,6 @@ func batchEqualsOneByOne(t *testing.T, e *Encoder, dev gpu.Device, p nn.Precisio
 	if row != enc.Rows || enc.Cols != e.FeatOut || out.Rows != row {
 		t.Errorf("batch output %v, adapter %v; want %d rows", enc, out, row)
 	}
-}
-
-// firstDiff returns the first index where a and b differ in their bits
-// (or -1; a length mismatch is a difference at the shorter length).
-func firstDiff(a, b []float32) int {
-	for i := range min(len(a), len(b)) {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return i
-		}
-	}
-	if len(a) != len(b) {
-		return min(len(a), len(b))
-	}
-	return -1
 }
 
 func total(calls map[string]int) int {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/gpu/gputest"
 	"github.com/omni-pipe/omni-pipe/internal/numcmp"
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
 )
@@ -46,7 +47,7 @@ func TestFixture(t *testing.T) {
 				t.Fatal(err)
 			}
 			streamed := decodeChunks(t, d, codes, 1)
-			if i := firstDiff(streamed, whole); i >= 0 {
+			if i := gputest.FirstDiff(streamed, whole); i >= 0 {
 				t.Errorf("streamed sample %d differs from the whole decode", i)
 			}
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/gpu/gputest"
 	"github.com/omni-pipe/omni-pipe/stages/nn"
 	"github.com/omni-pipe/omni-pipe/stages/weights"
 )
@@ -163,7 +164,7 @@ func TestLayersStreamed(t *testing.T) {
 				gotA, gotB = append(gotA, r[0]...), append(gotB, r[1]...)
 			}
 			for name, got := range map[string][]float32{"a": gotA, "b": gotB} {
-				if i := firstDiff(got, whole); i >= 0 {
+				if i := gputest.FirstDiff(got, whole); i >= 0 {
 					t.Errorf("stream %s differs from the whole rows at %d (%d values, want %d)", name, i, len(got), len(whole))
 				}
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/gpu/gputest"
 	"github.com/omni-pipe/omni-pipe/internal/testdev"
 )
 
@@ -54,19 +55,6 @@ func decodeChunks(t testing.TB, d *Decoder, codes [][]int, chunk int) []float32 
 	return out
 }
 
-// firstDiff returns the index of the first bitwise difference, or -1.
-func firstDiff(a, b []float32) int {
-	if len(a) != len(b) {
-		return min(len(a), len(b))
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return i
-		}
-	}
-	return -1
-}
-
 // TestStreamedEqualsWhole: decoding in chunks of 1, 2, 3 or 8 frames gives
 // exactly (bit for bit) the samples of one pass over all frames, on every
 // device.
@@ -98,7 +86,7 @@ func streamedEqualsWhole(t *testing.T, dev gpu.Device) {
 				}
 				for _, chunk := range []int{1, 2, 3, 8} {
 					got := decodeChunks(t, d, codes, chunk)
-					if i := firstDiff(got, whole); i >= 0 {
+					if i := gputest.FirstDiff(got, whole); i >= 0 {
 						t.Errorf("%d frames in chunks of %d: sample %d (frame %d) = %g, whole decode %g",
 							n, chunk, i, i/d.FrameSamples(), got[i], whole[i])
 					}
@@ -109,7 +97,7 @@ func streamedEqualsWhole(t *testing.T, dev gpu.Device) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if i := firstDiff(got, whole); i >= 0 {
+				if i := gputest.FirstDiff(got, whole); i >= 0 {
 					t.Errorf("%d frames in passes of 3: sample %d differs", n, i)
 				}
 			}
@@ -235,7 +223,7 @@ func TestEndOfAudio(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if i := firstDiff(rest, want[3*d.FrameSamples():]); i >= 0 {
+			if i := gputest.FirstDiff(rest, want[3*d.FrameSamples():]); i >= 0 {
 				t.Errorf("after the refused call, sample %d differs", i)
 			}
 		})
@@ -268,7 +256,7 @@ func TestReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if i := firstDiff(got, want); i >= 0 {
+	if i := gputest.FirstDiff(got, want); i >= 0 {
 		t.Errorf("after Reset, sample %d differs from a fresh stream", i)
 	}
 	s.Close()
@@ -377,7 +365,7 @@ func TestStreamedEqualsWholeFullWidth(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, chunk := range []int{1, 2} {
-		if i := firstDiff(decodeChunks(t, d, codes, chunk), whole); i >= 0 {
+		if i := gputest.FirstDiff(decodeChunks(t, d, codes, chunk), whole); i >= 0 {
 			t.Errorf("chunks of %d: sample %d (frame %d) differs from the whole decode", chunk, i, i/d.FrameSamples())
 		}
 	}
