@@ -63,13 +63,14 @@ func (q *Queue) AttentionSeqs(dst, qt gpu.Tensor, ap gpu.AttnParams, seqs []gpu.
 	}
 	wantF32("attention", dst, qt)
 	maxL, paged := 1, false
-	for _, s := range seqs {
+	keys := make([]int, len(seqs))
+	for si, s := range seqs {
 		nkeys, err := attnSeqKeys(s, ap)
 		if err != nil {
 			panic(err.Error())
 		}
 		wantF32("attention", s.K, s.V)
-		maxL = max(maxL, nkeys)
+		keys[si], maxL = nkeys, max(maxL, nkeys)
 		paged = paged || !s.Blocks.IsNil()
 	}
 	if qt.Rows == 0 {
@@ -83,8 +84,8 @@ func (q *Queue) AttentionSeqs(dst, qt gpu.Tensor, ap gpu.AttnParams, seqs []gpu.
 	buf := make([]byte, attnRowBytes*qt.Rows)
 	r := 0
 	le := binary.LittleEndian
-	for _, s := range seqs {
-		nkeys, _ := attnSeqKeys(s, ap)
+	for si, s := range seqs {
+		nkeys := keys[si]
 		k, v, tab := q.ptr(s.K), q.ptr(s.V), q.ptr(s.Blocks)
 		for j := 0; j < s.Rows; j++ {
 			b := buf[r*attnRowBytes:]
