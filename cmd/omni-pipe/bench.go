@@ -54,7 +54,7 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 		}
 		if *lf.sessions != "" {
 			return lf.run(e, loadRun{mf: &mf, synthetic: *synthetic, synthDir: *synthDir, seconds: *seconds,
-				maxNew: *maxNew, seed: *seed, allowStop: *allowStop, asJSON: *asJSON})
+				maxNew: *maxNew, seed: *seed, allowStop: *allowStop, asJSON: *asJSON, cpuProfile: *cpuProfile})
 		}
 		explicit := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })

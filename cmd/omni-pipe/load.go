@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,6 +83,9 @@ type loadRun struct {
 	seed      uint64
 	allowStop bool
 	asJSON    bool
+	// cpuProfile, when set, receives a CPU profile (go tool pprof) of
+	// the load: where the host's time goes while N sessions run.
+	cpuProfile string
 }
 
 func (lf *loadFlags) run(e *env, r loadRun) error {
@@ -95,6 +99,7 @@ func (lf *loadFlags) run(e *env, r loadRun) error {
 		intIn("--max-batch", *lf.maxBatch, 0, 4096),
 		intIn("--prefill-chunk", *lf.prefillChunk, 0, 1<<16),
 		checkWritable("--svg", *lf.svg),
+		checkWritable("--cpuprofile", r.cpuProfile),
 		durationIn("--ramp", *lf.ramp, 0, time.Hour),
 	); err != nil {
 		return err
@@ -140,6 +145,17 @@ func (lf *loadFlags) run(e *env, r loadRun) error {
 		fmt.Fprintf(e.stderr, "engine on %s: max batch %d, prefill chunk %d rows, memory budget %.1f GiB\n",
 			dev.Name(), o.MaxBatch, o.PrefillChunk, float64(eng.Memory().Budget)/(1<<30))
 		tgt = bench.EngineTarget(eng, r.allowStop)
+	}
+	if r.cpuProfile != "" {
+		f, err := os.Create(r.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	reps, err := bench.LoadCurve(ctx, tgt, counts, opts)
 	if err != nil {

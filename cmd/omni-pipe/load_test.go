@@ -69,9 +69,13 @@ func TestLoadCommand(t *testing.T) {
 	if data, err := os.ReadFile(svg); err != nil || !strings.HasPrefix(string(data), "<svg") {
 		t.Errorf("svg: %v", err)
 	}
-	code, out, errOut = runCmd(t, "", append(args, "--json")...)
+	prof := filepath.Join(t.TempDir(), "load.prof")
+	code, out, errOut = runCmd(t, "", append(args, "--json", "--cpuprofile", prof)...)
 	if code != exitOK {
 		t.Fatalf("--json: exit %d: %s", code, errOut)
+	}
+	if st, err := os.Stat(prof); err != nil || st.Size() == 0 {
+		t.Errorf("--cpuprofile with --sessions wrote no profile: %v", err)
 	}
 	var reps []bench.LoadReport
 	if err := json.Unmarshal([]byte(out), &reps); err != nil || len(reps) != 2 || reps[1].Sessions != 2 || len(reps[1].PerSession) != 2 || reps[0].MemoryBudget != 256<<20 {
