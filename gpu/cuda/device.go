@@ -54,7 +54,12 @@ type Device struct {
 
 	work   chan func()
 	exited chan struct{}
-	allocS uintptr // stream for allocation, zeroing and loads
+	// waits are the goroutines blocked on events the owner polls between
+	// closures (owner thread only; see wait.go), napT its poll timer.
+	waits  []waiter
+	napT   *time.Timer
+	query  func(ev uintptr) result // cuEventQuery (a fake in host tests)
+	allocS uintptr                 // stream for allocation, zeroing and loads
 	used   atomic.Int64
 	mu     sync.RWMutex // guards closed (held shared while a closure is sent) and queues
 	closed bool
@@ -122,9 +127,8 @@ func (d *Device) owner(o Options, ready chan<- error) {
 		return
 	}
 	ready <- nil
-	for f := range d.work {
-		f()
-	}
+	d.query = d.drv.queryEvent
+	d.serve()
 }
 
 func (d *Device) init(o Options) error {
@@ -358,6 +362,12 @@ func (d *Device) Close() error {
 					q.destroyGraph(e)
 				}
 				q.st.free(c)
+				if q.pin.host != 0 {
+					c.call("cuMemFreeHost", c.cuMemFreeHost, q.pin.host)
+				}
+				if q.readEv != 0 {
+					c.call("cuEventDestroy", c.cuEventDestroy, q.readEv)
+				}
 				c.call("cuStreamDestroy", c.cuStreamDestroy, q.stream)
 			}
 			c.call("cuModuleUnload", c.cuModuleUnload, d.mod)

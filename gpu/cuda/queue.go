@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -91,6 +92,12 @@ type Queue struct {
 	// gen counts flushes (guarded by mu), so a launch knows whether its
 	// command is still in the batch being recorded.
 	gen uint64
+
+	// readMu serialises Read and Sync, which share pin and readEv:
+	// pinned memory reads land in, and the event behind them.
+	readMu sync.Mutex
+	pin    pinned
+	readEv uintptr
 
 	scores  *buffer // attention scratch
 	readBuf *buffer // contiguous staging for strided reads
@@ -405,6 +412,19 @@ func (q *Queue) flush() {
 		q.stats.recStart = time.Time{}
 	}
 	err := q.d.do(func() error { return q.execute(r) })
+	for {
+		// The upload memory the batch needs is still being read by an
+		// earlier launch: wait for it off the owner thread, then retry
+		// (execute did nothing yet).
+		var busy *uploadsBusy
+		if !errors.As(err, &busy) {
+			break
+		}
+		q.stats.upWaits++
+		if err = q.d.awaitEvent(busy.ev); err == nil {
+			err = q.d.do(func() error { return q.execute(r) })
+		}
+	}
 	q.stats.flushes++
 	q.stats.cmds += len(r.cmds)
 	q.stats.flushTime += time.Since(t0)
@@ -435,6 +455,11 @@ func (q *Queue) execute(r *batch) error {
 	st := &q.st
 	if e != nil {
 		st = &e.st
+	}
+	if st.pending && len(r.up) > 0 {
+		if q.d.query(st.ev) == errNotReady {
+			return &uploadsBusy{ev: st.ev}
+		}
 	}
 	if err := q.stageUploads(st, r); err != nil {
 		return err
@@ -476,6 +501,13 @@ func (q *Queue) execute(r *batch) error {
 	}
 	return q.recordUpload(st, r)
 }
+
+// uploadsBusy is execute's answer when the upload memory a batch needs is
+// still being read by an earlier launch: nothing was done, and the batch
+// runs once ev completes.
+type uploadsBusy struct{ ev uintptr }
+
+func (*uploadsBusy) Error() string { return "cuda: upload memory in use" }
 
 // launchCmd launches one recorded kernel on q's stream (owner thread).
 func (q *Queue) launchCmd(cm cmd) error {
@@ -577,7 +609,14 @@ func (q *Queue) Sync() error {
 		return q.err
 	}
 	c := q.d.drv
-	if err := q.d.do(func() error { return c.call("cuStreamSynchronize", c.cuStreamSynchronize, q.stream) }); err != nil {
+	q.readMu.Lock()
+	defer q.readMu.Unlock()
+	if err := q.d.doWait(func() (uintptr, error) {
+		if err := q.pinRead(0); err != nil {
+			return 0, err
+		}
+		return q.readEv, c.call("cuEventRecord", c.cuEventRecord, q.readEv, q.stream)
+	}); err != nil {
 		q.err = err
 	}
 	return q.err
@@ -682,19 +721,63 @@ func (q *Queue) readWords(host unsafe.Pointer, src gpu.Tensor, staging **buffer)
 		return q.err
 	}
 	c := q.d.drv
+	n := 4 * src.Len()
+	q.readMu.Lock()
+	defer q.readMu.Unlock()
 	t0 := time.Now()
-	err := q.d.do(func() error {
-		if err := c.call("cuMemcpyDtoHAsync", c.cuMemcpyDtoHAsync, uintptr(host), addr, uintptr(4*src.Len()), q.stream); err != nil {
-			return err
+	// The copy lands in pinned memory (an asynchronous copy to pageable
+	// memory would hold the owner thread until it ends); the owner
+	// polls the event behind it while this goroutine waits.
+	err := q.d.doWait(func() (uintptr, error) {
+		if err := q.pinRead(n); err != nil {
+			return 0, err
 		}
-		return c.call("cuStreamSynchronize", c.cuStreamSynchronize, q.stream)
+		if err := c.call("cuMemcpyDtoHAsync", c.cuMemcpyDtoHAsync, q.pin.host, addr, uintptr(n), q.stream); err != nil {
+			return 0, err
+		}
+		return q.readEv, c.call("cuEventRecord", c.cuEventRecord, q.readEv, q.stream)
 	})
 	q.stats.waits++
 	q.stats.waitTime += time.Since(t0)
 	if err != nil {
 		q.err = fmt.Errorf("cuda: read %v on %s: %w", src, q.name, err)
+		return q.err
 	}
-	return q.err
+	copy(unsafe.Slice((*byte)(host), n), q.pin.bytes(n))
+	return nil
+}
+
+// pinned is page-locked host memory a read lands in.
+type pinned struct {
+	host uintptr
+	n    int
+}
+
+func (p *pinned) bytes(n int) []byte { return unsafe.Slice(*(**byte)(unsafe.Pointer(&p.host)), n) }
+
+// pinRead makes q.pin hold at least n bytes and q.readEv exist (owner
+// thread; q.readMu held by the reader).
+func (q *Queue) pinRead(n int) error {
+	c := q.d.drv
+	if q.readEv == 0 {
+		if err := c.call("cuEventCreate", c.cuEventCreate, uintptr(unsafe.Pointer(&q.readEv)), eventNoTime); err != nil {
+			return err
+		}
+	}
+	if n <= q.pin.n {
+		return nil
+	}
+	if q.pin.host != 0 {
+		// The last read into it has been waited for.
+		c.call("cuMemFreeHost", c.cuMemFreeHost, q.pin.host)
+		q.pin = pinned{}
+	}
+	sz := max(64<<10, n+n/4)
+	if err := c.call("cuMemHostAlloc", c.cuMemHostAlloc, uintptr(unsafe.Pointer(&q.pin.host)), uintptr(sz), hostPortable); err != nil {
+		return err
+	}
+	q.pin.n = sz
+	return nil
 }
 
 // grow replaces a queue scratch buffer by one of at least n elements (the
@@ -974,6 +1057,7 @@ func (q *Queue) constant(vals []float32) arg {
 // queueStats counts what a queue's batches did (OMNIPIPE_CUDA_STATS).
 type queueStats struct {
 	flushes, cmds, graphRuns, direct, updates, waits int
+	upWaits                                          int // batches that waited for their upload memory
 	flushTime, waitTime, recTime                     time.Duration
 	recStart                                         time.Time // the batch's first command (guarded by mu)
 }
@@ -993,9 +1077,9 @@ func (d *Device) writeStats() {
 		if s.flushes == 0 {
 			continue
 		}
-		fmt.Fprintf(os.Stderr, "cuda queue %-12s %6d batches (%5.1f cmds each): %d graph replays, %d direct, %d node updates; recording %.1f µs/batch, hand-over %.1f µs/batch, read wait %.1f µs/read\n",
+		fmt.Fprintf(os.Stderr, "cuda queue %-12s %6d batches (%5.1f cmds each): %d graph replays, %d direct, %d node updates; recording %.1f µs/batch, hand-over %.1f µs/batch, read wait %.1f µs/read, %d waits for upload memory\n",
 			q.name, s.flushes, float64(s.cmds)/float64(s.flushes), s.graphRuns, s.direct, s.updates,
-			float64(s.recTime)/1e3/float64(s.flushes), float64(s.flushTime)/1e3/float64(s.flushes), float64(s.waitTime)/1e3/float64(max(s.waits, 1)))
+			float64(s.recTime)/1e3/float64(s.flushes), float64(s.flushTime)/1e3/float64(s.flushes), float64(s.waitTime)/1e3/float64(max(s.waits, 1)), s.upWaits)
 	}
 }
 
