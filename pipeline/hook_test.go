@@ -20,6 +20,7 @@ type hookCall struct {
 	N     int    // the queue's calls of Op so far, this one included
 	IDs   []int32
 	Rows  int // Embed's destination rows
+	Len   int // Read's and ReadInt's destination length (the values read)
 }
 
 // hookDev is a gpu.Device whose queues call on before every Read and
@@ -63,14 +64,14 @@ type hookQueue struct {
 }
 
 func (q *hookQueue) Read(dst []float32, src gpu.Tensor) error {
-	if err := q.d.call(hookCall{Queue: q.name, Op: "Read"}); err != nil {
+	if err := q.d.call(hookCall{Queue: q.name, Op: "Read", Len: len(dst)}); err != nil {
 		return err
 	}
 	return q.Queue.Read(dst, src)
 }
 
 func (q *hookQueue) ReadInt(dst []int32, src gpu.Tensor) error {
-	if err := q.d.call(hookCall{Queue: q.name, Op: "ReadInt"}); err != nil {
+	if err := q.d.call(hookCall{Queue: q.name, Op: "ReadInt", Len: len(dst)}); err != nil {
 		return err
 	}
 	return q.Queue.ReadInt(dst, src)
