@@ -55,8 +55,9 @@ func TestReadErrorFailsTheTurn(t *testing.T) {
 		n     int // which of the queue's Reads fails
 		req   func(*testing.T) Request
 	}{
-		// Steps 0–5 read text logits, steps 6… a hidden row each: the 10th
-		// read is audio step 9, with frames 0–2 at the codec.
+		// Steps 0–5 read their text picks (the tokens sampled on the
+		// device), steps 6… a hidden row each: the 10th read is audio step
+		// 9, with frames 0–2 at the codec.
 		{"backbone mid-speech", StageBackbone, 10, nil},
 		{"backbone prompt", StageBackbone, 1, nil},
 		// Each frame samples on the device and reads its codes once: the
@@ -67,8 +68,17 @@ func TestReadErrorFailsTheTurn(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			reads := map[string]int{} // Reads and ReadInts together, by queue
 			m, dev := loadTinyHooked(t, func(c hookCall) error {
-				if c.Queue == tt.queue && (c.Op == "Read" || c.Op == "ReadInt") && c.N == tt.n {
+				if c.Op != "Read" && c.Op != "ReadInt" {
+					return nil
+				}
+				mu.Lock()
+				reads[c.Queue]++
+				n := reads[c.Queue]
+				mu.Unlock()
+				if c.Queue == tt.queue && n == tt.n {
 					return errInjected
 				}
 				return nil
@@ -116,7 +126,7 @@ func TestBackboneReadErrorWhileTheCodecDecodes(t *testing.T) {
 			<-release
 		case c.Queue == codecQueue && c.Op == "Embed" && c.N == 3: // frames 1–2
 			time.Sleep(150 * time.Millisecond)
-		case c.Queue == StageBackbone && c.Op == "Read" && c.N == 10: // audio step 9: frames 0–2 are at the codec
+		case c.Queue == StageBackbone && c.Op == "Read" && c.N == 4: // audio step 9 (text steps 0–5 read their picks by ReadInt): frames 0–2 are at the codec
 			close(release)
 			time.Sleep(75 * time.Millisecond)
 			return errInjected

@@ -398,18 +398,17 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 	// A failed read fails its turns. The error stays in this goroutine (the
 	// codec may be looking at the same turns) until finish hands it on.
 	errs := make([]error, len(live))
-	V := e.info.VocabSize
-	var logits []float32
+	var picks []int
+	var logits [][]float32
 	if len(texts) > 0 {
 		hs := c.Tmp(len(texts), H)
 		gpu.CopyRows(c.Q, hs, h, iota32(len(texts)), pick32(lasts, texts))
-		lg := c.Tmp(len(texts), V)
+		lg := c.Tmp(len(texts), e.info.VocabSize)
 		lm.Logits(c, lg, hs)
-		logits = make([]float32, len(texts)*V)
-		if err := c.Q.Read(logits, lg); err != nil {
-			for _, i := range texts {
-				errs[i] = fmt.Errorf("backbone: read logits: %w", err)
-			}
+		var terrs []error
+		picks, logits, terrs = sampleText(c, lg, pickTurns(live, texts))
+		for j, i := range texts {
+			errs[i] = terrs[j]
 		}
 	}
 	// The rows the depthformer (or a recording) needs, gathered on the
@@ -473,7 +472,7 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 			e.finish(t, errs[i])
 			continue
 		}
-		if e.onText(t, logits[j*V:(j+1)*V]) {
+		if e.onText(t, picks[j], logits[j]) {
 			next = append(next, t)
 		}
 	}
@@ -609,11 +608,85 @@ func (e *Engine) embedRows(c *nn.Ctx, x gpu.Tensor, rows []chat.Row) {
 	}
 }
 
-// onText samples a text step and reports whether the turn continues with
-// another backbone step.
-func (e *Engine) onText(t *turn, logits []float32) bool {
+// sampleText picks the next token of every text turn ts[j] from its
+// logits row j of lg [len(ts), V], all on the device in one Sample (row j
+// made by ts[j]'s sampler, which draws as Sampler.Pick would), and reads
+// back only the picks: one id a turn, in one read. The full rows come back
+// (gathered into one read) only for the turns that use them on the host,
+// those with a Teacher or a recording: logits[j] is nil for the others.
+// errs[j] is what failed ts[j]: a failed read fails the turns it was for.
+func sampleText(c *nn.Ctx, lg gpu.Tensor, ts []*turn) (picks []int, logits [][]float32, errs []error) {
+	n, V := lg.Rows, lg.Cols
+	rows := make([]gpu.SampleRow, n)
+	var host []int
+	for j, t := range ts {
+		rows[j] = t.textS.Row(t.textH)
+		if t.req.Teacher != nil || t.req.Record != nil {
+			host = append(host, j)
+		}
+	}
+	// The host's rows are gathered before Sample runs, so that they are the
+	// logits as Logits left them whatever a backend's Sample does with its
+	// input.
+	hl := lg
+	if len(host) > 0 && len(host) < n {
+		hl = c.Tmp(len(host), V)
+		gpu.CopyRows(c.Q, hl, lg, iota32(len(host)), toInt32(host))
+	}
+	ids := c.A.GetI32(n, 1)
+	c.Q.Sample(ids, lg, rows)
+	picks, logits, errs = make([]int, n), make([][]float32, n), make([]error, n)
+	got := make([]int32, n)
+	if err := c.Q.ReadInt(got, ids); err != nil {
+		for j := range errs {
+			errs[j] = fmt.Errorf("backbone: read text picks: %w", err)
+		}
+		return picks, logits, errs
+	}
+	for j, id := range got {
+		picks[j] = int(id)
+		if id < 0 || int(id) >= V {
+			errs[j] = fmt.Errorf("backbone: the device picked token %d of %d", id, V)
+		}
+	}
+	if len(host) == 0 {
+		return picks, logits, errs
+	}
+	all := make([]float32, len(host)*V)
+	err := c.Q.Read(all, hl.Slice(0, len(host)))
+	for k, j := range host {
+		logits[j] = all[k*V : (k+1)*V : (k+1)*V]
+		if err != nil {
+			errs[j] = cmp.Or(errs[j], fmt.Errorf("backbone: read logits: %w", err))
+		}
+	}
+	return picks, logits, errs
+}
+
+// pickTurns returns ts[idx[0]], ts[idx[1]], ….
+func pickTurns(ts []*turn, idx []int) []*turn {
+	out := make([]*turn, len(idx))
+	for j, i := range idx {
+		out[j] = ts[i]
+	}
+	return out
+}
+
+// toInt32 returns v as int32s.
+func toInt32(v []int) []int32 {
+	s := make([]int32, len(v))
+	for j, x := range v {
+		s[j] = int32(x)
+	}
+	return s
+}
+
+// onText takes a text step's pick (the turn's sampler's, made on the
+// device) and reports whether the turn continues with another backbone
+// step. logits are the step's logits when the turn has a Teacher or a
+// recording (which use them), else nil.
+func (e *Engine) onText(t *turn, pick int, logits []float32) bool {
 	step := t.sm.Steps() - 1
-	pick := t.textS.Pick(logits, t.textH)
 	own := pick
 	if t.req.Teacher != nil {
 		pick = t.req.Teacher.Text(step, pick, logits)
