@@ -1,7 +1,9 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -118,6 +120,40 @@ func BenchmarkMatMulTiles(b *testing.B) {
 				timeProductSets(b, q, x, y, ws)
 			})
 		}
+	}
+}
+
+// BenchmarkMatMulFMATiles times the FMA products a codec's streams make
+// (f32 weights and x; Mimi's SEANet convolutions for 16–64 streams: tens of
+// thousands of rows, short K) on the warp tiles (matmul_r8_f32) and on the
+// 64 × 64 tiles (matmul_t64_f32), which give the same bits.
+func BenchmarkMatMulFMATiles(b *testing.B) {
+	d := openGPU(b)
+	rng := rand.New(rand.NewPCG(7, 9))
+	for _, sh := range []struct{ M, N, K int }{{122880, 64, 192}, {30720, 128, 384}, {24576, 256, 768}, {4096, 512, 1536}, {512, 2048, 512}, {245760, 32, 64}} {
+		vals := normals(rng, sh.N*sh.K)
+		wb := make([]byte, 4*len(vals))
+		for i, v := range vals {
+			binary.LittleEndian.PutUint32(wb[4*i:], math.Float32bits(v))
+		}
+		w, err := d.Load(gpu.F32, sh.N, sh.K, wb)
+		if err != nil {
+			b.Fatal(err)
+		}
+		x, y := d.Alloc(gpu.F32, sh.M, sh.K), d.Alloc(gpu.F32, sh.M, sh.N)
+		q := d.NewQueue("bench").(*Queue)
+		q.Write(x, normals(rng, sh.M*sh.K))
+		for _, tiles := range []int8{-1, 1} {
+			name := map[int8]string{-1: "matmul_r8_f32", 1: "matmul_t64_f32"}[tiles]
+			b.Run(fmt.Sprintf("%s/M=%d/N=%d/K=%d", name, sh.M, sh.N, sh.K), func(b *testing.B) {
+				q.fmaTiles = tiles
+				defer func() { q.fmaTiles = 0 }()
+				timeProductSets(b, q, x, y, []gpu.Tensor{w})
+			})
+		}
+		d.Free(x)
+		d.Free(y)
+		d.Free(w)
 	}
 }
 

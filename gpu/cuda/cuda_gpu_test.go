@@ -632,3 +632,80 @@ func normMatMulCases(t *testing.T, d *Device, rng *rand.Rand, kind string, run f
 		d.Free(nwb)
 	}
 }
+
+// TestMatMulTiledBitIdentical: the FMA product on 64 × 64 tiles
+// (matmul_t64_*) gives the warp tiles' bits (matmul_r*_*) for every output
+// — f32, bf16 and f16 weights, K short and long (one to several 256-term
+// rounds, ragged), N and M ragged, strided x, a bias — its output poisoned
+// with NaNs first. (The default picks the tile kernel from 64 rows and 32
+// weight rows; both are forced here, on few rows too.)
+func TestMatMulTiledBitIdentical(t *testing.T) {
+	d := openGPU(t)
+	rng := rand.New(rand.NewPCG(31, 32))
+	q := d.NewQueue("fma-tiles").(*Queue)
+	load := func(dt gpu.DType, n, k int) gpu.Tensor {
+		vals := normals(rng, n*k)
+		var b []byte
+		switch dt {
+		case gpu.F32:
+			b = make([]byte, 4*n*k)
+			for i, v := range vals {
+				binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+			}
+		case gpu.BF16:
+			b = make([]byte, 2*n*k)
+			for i, v := range vals {
+				binary.LittleEndian.PutUint16(b[2*i:], gpu.F32ToBF16(v))
+			}
+		case gpu.F16: // finite halves of magnitude 2^-5 … 2^5, random signs and mantissas
+			b = make([]byte, 2*n*k)
+			for i := range vals {
+				h := uint16(rng.IntN(2))<<15 | uint16(10+rng.IntN(11))<<10 | uint16(rng.IntN(1024))
+				binary.LittleEndian.PutUint16(b[2*i:], h)
+			}
+		}
+		w, err := d.Load(dt, n, k, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	shapes := []struct{ N, K int }{{64, 32}, {512, 192}, {33, 7}, {100, 300}, {70, 1030}, {130, 4100}, {1, 256}, {256, 1536}}
+	for _, dt := range []gpu.DType{gpu.F32, gpu.BF16, gpu.F16} {
+		for si, sh := range shapes {
+			w := load(dt, sh.N, sh.K)
+			bias := d.Alloc(gpu.F32, 1, sh.N)
+			q.Write(bias, normals(rng, sh.N))
+			for _, M := range []int{1, 5, 64, 100, 257} {
+				pad := (si % 2) * 3 // odd strides on every other shape: x's rows unaligned
+				xb := d.Alloc(gpu.F32, M, sh.K+pad)
+				q.Write(xb, normals(rng, M*(sh.K+pad)))
+				x := xb.ColSlice(0, sh.K)
+				y := d.Alloc(gpu.F32, M, sh.N)
+				var b gpu.Tensor
+				if M%2 == 1 {
+					b = bias
+				}
+				run := func(tiles int8) []float32 {
+					q.fmaTiles = tiles
+					q.Fill(y, float32(math.NaN()))
+					q.MatMul(y, x, w, b)
+					q.fmaTiles = 0
+					out := make([]float32, M*sh.N)
+					if err := q.Read(out, y); err != nil {
+						t.Fatal(err)
+					}
+					return out
+				}
+				want, got := run(-1), run(1)
+				if bad := differing(got, want); bad > 0 {
+					t.Errorf("%v weights [%d, %d], M=%d (x stride %d): %d/%d outputs differ from the warp tiles'", dt, sh.N, sh.K, M, x.Stride, bad, len(got))
+				}
+				d.Free(xb)
+				d.Free(y)
+			}
+			d.Free(w)
+			d.Free(bias)
+		}
+	}
+}

@@ -70,7 +70,7 @@ func TestCompileOptionsTargetMachineCode(t *testing.T) {
 func TestKernelSourceDefinesEveryLaunchedKernel(t *testing.T) {
 	for _, k := range kernelNames {
 		plain := regexp.MustCompile(`__global__ void (__launch_bounds__\(\d+\) )?` + k + `\(`)
-		macro := regexp.MustCompile(`((MATMUL|MMA)_KERNEL|\nGEMV(R|_NORM)?|\nMMV(_NORM)?)\(` + k + `,`)
+		macro := regexp.MustCompile(`((MATMUL|MMA)_KERNEL|\nMATMUL_TILED|\nGEMV(R|_NORM)?|\nMMV(_NORM)?)\(` + k + `,`)
 		if !plain.MatchString(kernelSource) && !macro.MatchString(kernelSource) {
 			t.Errorf("kernels.cu defines no kernel %s", k)
 		}
@@ -773,4 +773,54 @@ func TestBatchedOpsPacking(t *testing.T) {
 			t.Errorf("second pair's record % x", r[:copyPairBytes])
 		}
 	})
+}
+
+// TestFMATilesPick: the FMA products take the 64 × 64 tile kernel from 64
+// rows and 32 weight rows (any weight type, one block per 64 × 64 outputs),
+// the warp tiles below that; the tensor cores keep bf16 weights; fmaTiles
+// forces either way.
+func TestFMATilesPick(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		M, N     int
+		dt       gpu.DType
+		mma      bool
+		force    int8
+		kernel   string
+		grid     [3]uint32
+		blockDim uint32
+	}{
+		{"f32, 100 × 64", 100, 64, gpu.F32, false, 0, "matmul_t64_f32", [3]uint32{1, 2, 1}, 256},
+		{"f32, 64 × 32: the smallest tiled", 64, 32, gpu.F32, false, 0, "matmul_t64_f32", [3]uint32{1, 1, 1}, 256},
+		{"f32, 63 rows", 63, 64, gpu.F32, false, 0, "matmul_r8_f32", [3]uint32{}, 128},
+		{"f32, 31 weight rows", 1000, 31, gpu.F32, false, 0, "matmul_r8_f32", [3]uint32{}, 128},
+		{"f16, 300 × 130", 300, 130, gpu.F16, false, 0, "matmul_t64_f16", [3]uint32{3, 5, 1}, 256},
+		{"bf16 on the FMA kernels", 100, 64, gpu.BF16, false, 0, "matmul_t64_bf16", [3]uint32{1, 2, 1}, 256},
+		{"bf16 on the tensor cores", 100, 64, gpu.BF16, true, 0, "split_bf16", [3]uint32{}, 128},
+		{"forced on, 5 rows", 5, 8, gpu.F32, false, 1, "matmul_t64_f32", [3]uint32{1, 1, 1}, 256},
+		{"forced off", 100, 64, gpu.F32, false, -1, "matmul_r8_f32", [3]uint32{}, 128},
+	} {
+		q := hostQueue()
+		q.d.mmaMatMul = c.mma
+		q.fmaTiles = c.force
+		x, w, y := fakeTensor(gpu.F32, c.M, 40), fakeTensor(c.dt, c.N, 40), fakeTensor(gpu.F32, c.M, c.N)
+		func() {
+			defer func() { recover() }() // the tensor cores' split needs a device for its scratch
+			q.MatMul(y, x, w, gpu.Tensor{})
+		}()
+		if len(q.rec.cmds) == 0 {
+			if c.kernel != "split_bf16" {
+				t.Errorf("%s: nothing launched", c.name)
+			}
+			continue
+		}
+		cm := q.rec.cmds[0]
+		if cm.fn != q.d.fns[c.kernel] {
+			t.Errorf("%s: first kernel is not %s", c.name, c.kernel)
+			continue
+		}
+		if c.grid != [3]uint32{} && cm.grid != c.grid || cm.block[0] != c.blockDim {
+			t.Errorf("%s: grid %v block %v, want %v %d", c.name, cm.grid, cm.block, c.grid, c.blockDim)
+		}
+	}
 }

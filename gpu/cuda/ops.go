@@ -28,6 +28,28 @@ var matmulKernels = map[gpu.DType][9]string{
 	gpu.F16:  {1: "matmul_r1_f16", 2: "matmul_r2_f16", 4: "matmul_r4_f16", 8: "matmul_r8_f16"},
 }
 
+// matmulTiledKernels names the FMA kernel on 64 × 64 tiles by weight type.
+var matmulTiledKernels = map[gpu.DType]string{gpu.F32: "matmul_t64_f32", gpu.BF16: "matmul_t64_bf16", gpu.F16: "matmul_t64_f16"}
+
+// The FMA products take the 64 × 64 tile kernel (matmul_t64_*, the same
+// bits as the 8 × 4 warp tiles) from matmulTiledMinRows rows of x and
+// matmulTiledMinCols weight rows: a codec's convolutions (tens of
+// thousands of rows, K of 32–1536) on a warp tile leave most lanes idle
+// and pay a 32-lane reduction for each output.
+const (
+	matmulTiledMinRows = 64
+	matmulTiledMinCols = 32
+)
+
+// useFMATiles reports whether an FMA product of M rows and N weight rows
+// runs on the 64 × 64 tile kernel.
+func (q *Queue) useFMATiles(M, N int) bool {
+	if q.fmaTiles != 0 {
+		return q.fmaTiles > 0
+	}
+	return M >= matmulTiledMinRows && N >= matmulTiledMinCols
+}
+
 // matmulKernel names the kernel for a row tile and weight type.
 func matmulKernel(r int, dt gpu.DType) string {
 	k, ok := matmulKernels[dt]
@@ -141,6 +163,15 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		name, g := mmaLaunch(M, N, q.tileKernel)
 		q.launchEpi(epiProduct, dst, name, g, blk128, 0,
 			q.t(dst), ld(dst), q.t(xs), q.t(fl), i(Kp), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
+		return
+	}
+	if q.useFMATiles(M, N) {
+		name, ok := matmulTiledKernels[w.DType()]
+		if !ok {
+			panic(fmt.Sprintf("cuda: matmul weight %v", w.DType()))
+		}
+		q.launchEpi(epiProduct, dst, name, [3]uint32{uint32((N + 63) / 64), uint32((M + 63) / 64), 1}, blk256, 0,
+			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
 	r := matmulRows(M)

@@ -21,6 +21,7 @@ var kernelNames = []string{
 	"matmul_r1_f32", "matmul_r2_f32", "matmul_r4_f32", "matmul_r8_f32",
 	"matmul_r1_bf16", "matmul_r2_bf16", "matmul_r4_bf16", "matmul_r8_bf16",
 	"matmul_r1_f16", "matmul_r2_f16", "matmul_r4_f16", "matmul_r8_f16",
+	"matmul_t64_f32", "matmul_t64_bf16", "matmul_t64_f16",
 	"gemv_bf16", "gemv_bf16_c1u4", "gemv_bf16_c1u8", "gemv_bf16_c2u4", "gemv_bf16_c2u8", "gemv_bf16_c4u8",
 	"gemvn_bf16_c1u4", "gemvn_bf16_c2u4", "gemvn_bf16_c4u4", "prep_heads_f32",
 	"gemvr_bf16_r2c4u4", "gemvr_bf16_r2c2u8", "gemvr_bf16_r3c4u4", "gemvr_bf16_r4c4u4", "gemvr_bf16_r4c4u2",
@@ -111,6 +112,9 @@ type Queue struct {
 	// to the tile kernels (the reference order the variants are held to).
 	gemvrForce string
 	tileForce  bool
+	// fmaTiles forces the FMA products onto the 64 × 64 tile kernel (1)
+	// or off it (−1) whatever the shape (tests and benchmarks).
+	fmaTiles int8
 	// tileKernel, when set, names the tensor-core tile kernel MatMul uses
 	// past the few-row kernels (tests and benchmarks).
 	tileKernel string

@@ -31,7 +31,15 @@ func checkMatMul(h *harness) {
 			}
 		}
 	}
-	for _, c := range []struct{ M, K, N int }{{1, 7, 5}, {5, 300, 33}, {17, 1030, 5}, {3, 24, 1}, {9, 1, 33}} {
+	// Many rows against many weight rows (a GPU's FMA products may take
+	// a 64 × 64 tile kernel there: a codec's convolutions).
+	for _, wdt := range []gpu.DType{gpu.F32, gpu.BF16, gpu.F16} {
+		for _, c := range []struct{ M, K, N int }{{70, 300, 70}, {130, 1030, 33}, {64, 24, 65}} {
+			matmulCase(h, wdt, false, false, c.M, c.K, c.N, biases[i%3], i%2 == 1, i%4 == 2)
+			i++
+		}
+	}
+	for _, c := range []struct{ M, K, N int }{{1, 7, 5}, {5, 300, 33}, {17, 1030, 5}, {3, 24, 1}, {9, 1, 33}, {100, 260, 40}} {
 		matmulCase(h, gpu.F32, true, false, c.M, c.K, c.N, biases[i%3], i%2 == 0, true)
 		i++
 	}
