@@ -799,11 +799,18 @@ func TestFMATilesPick(t *testing.T) {
 		{"bf16 on the tensor cores", 100, 64, gpu.BF16, true, 0, "split_bf16", [3]uint32{}, 128},
 		{"forced on, 5 rows", 5, 8, gpu.F32, false, 1, "matmul_t64_f32", [3]uint32{1, 1, 1}, 256},
 		{"forced off", 100, 64, gpu.F32, false, -1, "matmul_r8_f32", [3]uint32{}, 128},
+		{"few tiles, a long K", 100, 64, gpu.F32, false, 0, "matmul_r8_f32", [3]uint32{}, 128},
+		{"a long K, tiles filling the multiprocessors", 64 * 11, 64 * 12, gpu.F32, false, 0, "matmul_t64_f32", [3]uint32{12, 11, 1}, 256},
+		{"a long K, one tile short of that", 64 * 11, 64*12 - 64, gpu.F32, false, 0, "matmul_r8_f32", [3]uint32{}, 128},
 	} {
 		q := hostQueue()
 		q.d.mmaMatMul = c.mma
 		q.fmaTiles = c.force
-		x, w, y := fakeTensor(gpu.F32, c.M, 40), fakeTensor(c.dt, c.N, 40), fakeTensor(gpu.F32, c.M, c.N)
+		K := 40
+		if strings.Contains(c.name, "long K") {
+			K = matmulTiledShortK + 1
+		}
+		x, w, y := fakeTensor(gpu.F32, c.M, K), fakeTensor(c.dt, c.N, K), fakeTensor(gpu.F32, c.M, c.N)
 		func() {
 			defer func() { recover() }() // the tensor cores' split needs a device for its scratch
 			q.MatMul(y, x, w, gpu.Tensor{})

@@ -35,19 +35,24 @@ var matmulTiledKernels = map[gpu.DType]string{gpu.F32: "matmul_t64_f32", gpu.BF1
 // bits as the 8 × 4 warp tiles) from matmulTiledMinRows rows of x and
 // matmulTiledMinCols weight rows: a codec's convolutions (tens of
 // thousands of rows, K of 32–1536) on a warp tile leave most lanes idle
-// and pay a 32-lane reduction for each output.
+// and pay a 32-lane reduction for each output. A tile walks K alone, so
+// a product of few tiles and a long K (64 × 64 outputs of 4096 terms)
+// stays on the warp tiles, which spread K over 32 lanes: the tile kernel
+// takes it when its tiles fill the multiprocessors or K is short.
 const (
 	matmulTiledMinRows = 64
 	matmulTiledMinCols = 32
+	matmulTiledShortK  = 512
 )
 
-// useFMATiles reports whether an FMA product of M rows and N weight rows
-// runs on the 64 × 64 tile kernel.
-func (q *Queue) useFMATiles(M, N int) bool {
+// useFMATiles reports whether an FMA product of M rows, N weight rows and
+// K terms runs on the 64 × 64 tile kernel.
+func (q *Queue) useFMATiles(M, N, K int) bool {
 	if q.fmaTiles != 0 {
 		return q.fmaTiles > 0
 	}
-	return M >= matmulTiledMinRows && N >= matmulTiledMinCols
+	tiles := ((M + 63) / 64) * ((N + 63) / 64)
+	return M >= matmulTiledMinRows && N >= matmulTiledMinCols && (K <= matmulTiledShortK || tiles >= q.d.sms)
 }
 
 // matmulKernel names the kernel for a row tile and weight type.
@@ -165,7 +170,7 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 			q.t(dst), ld(dst), q.t(xs), q.t(fl), i(Kp), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
-	if q.useFMATiles(M, N) {
+	if q.useFMATiles(M, N, K) {
 		name, ok := matmulTiledKernels[w.DType()]
 		if !ok {
 			panic(fmt.Sprintf("cuda: matmul weight %v", w.DType()))
