@@ -362,6 +362,10 @@ func (d *Device) Close() error {
 					q.destroyGraph(e)
 				}
 				q.st.free(c)
+				for _, sp := range q.spare {
+					sp.free(c)
+				}
+				q.spare = nil
 				if q.pin.host != 0 {
 					c.call("cuMemFreeHost", c.cuMemFreeHost, q.pin.host)
 				}

@@ -30,8 +30,11 @@ type kernelNodeParams struct {
 // minGraph is the fewest launches worth a graph.
 const minGraph = 8
 
-// maxGraphs bounds the graphs a queue keeps (least recently used go).
-const maxGraphs = 64
+// maxGraphs bounds the graphs a queue keeps (least recently used go). A
+// step's shape changes with its batch (how many sessions, how many text
+// and audio rows, prefill chunks): at 256 sessions on an H200 a queue saw
+// well over 64 shapes, and 64 graphs kept evicting and rebuilding them.
+const maxGraphs = 256
 
 type graphEntry struct {
 	st    staging // the uploads of the graph's replays
@@ -195,8 +198,47 @@ func (q *Queue) evict() {
 			old, oe = k, e
 		}
 	}
-	q.destroyGraph(oe)
+	q.stats.evictions++
+	c := q.d.drv
+	c.call("cuGraphExecDestroy", c.cuGraphExecDestroy, oe.exec)
+	c.call("cuGraphDestroy", c.cuGraphDestroy, oe.graph)
+	q.retire(oe.st)
 	delete(g.entries, old)
+}
+
+// maxSpare bounds the upload memory a queue keeps from evicted graphs.
+const maxSpare = 8
+
+// retire keeps an evicted graph's upload memory for a later graph instead
+// of freeing it: freeing waits for the device to finish reading it (and
+// cuMemFreeHost synchronises), which held the owner thread 3.4 of 40 s in
+// a 64–256-session load whose batch sizes kept evicting graphs (owner
+// thread).
+func (q *Queue) retire(st staging) {
+	if st.host == 0 && st.ev == 0 {
+		return
+	}
+	if len(q.spare) >= maxSpare {
+		q.spare[0].free(q.d.drv)
+		q.spare = append(q.spare[:0], q.spare[1:]...)
+	}
+	q.spare = append(q.spare, st)
+}
+
+// adoptSpare gives st, a new graph's empty upload memory, a retired one
+// that holds at least n bytes and that the device has finished reading;
+// it reports whether it did (owner thread).
+func (q *Queue) adoptSpare(st *staging, n int) bool {
+	for i, sp := range q.spare {
+		if sp.n < n || sp.pending && q.d.query(sp.ev) != cudaSuccess {
+			continue
+		}
+		sp.pending = false
+		*st = sp
+		q.spare = append(q.spare[:i], q.spare[i+1:]...)
+		return true
+	}
+	return false
 }
 
 func (q *Queue) destroyGraph(e *graphEntry) {

@@ -99,6 +99,9 @@ type Queue struct {
 	readMu sync.Mutex
 	pin    pinned
 	readEv uintptr
+	// spare holds evicted graphs' upload memory for new graphs (owner
+	// thread).
+	spare []staging
 
 	scores  *buffer // attention scratch
 	readBuf *buffer // contiguous staging for strided reads
@@ -546,6 +549,9 @@ func (q *Queue) stageUploads(st *staging, r *batch) error {
 		return nil
 	}
 	c := q.d.drv
+	if st.host == 0 && st.ev == 0 {
+		q.adoptSpare(st, len(r.up)) // a new graph takes an evicted one's upload memory
+	}
 	if st.pending {
 		if err := c.call("cuEventSynchronize", c.cuEventSynchronize, st.ev); err != nil {
 			return err
@@ -1062,6 +1068,7 @@ func (q *Queue) constant(vals []float32) arg {
 type queueStats struct {
 	flushes, cmds, graphRuns, direct, updates, waits int
 	upWaits                                          int // batches that waited for their upload memory
+	evictions                                        int // graphs dropped from a full cache
 	flushTime, waitTime, recTime                     time.Duration
 	recStart                                         time.Time // the batch's first command (guarded by mu)
 }
@@ -1081,9 +1088,9 @@ func (d *Device) writeStats() {
 		if s.flushes == 0 {
 			continue
 		}
-		fmt.Fprintf(os.Stderr, "cuda queue %-12s %6d batches (%5.1f cmds each): %d graph replays, %d direct, %d node updates; recording %.1f µs/batch, hand-over %.1f µs/batch, read wait %.1f µs/read, %d waits for upload memory\n",
+		fmt.Fprintf(os.Stderr, "cuda queue %-12s %6d batches (%5.1f cmds each): %d graph replays, %d direct, %d node updates; recording %.1f µs/batch, hand-over %.1f µs/batch, read wait %.1f µs/read, %d waits for upload memory, %d graphs evicted\n",
 			q.name, s.flushes, float64(s.cmds)/float64(s.flushes), s.graphRuns, s.direct, s.updates,
-			float64(s.recTime)/1e3/float64(s.flushes), float64(s.flushTime)/1e3/float64(s.flushes), float64(s.waitTime)/1e3/float64(max(s.waits, 1)), s.upWaits)
+			float64(s.recTime)/1e3/float64(s.flushes), float64(s.flushTime)/1e3/float64(s.flushes), float64(s.waitTime)/1e3/float64(max(s.waits, 1)), s.upWaits, s.evictions)
 	}
 }
 

@@ -138,3 +138,34 @@ func TestOwnerCloseReleasesWaiters(t *testing.T) {
 	}
 	<-d.exited
 }
+
+// TestEvictedUploadMemoryIsReused: a graph evicted from a full cache keeps
+// its upload memory on the queue (no wait for the device, no free) and a
+// new graph adopts it once the device has finished reading it; the spare
+// list stays bounded.
+func TestEvictedUploadMemoryIsReused(t *testing.T) {
+	fake := &fakeEvents{state: map[uintptr]result{}}
+	q := hostQueue()
+	q.d.query = fake.query
+	q.retire(staging{host: 0x1000, dev: 0x1000, n: 1 << 16, ev: 5, pending: true})
+	var st staging
+	if q.adoptSpare(&st, 100) {
+		t.Fatal("adopted upload memory the device is still reading")
+	}
+	fake.set(5, cudaSuccess)
+	if q.adoptSpare(&st, 1<<17) {
+		t.Fatal("adopted upload memory too small for the batch")
+	}
+	if !q.adoptSpare(&st, 100) || st.host != 0x1000 || st.ev != 5 || st.pending {
+		t.Fatalf("adopted %+v, want the retired memory, no longer pending", st)
+	}
+	if len(q.spare) != 0 {
+		t.Fatalf("%d spares left after the adoption", len(q.spare))
+	}
+	for i := range maxSpare {
+		q.retire(staging{n: 1 << 16, ev: uintptr(100 + i)}) // host 0: nothing for free to release
+	}
+	if len(q.spare) != maxSpare {
+		t.Fatalf("%d spares, want %d", len(q.spare), maxSpare)
+	}
+}
