@@ -16,6 +16,7 @@ package depth
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/stages/config"
@@ -166,7 +167,23 @@ func (d *Depth) FrameSampled(c *nn.Ctx, h gpu.Tensor, rows [][]gpu.SampleRow) ([
 			return nil, fmt.Errorf("depth: codebook %d: sampling rows for %d sessions, want %d", i, len(rows[i]), B)
 		}
 	}
-	ids := c.A.GetI32(B, C)
+	// The batch runs padded to a bucket of rows (zero rows, greedy picks,
+	// dropped), so that a device replays one recorded frame for every
+	// batch size of a bucket; rows are independent, so the real rows'
+	// codes are those of the unpadded batch.
+	Bp := PaddedRows(B)
+	if Bp > B {
+		hp := c.Tmp(Bp, h.Cols)
+		c.Q.Copy(hp.Slice(0, B), h)
+		c.Q.Fill(hp.Slice(B, Bp), 0)
+		h = hp
+		padded := make([][]gpu.SampleRow, C)
+		for i := range rows {
+			padded[i] = append(slices.Clip(rows[i]), make([]gpu.SampleRow, Bp-B)...)
+		}
+		rows = padded
+	}
+	ids := c.A.GetI32(Bp, C)
 	err := d.frame(c, h, func(i int, logits, prev gpu.Tensor) error {
 		col := ids.ColSlice(i, i+1)
 		c.Q.Sample(col, logits, rows[i])
@@ -179,7 +196,7 @@ func (d *Depth) FrameSampled(c *nn.Ctx, h gpu.Tensor, rows [][]gpu.SampleRow) ([
 		return nil, err
 	}
 	host := make([]int32, B*C)
-	if err := c.Q.ReadInt(host, ids); err != nil {
+	if err := c.Q.ReadInt(host, ids.Slice(0, B)); err != nil {
 		return nil, err
 	}
 	codes := newCodes(B, C)
@@ -193,6 +210,22 @@ func (d *Depth) FrameSampled(c *nn.Ctx, h gpu.Tensor, rows [][]gpu.SampleRow) ([
 		}
 	}
 	return codes, nil
+}
+
+// PaddedRows is the batch size FrameSampled runs B rows at: B itself up
+// to 8, then the next multiple of 8 up to 64, then of 32. At 256 sessions
+// on an H200 the depthformer saw nearly every batch size from 1 to 256,
+// and a graph recorded for each (evicting one another: 828 rebuilt in a
+// run); 21 buckets reach 256 rows, fewer than 8 rows of padding up to 64 and
+// fewer than 32 beyond.
+func PaddedRows(B int) int {
+	switch {
+	case B <= 8:
+		return B
+	case B <= 64:
+		return (B + 7) &^ 7
+	}
+	return (B + 31) &^ 31
 }
 
 func newCodes(B, C int) [][]int {

@@ -333,12 +333,33 @@ func TestLoadCodebookSize(t *testing.T) {
 // the same rows (same draws, same histories), bit for bit, for a batch
 // mixing the audio default (top-k 4), a penalised full-vocabulary draw,
 // greedy and top-p — on every device.
+// TestPaddedRows: the buckets FrameSampled runs a batch at.
+func TestPaddedRows(t *testing.T) {
+	for _, c := range []struct{ b, want int }{{1, 1}, {5, 5}, {8, 8}, {9, 16}, {16, 16}, {17, 24}, {63, 64}, {64, 64}, {65, 96}, {200, 224}, {256, 256}, {257, 288}} {
+		if got := PaddedRows(c.b); got != c.want {
+			t.Errorf("PaddedRows(%d) = %d, want %d", c.b, got, c.want)
+		}
+	}
+	buckets := map[int]bool{}
+	for b := 1; b <= 256; b++ {
+		p := PaddedRows(b)
+		if limit := map[bool]int{true: 8, false: 32}[b <= 64]; p < b || p-b >= limit {
+			t.Errorf("PaddedRows(%d) = %d: short, or %d rows of padding or more", b, p, limit)
+		}
+		buckets[p] = true
+	}
+	if len(buckets) != 21 {
+		t.Errorf("%d buckets up to 256 rows, want 21", len(buckets))
+	}
+}
+
+// TestFrameSampledEqualsHostPicks: device picks equal host picks of the
+// same rows, for a batch run as it is and one padded to its bucket.
 func TestFrameSampledEqualsHostPicks(t *testing.T) {
 	testdev.Run(t, func(t *testing.T, dev gpu.Device) {
 		d, cfg := loadOn(t, dev)
 		H, C := cfg.LFM.HiddenSize, d.Codebooks
 		hidden := floats(t, openFixture(t, "case1_question_16k.safetensors"), "step_hidden")
-		steps := []int{3, 7, 8, 20, 11}
 		kinds := []gpu.SampleRow{
 			{Temperature: 1, TopK: 4},
 			{Temperature: 1.3, Penalty: 1.4},
@@ -347,7 +368,16 @@ func TestFrameSampledEqualsHostPicks(t *testing.T) {
 			{Temperature: 1, TopK: 4, Penalty: 1.2},
 		}
 		rng := rand.New(rand.NewPCG(5, 6))
-		for frame := 0; frame < 3; frame++ {
+		// Frames of 5 rows (run as they are) and of 11 (padded to 16).
+		for frame := 0; frame < 4; frame++ {
+			steps := []int{3, 7, 8, 20, 11}
+			if frame >= 2 {
+				steps = append(steps, 1, 2, 4, 5, 6, 9)
+			}
+			kinds := kinds
+			for len(kinds) < len(steps) {
+				kinds = append(kinds, kinds[len(kinds)%5])
+			}
 			rows := make([][]gpu.SampleRow, C)
 			for i := range rows {
 				rows[i] = make([]gpu.SampleRow, len(steps))
