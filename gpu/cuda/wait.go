@@ -22,9 +22,11 @@ import (
 const (
 	errNotReady = 600 // CUDA_ERROR_NOT_READY: cuEventQuery's "still pending"
 	// spinFor is how long the owner keeps polling with only a yield in
-	// between once nothing is ready; a read's wait is usually shorter,
-	// and a spin answers it within a microsecond or two.
-	spinFor = 2 * time.Millisecond
+	// between once nothing is ready: a spin answers within a microsecond
+	// or two, a nap's timer 50 µs or more later. At 2 ms the H200's
+	// single-session audio step (2.4 ms) and depthformer frame (3.8 ms)
+	// each paid a nap's wake-up.
+	spinFor = 50 * time.Millisecond
 	// nap is the owner's sleep between polls after spinFor.
 	nap = 20 * time.Microsecond
 )
