@@ -775,10 +775,11 @@ func TestBatchedOpsPacking(t *testing.T) {
 	})
 }
 
-// TestFMATilesPick: the FMA products take the 64 × 64 tile kernel from 64
-// rows and 32 weight rows (any weight type, one block per 64 × 64 outputs),
-// the warp tiles below that; the tensor cores keep bf16 weights; fmaTiles
-// forces either way.
+// TestFMATilesPick: the FMA products take the 64 × 64 tile kernel when
+// they have a tile per multiprocessor (132 here), 64 rows and 32 weight
+// rows (any weight type, one block per 64 × 64 outputs), the warp tiles
+// otherwise; the tensor cores keep bf16 weights; fmaTiles forces either
+// way.
 func TestFMATilesPick(t *testing.T) {
 	for _, c := range []struct {
 		name     string
@@ -790,26 +791,21 @@ func TestFMATilesPick(t *testing.T) {
 		grid     [3]uint32
 		blockDim uint32
 	}{
-		{"f32, 100 × 64", 100, 64, gpu.F32, false, 0, "matmul_t64_f32", [3]uint32{1, 2, 1}, 256},
-		{"f32, 64 × 32: the smallest tiled", 64, 32, gpu.F32, false, 0, "matmul_t64_f32", [3]uint32{1, 1, 1}, 256},
-		{"f32, 63 rows", 63, 64, gpu.F32, false, 0, "matmul_r8_f32", [3]uint32{}, 128},
-		{"f32, 31 weight rows", 1000, 31, gpu.F32, false, 0, "matmul_r8_f32", [3]uint32{}, 128},
-		{"f16, 300 × 130", 300, 130, gpu.F16, false, 0, "matmul_t64_f16", [3]uint32{3, 5, 1}, 256},
-		{"bf16 on the FMA kernels", 100, 64, gpu.BF16, false, 0, "matmul_t64_bf16", [3]uint32{1, 2, 1}, 256},
-		{"bf16 on the tensor cores", 100, 64, gpu.BF16, true, 0, "split_bf16", [3]uint32{}, 128},
+		{"f32, 12 × 11 tiles", 64 * 12, 64 * 11, gpu.F32, false, 0, "matmul_t64_f32", [3]uint32{11, 12, 1}, 256},
+		{"f32, 132 tiles of 64 × 32 columns", 64 * 132, 32, gpu.F32, false, 0, "matmul_t64_f32", [3]uint32{1, 132, 1}, 256},
+		{"f32, 131 tiles", 64 * 131, 64, gpu.F32, false, 0, "matmul_r8_f32", [3]uint32{}, 128},
+		{"f32, 63 rows", 63, 64 * 200, gpu.F32, false, 0, "matmul_r8_f32", [3]uint32{}, 128},
+		{"f32, 31 weight rows", 64 * 200, 31, gpu.F32, false, 0, "matmul_r8_f32", [3]uint32{}, 128},
+		{"f16, 1000 × 1000", 1000, 1000, gpu.F16, false, 0, "matmul_t64_f16", [3]uint32{16, 16, 1}, 256},
+		{"bf16 on the FMA kernels", 1000, 1000, gpu.BF16, false, 0, "matmul_t64_bf16", [3]uint32{16, 16, 1}, 256},
+		{"bf16 on the tensor cores", 1000, 1000, gpu.BF16, true, 0, "split_bf16", [3]uint32{}, 128},
 		{"forced on, 5 rows", 5, 8, gpu.F32, false, 1, "matmul_t64_f32", [3]uint32{1, 1, 1}, 256},
-		{"forced off", 100, 64, gpu.F32, false, -1, "matmul_r8_f32", [3]uint32{}, 128},
-		{"few tiles, a long K", 100, 64, gpu.F32, false, 0, "matmul_r8_f32", [3]uint32{}, 128},
-		{"a long K, tiles filling the multiprocessors", 64 * 11, 64 * 12, gpu.F32, false, 0, "matmul_t64_f32", [3]uint32{12, 11, 1}, 256},
-		{"a long K, one tile short of that", 64 * 11, 64*12 - 64, gpu.F32, false, 0, "matmul_r8_f32", [3]uint32{}, 128},
+		{"forced off", 1000, 1000, gpu.F32, false, -1, "matmul_r8_f32", [3]uint32{}, 128},
 	} {
 		q := hostQueue()
 		q.d.mmaMatMul = c.mma
 		q.fmaTiles = c.force
 		K := 40
-		if strings.Contains(c.name, "long K") {
-			K = matmulTiledShortK + 1
-		}
 		x, w, y := fakeTensor(gpu.F32, c.M, K), fakeTensor(c.dt, c.N, K), fakeTensor(gpu.F32, c.M, c.N)
 		func() {
 			defer func() { recover() }() // the tensor cores' split needs a device for its scratch
