@@ -64,8 +64,16 @@ func newJob() *job {
 	return j
 }
 
-// spinFor is how long a helper polls for the next loop before it parks.
-const spinFor = 50 * time.Microsecond
+const (
+	// spinFor is how long a helper polls for the next loop before it
+	// parks.
+	spinFor = 50 * time.Microsecond
+	// yieldEvery is how often a polling helper yields its P.
+	yieldEvery = 2 * time.Microsecond
+	// looksPerClock is how many looks at the loop counter a polling
+	// helper takes between readings of the clock.
+	looksPerClock = 64
+)
 
 func newPool(workers int) *pool {
 	p := &pool{workers: workers}
@@ -86,9 +94,17 @@ func (p *pool) help(id int, inbox chan *job) {
 	defer p.wg.Done()
 	park := &p.parked[id-1]
 	seen := p.seq.Load()
+	looks := 0
 	for {
-		// Poll: take the loops posted while this helper is awake.
-		for until := time.Now().Add(spinFor); time.Now().Before(until); {
+		// Poll: take the loops posted while this helper is awake. The
+		// counter is read in a tight loop and the helper yields its P only
+		// every yieldEvery: yielding at every look put a third of a
+		// 16-core depthformer frame's CPU profile in the scheduler's lock,
+		// and never yielding starved the goroutines that post the loops
+		// (they wait for a P once they have parked on a loop's end).
+		now := time.Now()
+		until, yield := now.Add(spinFor), now.Add(yieldEvery)
+		for {
 			if s := p.seq.Load(); s != seen {
 				seen = s
 				if j := p.post.Load(); j != nil && j.join() {
@@ -96,13 +112,23 @@ func (p *pool) help(id int, inbox chan *job) {
 					j.work(id)
 					j.leave()
 				}
-				until = time.Now().Add(spinFor)
+				now = time.Now()
+				until, yield = now.Add(spinFor), now.Add(yieldEvery)
+				continue
+			}
+			if looks++; looks%looksPerClock != 0 {
 				continue
 			}
 			if p.stopped.Load() {
 				return
 			}
-			runtime.Gosched()
+			if now = time.Now(); !now.Before(until) {
+				break
+			}
+			if !now.Before(yield) {
+				runtime.Gosched()
+				yield = time.Now().Add(yieldEvery)
+			}
 		}
 		// Park. The flag is set before the last look at seq and a poster
 		// publishes seq before it reads the flag (both sequentially
@@ -224,11 +250,35 @@ func (p *pool) run(n, grain int, fn func(w, lo, hi int), fn2 func(lo, hi int)) {
 	}
 	j.work(0)
 	if j.state.Or(closed) != 0 {
-		<-j.done // helpers still inside: the last one out signals
+		// Helpers still inside: the last one out signals. They are
+		// usually a chunk away, so look for that before parking (a parked
+		// submitter then waits for a P to be woken on).
+		waitLeft(j)
+		<-j.done
 	}
 	j.fn, j.fn2 = nil, nil
 	select {
 	case p.free <- j:
 	default: // more loops in flight than kept: let it go
+	}
+}
+
+// joinFor is how long a submitter looks for its loop's last helper to
+// leave before it parks on the loop's end.
+const joinFor = 20 * time.Microsecond
+
+// waitLeft returns once every helper has left j, or after joinFor.
+func waitLeft(j *job) {
+	var until time.Time
+	for looks := 1; j.state.Load() != closed; looks++ {
+		if looks%looksPerClock != 0 {
+			continue
+		}
+		now := time.Now()
+		if until.IsZero() {
+			until = now.Add(joinFor)
+		} else if !now.Before(until) {
+			return
+		}
 	}
 }
