@@ -20,7 +20,12 @@
 // arguments; host data such as token ids and positions copied into the
 // batch) and handed to the owner thread at Read, Sync and every 128 ops, so
 // that the GPU runs one chunk of a stage while the host records the next;
-// the host waits only in Read and Sync. Memory comes from the
+// the host waits only in Read and Sync (and for upload memory an earlier
+// launch still reads), and never on the owner thread: the owner records an
+// event behind the work, the waiting goroutine blocks on a channel, and
+// the owner polls its waiting events between the closures it runs
+// (wait.go), so one queue's wait does not stop the others' launches. Reads
+// land in pinned memory. Memory comes from the
 // driver's stream-ordered pool: Alloc and Load finish before they return;
 // Free is queued behind the work already recorded on the last queue that
 // used the buffer, so memory is never reused under queued work. Stages hand
@@ -51,7 +56,10 @@
 // that depends only on K (for BF16 weights the tensor cores' by default,
 // the FMA kernels' with Options.MatMul "fma" or on a gpu.FP32Products
 // queue; every other weight type the FMA kernels'), so a row's bits never
-// depend on the batch it is computed in. Attention reproduces the reference flash kernels' rounding of
+// depend on the batch it is computed in. The FMA order has two kernels with
+// the same bits: 8 × 4 warp tiles and, where 64 × 64 tiles fill the
+// multiprocessors, matmul_t64_*, one thread per output replaying the warp
+// butterfly's tree. Attention reproduces the reference flash kernels' rounding of
 // exp(s − m) to bf16 when AttnParams.ProbBF16 is set. Sample equals
 // gpu.SampleHost bit for bit (float64 in the specified order, exp written
 // out in plain operations). Every kernel is checked
