@@ -120,17 +120,11 @@ func setupBench(fs *flag.FlagSet, e *env) func([]string) error {
 		if *greedy {
 			opts.AudioSampling = pipeline.Sampling{}
 		}
-		if *cpuProfile != "" {
-			f, err := os.Create(*cpuProfile)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return fmt.Errorf("cpu profile: %w", err)
-			}
-			defer pprof.StopCPUProfile()
+		stopProfile, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
 		}
+		defer stopProfile()
 		rep, err := bench.Run(ctx, m, dev, opts)
 		if err != nil {
 			return err
@@ -206,4 +200,24 @@ func benchClip(path string, seconds float64) (*audio.Clip, string, error) {
 		return nil, "", fmt.Errorf("%s: %w", path, err)
 	}
 	return c, path, nil
+}
+
+// startCPUProfile starts a CPU profile (go tool pprof) into the file path
+// ("": none) and returns what stops it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -146,17 +145,11 @@ func (lf *loadFlags) run(e *env, r loadRun) error {
 			dev.Name(), o.MaxBatch, o.PrefillChunk, float64(eng.Memory().Budget)/(1<<30))
 		tgt = bench.EngineTarget(eng, r.allowStop)
 	}
-	if r.cpuProfile != "" {
-		f, err := os.Create(r.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(r.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	reps, err := bench.LoadCurve(ctx, tgt, counts, opts)
 	if err != nil {
 		return err
