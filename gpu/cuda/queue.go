@@ -618,15 +618,9 @@ func (q *Queue) Sync() error {
 	if q.err != nil {
 		return q.err
 	}
-	c := q.d.drv
 	q.readMu.Lock()
 	defer q.readMu.Unlock()
-	if err := q.d.doWait(func() (uintptr, error) {
-		if err := q.pinRead(0); err != nil {
-			return 0, err
-		}
-		return q.readEv, c.call("cuEventRecord", c.cuEventRecord, q.readEv, q.stream)
-	}); err != nil {
+	if err := q.d.doWait(q.recordRead); err != nil {
 		q.err = err
 	}
 	return q.err
@@ -745,7 +739,7 @@ func (q *Queue) readWords(host unsafe.Pointer, src gpu.Tensor, staging **buffer)
 		if err := c.call("cuMemcpyDtoHAsync", c.cuMemcpyDtoHAsync, q.pin.host, addr, uintptr(n), q.stream); err != nil {
 			return 0, err
 		}
-		return q.readEv, c.call("cuEventRecord", c.cuEventRecord, q.readEv, q.stream)
+		return q.recordRead()
 	})
 	q.stats.waits++
 	q.stats.waitTime += time.Since(t0)
@@ -765,15 +759,22 @@ type pinned struct {
 
 func (p *pinned) bytes(n int) []byte { return unsafe.Slice(*(**byte)(unsafe.Pointer(&p.host)), n) }
 
-// pinRead makes q.pin hold at least n bytes and q.readEv exist (owner
-// thread; q.readMu held by the reader).
-func (q *Queue) pinRead(n int) error {
+// recordRead records q.readEv behind the work queued so far, creating it
+// the first time (owner thread; q.readMu held by the waiter).
+func (q *Queue) recordRead() (uintptr, error) {
 	c := q.d.drv
 	if q.readEv == 0 {
 		if err := c.call("cuEventCreate", c.cuEventCreate, uintptr(unsafe.Pointer(&q.readEv)), eventNoTime); err != nil {
-			return err
+			return 0, err
 		}
 	}
+	return q.readEv, c.call("cuEventRecord", c.cuEventRecord, q.readEv, q.stream)
+}
+
+// pinRead makes q.pin hold at least n bytes (owner thread; q.readMu held
+// by the reader).
+func (q *Queue) pinRead(n int) error {
+	c := q.d.drv
 	if n <= q.pin.n {
 		return nil
 	}
