@@ -87,15 +87,8 @@ func attentionCase(h *harness, c attnCase, probBF16 bool) {
 	scale := float32(1 / math.Sqrt(float64(c.hd)))
 	p := gpu.AttnParams{Heads: c.heads, KVHeads: c.kvheads, HeadDim: c.hd, Scale: scale, QPos0: c.qpos0,
 		Causal: c.causal, Window: c.window, ProbBF16: probBF16}
-	var k, v operand
-	if c.paged > 0 {
-		var pv []int32
-		p.Blocks, p.BlockRows, p.Keys, pv = h.pageTable(c.nk, c.paged)
-		k, v = h.pagedPool(pv, kv, kc, c.strided), h.pagedPool(pv, vv, kc, c.strided)
-	} else {
-		k = h.input(c.nk, kc, c.strided, kv)
-		v = h.input(c.nk, kc, c.strided, vv)
-	}
+	k, v, pg := h.kvOperands(c, kv, vv, kc)
+	p.Blocks, p.BlockRows, p.Keys = pg.table, pg.rows, pg.keys
 	dst := h.f32(c.nq, qc, c.strided)
 	want, bound := attentionReplay(c, qv, kv, vv, scale, probBF16)
 	if c.steps {
@@ -120,6 +113,24 @@ func attentionCase(h *harness, c attnCase, probBF16 bool) {
 // view [1, n] inside a buffer whose other entries name a spare block (a
 // kernel that reads beyond the view reads poison). It returns the table,
 // br, nk, and for every pool row the key it holds (−1: none, poisoned).
+// paging is a paged case's block table, rows per block and key count.
+type paging struct {
+	table      gpu.Tensor
+	rows, keys int
+}
+
+// kvOperands makes a case's keys and values of kc columns: a block-paged
+// pool and its table when c.paged > 0, else contiguous inputs (and a zero
+// paging).
+func (h *harness) kvOperands(c attnCase, kv, vv []float32, kc int) (k, v operand, pg paging) {
+	if c.paged == 0 {
+		return h.input(c.nk, kc, c.strided, kv), h.input(c.nk, kc, c.strided, vv), paging{}
+	}
+	var pv []int32
+	pg.table, pg.rows, pg.keys, pv = h.pageTable(c.nk, c.paged)
+	return h.pagedPool(pv, kv, kc, c.strided), h.pagedPool(pv, vv, kc, c.strided), pg
+}
+
 func (h *harness) pageTable(nk, br int) (table gpu.Tensor, rows, keys int, poolKey []int32) {
 	n := (nk + br - 1) / br
 	total := n + 2

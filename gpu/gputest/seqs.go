@@ -66,13 +66,9 @@ func attentionSeqsCase(h *harness, name string, cs []attnCase, probBF16 bool) {
 	for si, c := range cs {
 		kv, vv := h.values(c.nk*kc, 1), h.values(c.nk*kc, 1)
 		s := gpu.AttnSeq{Rows: c.nq, QPos0: c.qpos0}
-		var k, v operand
+		k, v, pg := h.kvOperands(c, kv, vv, kc)
 		if c.paged > 0 {
-			var pv []int32
-			s.Blocks, p.BlockRows, s.Keys, pv = h.pageTable(c.nk, c.paged)
-			k, v = h.pagedPool(pv, kv, kc, c.strided), h.pagedPool(pv, vv, kc, c.strided)
-		} else {
-			k, v = h.input(c.nk, kc, c.strided, kv), h.input(c.nk, kc, c.strided, vv)
+			s.Blocks, p.BlockRows, s.Keys = pg.table, pg.rows, pg.keys
 		}
 		s.K, s.V = k.view, v.view
 		seqs[si] = s
