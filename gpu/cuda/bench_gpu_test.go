@@ -161,6 +161,7 @@ func BenchmarkMatMulFMATiles(b *testing.B) {
 // replayed as graphs, one hand-over an iteration) after two warm-up passes
 // (the second replays the graphs the first built), and reports TFLOP/s.
 func timeProductSets(b *testing.B, q *Queue, x, y gpu.Tensor, ws []gpu.Tensor) {
+	b.Helper()
 	M, K, N := x.Rows, x.Cols, y.Cols
 	for range 2 {
 		for _, w := range ws {
@@ -359,26 +360,8 @@ func BenchmarkProductShapes(b *testing.B) {
 					defer d.Free(x)
 					defer d.Free(y)
 					q.Write(x, normals(rng, M*sh.K))
-					for range 2 { // warm up (and build the graph)
-						for _, w := range ws {
-							q.MatMul(y, x, w, gpu.Tensor{})
-						}
-						q.flush()
-					}
-					if err := q.Sync(); err != nil {
-						b.Fatal(err)
-					}
 					b.SetBytes(int64(sh.sets) * int64(sh.N) * int64(sh.K) * 2)
-					b.ResetTimer()
-					for range b.N {
-						for _, w := range ws {
-							q.MatMul(y, x, w, gpu.Tensor{})
-						}
-						q.flush()
-					}
-					if err := q.Sync(); err != nil {
-						b.Fatal(err)
-					}
+					timeProductSets(b, q, x, y, ws)
 				})
 			}
 		}
