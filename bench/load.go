@@ -10,11 +10,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -124,16 +122,7 @@ func Load(ctx context.Context, tgt Target, o LoadOptions) (*LoadReport, error) {
 	// sessions one after another they took 18 s).
 	clips := make([]*audio.Clip, o.Sessions)
 	errs := make([]error, o.Sessions)
-	var next atomic.Int64
-	var made sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), o.Sessions) {
-		made.Go(func() {
-			for i := int(next.Add(1) - 1); i < o.Sessions; i = int(next.Add(1) - 1) {
-				clips[i], errs[i] = SpeechClip(o.ClipSeconds, 16000, o.Seed+uint64(i))
-			}
-		})
-	}
-	made.Wait()
+	parallel(o.Sessions, func(i int) { clips[i], errs[i] = SpeechClip(o.ClipSeconds, 16000, o.Seed+uint64(i)) })
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
