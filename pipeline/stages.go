@@ -402,11 +402,11 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 	var logits [][]float32
 	if len(texts) > 0 {
 		hs := c.Tmp(len(texts), H)
-		gpu.CopyRows(c.Q, hs, h, iota32(len(texts)), pick32(lasts, texts))
+		gpu.CopyRows(c.Q, hs, h, iota32(len(texts)), toInt32(pickAt(lasts, texts)))
 		lg := c.Tmp(len(texts), e.info.VocabSize)
 		lm.Logits(c, lg, hs)
 		var terrs []error
-		picks, logits, terrs = sampleText(c, lg, pickTurns(live, texts))
+		picks, logits, terrs = sampleText(c, lg, pickAt(live, texts))
 		for j, i := range texts {
 			errs[i] = terrs[j]
 		}
@@ -421,7 +421,7 @@ func (e *Engine) backboneStep(c *nn.Ctx, batch []*turn) (next, audio []*turn) {
 	}
 	if len(need) > 0 {
 		hn := c.Tmp(len(need), H)
-		gpu.CopyRows(c.Q, hn, h, iota32(len(need)), pick32(lasts, need))
+		gpu.CopyRows(c.Q, hn, h, iota32(len(need)), toInt32(pickAt(lasts, need)))
 		all := make([]float32, len(need)*H)
 		err := c.Q.Read(all, hn)
 		for j, i := range need {
@@ -567,15 +567,6 @@ func iota32(n int) []int32 {
 	return s
 }
 
-// pick32 returns v[idx[0]], v[idx[1]], … as int32s.
-func pick32(v, idx []int) []int32 {
-	s := make([]int32, len(idx))
-	for j, i := range idx {
-		s[j] = int32(v[i])
-	}
-	return s
-}
-
 // embedRows writes the embeddings of chat rows into x (one row each), as
 // liquid-audio's _prefill assembles them.
 func (e *Engine) embedRows(c *nn.Ctx, x gpu.Tensor, rows []chat.Row) {
@@ -663,11 +654,11 @@ func sampleText(c *nn.Ctx, lg gpu.Tensor, ts []*turn) (picks []int, logits [][]f
 	return picks, logits, errs
 }
 
-// pickTurns returns ts[idx[0]], ts[idx[1]], ….
-func pickTurns(ts []*turn, idx []int) []*turn {
-	out := make([]*turn, len(idx))
+// pickAt returns v[idx[0]], v[idx[1]], ….
+func pickAt[T any](v []T, idx []int) []T {
+	out := make([]T, len(idx))
 	for j, i := range idx {
-		out[j] = ts[i]
+		out[j] = v[i]
 	}
 	return out
 }
