@@ -88,6 +88,10 @@ type Options struct {
 	// recurring batches as CUDA graphs (for measurements and debugging;
 	// env OMNIPIPE_CUDA_GRAPHS=off does the same).
 	NoGraphs bool
+	// NoPDL launches kernels without programmatic dependent launch (each
+	// kernel then starts only after the one before it has ended; env
+	// OMNIPIPE_CUDA_PDL=off does the same). See launch.go.
+	NoPDL bool
 	// MatMul selects the kernels of BF16-weight products: "mma" (the
 	// default: tensor cores, x split into three bf16 parts, the sums in
 	// one K-only order from one row to thousands) or "fma" (CUDA cores,
@@ -111,6 +115,9 @@ func New(o Options) (*Device, error) {
 	}
 	if os.Getenv("OMNIPIPE_CUDA_GRAPHS") == "off" {
 		o.NoGraphs = true
+	}
+	if os.Getenv("OMNIPIPE_CUDA_PDL") == "off" {
+		o.NoPDL = true
 	}
 	if v := os.Getenv("OMNIPIPE_CUDA_PROFILE"); v != "" {
 		o.Profile, o.profilePath = true, v

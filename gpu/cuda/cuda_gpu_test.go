@@ -709,3 +709,101 @@ func TestMatMulTiledBitIdentical(t *testing.T) {
 		}
 	}
 }
+
+// TestProgrammaticLaunchOrders checks that programmatic dependent launch
+// (launch.go) keeps every kernel behind the one before it: a chain of
+// fill, long product and copy, launched directly, then built into a graph
+// and replayed, gives the bits of a device without it. Its control, the
+// kernels built with FAULT_PDL (no griddepcontrol.wait), must give other
+// values: each copy then reads its product's output before the product
+// has written it.
+func TestProgrammaticLaunchOrders(t *testing.T) {
+	openGPU(t)
+	const N, K, links = 16384, 2048, 4
+	rng := rand.New(rand.NewPCG(7, 8))
+	wb := make([]byte, 2*N*K)
+	for i := range N * K {
+		h := gpu.F32ToBF16(float32(rng.Float64()*2 - 1))
+		wb[2*i], wb[2*i+1] = byte(h), byte(h>>8)
+	}
+	xs := make([]float32, K)
+	for i := range xs {
+		xs[i] = float32(rng.Float64()*2 - 1)
+	}
+	// run makes the chain four times (launched directly twice, as the
+	// batches' shapes are new; then a graph is built and run; then it is
+	// replayed) and returns each run's copies.
+	run := func(o Options) ([][]float32, bool) {
+		d, err := New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		w, err := d.Load(gpu.BF16, N, K, wb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := d.NewQueue("pdl")
+		x := d.Alloc(gpu.F32, 1, K)
+		q.Write(x, xs)
+		ys, es := make([]gpu.Tensor, links), d.Alloc(gpu.F32, links, N)
+		for i := range ys {
+			ys[i] = d.Alloc(gpu.F32, 1, N)
+		}
+		var out [][]float32
+		for range 4 {
+			for i := range links {
+				q.Fill(ys[i], float32(math.NaN()))
+				q.MatMul(ys[i], x, w, gpu.Tensor{})
+				q.Copy(es.Row(i), ys[i])
+			}
+			got := make([]float32, links*N)
+			if err := q.Read(got, es); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, got)
+			q.Fill(es, 0)
+		}
+		return out, d.pdl.Load()
+	}
+	want, on := run(Options{NoPDL: true})
+	if on {
+		t.Fatal("NoPDL device launched programmatically")
+	}
+	got, on := run(Options{})
+	if !on {
+		t.Skipf("programmatic dependent launch not available on %s", openGPU(t).Arch())
+	}
+	for r := range got {
+		if i := firstBitDiff(got[r], want[r]); i >= 0 {
+			t.Fatalf("run %d: element %d is %v with programmatic launch, %v without", r, i, got[r][i], want[r][i])
+		}
+		for i, v := range want[r] {
+			if math.IsNaN(float64(v)) {
+				t.Fatalf("run %d: element %d unwritten", r, i)
+			}
+		}
+	}
+	bad, _ := run(Options{Fault: "PDL"})
+	caught := 0
+	for r := range bad {
+		if firstBitDiff(bad[r], want[r]) >= 0 {
+			caught++
+		}
+	}
+	if caught == 0 {
+		t.Error("planted fault PDL (no griddepcontrol.wait) was not caught: every copy saw its product's output")
+	}
+	t.Logf("programmatic launch: 4 runs × %d links equal the serial launch's bits; control caught in %d of 4 runs", links, caught)
+}
+
+// firstBitDiff returns the first index where a and b differ in their
+// bits, or −1.
+func firstBitDiff(a, b []float32) int {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i
+		}
+	}
+	return -1
+}

@@ -90,13 +90,19 @@ func TestKernelSourceDefinesEveryLaunchedKernel(t *testing.T) {
 }
 
 func TestEveryFaultIsPlanted(t *testing.T) {
+	for f, op := range testFaults {
+		if !strings.Contains(kernelSource, "FAULT_"+f+"\n") {
+			t.Errorf("fault %s (%s) is not in kernels.cu", f, op)
+		}
+	}
 	for f, op := range Faults {
 		if !strings.Contains(kernelSource, "FAULT_"+f+"\n") {
 			t.Errorf("fault %s (op %s) is not in kernels.cu", f, op)
 		}
 	}
 	for _, m := range regexp.MustCompile(`FAULT_([A-Z0-9_]+)`).FindAllStringSubmatch(kernelSource, -1) {
-		if _, ok := Faults[m[1]]; !ok {
+		_, contract := Faults[m[1]]
+		if _, own := testFaults[m[1]]; !contract && !own {
 			t.Errorf("kernels.cu plants FAULT_%s, which no contract control checks", m[1])
 		}
 	}
@@ -825,5 +831,90 @@ func TestFMATilesPick(t *testing.T) {
 		if c.grid != [3]uint32{} && cm.grid != c.grid || cm.block[0] != c.blockDim {
 			t.Errorf("%s: grid %v block %v, want %v %d", c.name, cm.grid, cm.block, c.grid, c.blockDim)
 		}
+	}
+}
+
+// TestLaunchStructLayout pins the C layouts the programmatic launch passes
+// to the driver (CUlaunchConfig, CUlaunchAttribute, CUgraphEdgeData on a
+// 64-bit host) and the attribute pdlConfig sets.
+func TestLaunchStructLayout(t *testing.T) {
+	var cfg launchConfig
+	checks := []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"sizeof(CUlaunchConfig)", unsafe.Sizeof(cfg), 56},
+		{"offsetof(hStream)", unsafe.Offsetof(cfg.stream), 32},
+		{"offsetof(attrs)", unsafe.Offsetof(cfg.attrs), 40},
+		{"offsetof(numAttrs)", unsafe.Offsetof(cfg.nattrs), 48},
+		{"sizeof(CUlaunchAttribute)", unsafe.Sizeof(launchAttr{}), 72},
+		{"offsetof(value)", unsafe.Offsetof(launchAttr{}.val), 8},
+		{"sizeof(CUgraphEdgeData)", unsafe.Sizeof(graphEdge{}), 8},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %d, want %d", c.name, c.got, c.want)
+		}
+	}
+	var a launchAttr
+	cm := cmd{fn: 1, grid: [3]uint32{3, 4, 5}, block: [2]uint32{128, 2}, shm: 96}
+	c := pdlConfig(cm, 77, &a)
+	if c.gx != 3 || c.gy != 4 || c.gz != 5 || c.bx != 128 || c.by != 2 || c.bz != 1 || c.shm != 96 || c.stream != 77 || c.attrs != &a || c.nattrs != 1 {
+		t.Errorf("config %+v", c)
+	}
+	if a.id != launchAttrProgrammaticSerialization || a.val[0] != 1 || slices.ContainsFunc(a.val[1:], func(b byte) bool { return b != 0 }) {
+		t.Errorf("attribute %+v", a)
+	}
+}
+
+func TestPDLUsable(t *testing.T) {
+	full := &driver{cuLaunchKernelEx: 1, cuGraphAddDependencies: 2}
+	for _, c := range []struct {
+		name           string
+		cc             int
+		drv            *driver
+		off, profiling bool
+		want           bool
+	}{
+		{"hopper", 9, full, false, false, true},
+		{"blackwell", 10, full, false, false, true},
+		{"ampere", 8, full, false, false, false},
+		{"no cuLaunchKernelEx", 9, &driver{cuGraphAddDependencies: 2}, false, false, false},
+		{"no programmatic edges", 9, &driver{cuLaunchKernelEx: 1}, false, false, false},
+		{"turned off", 9, full, true, false, false},
+		{"profiling", 9, full, false, true, false},
+	} {
+		if got := pdlUsable(c.cc, c.drv, c.off, c.profiling); got != c.want {
+			t.Errorf("%s: pdlUsable = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestKernelsBeginWithPDLEnter checks that every kernel in kernels.cu
+// begins with PDL_ENTER (at most an L2 prefetch of weights before it):
+// a kernel that read or wrote memory before its griddepcontrol.wait could
+// race the kernel before it under programmatic launch.
+func TestKernelsBeginWithPDLEnter(t *testing.T) {
+	lines := strings.Split(kernelSource, "\n")
+	n := 0
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		if !strings.Contains(l, "__global__") || strings.HasPrefix(l, "//") {
+			continue
+		}
+		for i < len(lines) && !strings.Contains(lines[i], "{") {
+			i++
+		}
+		n++
+		j := i + 1
+		for j < len(lines) && strings.Contains(lines[j], "pdl_prefetch_rows(") {
+			j++
+		}
+		if j >= len(lines) || !strings.HasPrefix(strings.TrimSpace(lines[j]), "PDL_ENTER();") {
+			t.Errorf("kernels.cu:%d: the kernel opened here does not begin with PDL_ENTER (line %d: %q)", i+1, j+1, strings.TrimSpace(lines[min(j, len(lines)-1)]))
+		}
+	}
+	if n < 30 {
+		t.Errorf("found %d kernels in kernels.cu, expected more", n)
 	}
 }

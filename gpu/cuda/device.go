@@ -31,18 +31,22 @@ var errNoGPU = errors.New("cuda: no usable GPU")
 // context and makes every driver call (CUDA contexts are per thread);
 // queues record their ops and hand them to it in batches.
 type Device struct {
-	drv       *driver
-	nv        *nvrtc
-	ordinal   int
-	ctx       uintptr
-	name      string
-	arch      string
-	sms       int
-	drvVer    int
-	nvVer     string
-	totalMem  int64
-	fault     string
-	graphs    bool // replay recurring batches as CUDA graphs
+	drv      *driver
+	nv       *nvrtc
+	ordinal  int
+	ctx      uintptr
+	name     string
+	arch     string
+	sms      int
+	drvVer   int
+	nvVer    string
+	totalMem int64
+	fault    string
+	graphs   bool // replay recurring batches as CUDA graphs
+	// pdl launches kernels programmatically (launch.go); set by init,
+	// cleared on the owner thread if the driver refuses a programmatic
+	// graph edge.
+	pdl       atomic.Bool
 	prof      *profiler
 	profPath  string
 	fnNames   map[uintptr]string // kernel names, for the profile
@@ -157,6 +161,7 @@ func (d *Device) init(o Options) error {
 	}
 	d.arch = fmt.Sprintf("sm_%d%d", attr(attrCCMajor), attr(attrCCMinor))
 	d.sms = attr(attrSMs)
+	d.pdl.Store(pdlUsable(attr(attrCCMajor), c, o.NoPDL, d.prof != nil))
 	var total uintptr
 	c.call("cuDeviceTotalMem", c.cuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(dev))
 	d.totalMem = int64(total)

@@ -48,6 +48,10 @@ type driver struct {
 	cuEventDestroy, cuEventRecord, cuEventSynchronize, cuEventQuery, cuModuleLoadData, cuModuleUnload, cuModuleGetFunction    uintptr
 	cuLaunchKernel, cuGraphInstantiate, cuGraphLaunch, cuGraphDestroy, cuGraphExecDestroy, cuGraphCreate                      uintptr
 	cuGraphAddKernelNode, cuGraphExecKernelNodeSetParams, cuDeviceGetDefaultMemPool, cuMemPoolSetAttribute                    uintptr
+
+	// Optional entry points (0 where the driver lacks them): programmatic
+	// dependent launch (launch.go).
+	cuGraphAddDependencies, cuLaunchKernelEx uintptr
 }
 
 var (
@@ -99,6 +103,14 @@ func loadDriver() (*driver, error) {
 				return
 			}
 			*s.p = p
+		}
+		for _, s := range []struct {
+			p    *uintptr
+			name string
+		}{{&d.cuGraphAddDependencies, "cuGraphAddDependencies_v2"}, {&d.cuLaunchKernelEx, "cuLaunchKernelEx"}} {
+			if p, err := purego.Dlsym(h, s.name); err == nil {
+				*s.p = p
+			}
 		}
 		drv = d
 	})

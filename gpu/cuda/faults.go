@@ -40,3 +40,9 @@ var Faults = map[string]string{
 	"COPY_ROWS":       "copyrows",        // every row copies the first pair's source row
 	"COPY_MANY":       "copymany",        // drops the last row of every copy of several rows
 }
+
+// testFaults are planted faults checked by a test of their own instead of
+// the kernel contract (the fault, the test that must catch it).
+var testFaults = map[string]string{
+	"PDL": "TestProgrammaticLaunchOrders", // no griddepcontrol.wait: a kernel may read its predecessor's output early
+}

@@ -164,17 +164,28 @@ func (q *Queue) buildGraph(r *batch) (*graphEntry, error) {
 	if err := c.call("cuGraphCreate", c.cuGraphCreate, uintptr(unsafe.Pointer(&e.graph)), 0); err != nil {
 		return nil, err
 	}
+	pdl := q.d.pdl.Load()
 	var prev uintptr
 	for j, cm := range r.cmds {
 		np := nodeParams(cm, q.params)
 		var deps uintptr
 		var nd uintptr
-		if j > 0 {
+		if j > 0 && !pdl {
 			deps, nd = uintptr(unsafe.Pointer(&prev)), 1
 		}
 		if err := c.call("cuGraphAddKernelNode", c.cuGraphAddKernelNode, uintptr(unsafe.Pointer(&e.nodes[j])), e.graph, deps, nd, uintptr(unsafe.Pointer(&np))); err != nil {
 			c.call("cuGraphDestroy", c.cuGraphDestroy, e.graph)
 			return nil, err
+		}
+		if j > 0 && pdl {
+			if err := addProgrammaticEdge(c, e.graph, prev, e.nodes[j]); err != nil {
+				// A driver that refuses programmatic edges: chain this and
+				// every later graph's nodes with full dependencies, and
+				// launch kernels as before.
+				c.call("cuGraphDestroy", c.cuGraphDestroy, e.graph)
+				q.d.pdl.Store(false)
+				return q.buildGraph(r)
+			}
 		}
 		prev = e.nodes[j]
 	}

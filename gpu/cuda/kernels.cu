@@ -50,11 +50,60 @@ __device__ __forceinline__ float rbf16(float v) {
 // Grid-stride loop over n elements of a rows×cols view.
 #define EACH(n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 
+// Programmatic dependent launch (sm_90 and later; launch.go). Every kernel
+// begins with PDL_ENTER: griddepcontrol.wait, which returns once the
+// kernel it depends on has completed and its writes are visible, so
+// nothing an earlier kernel writes is read or overwritten before that;
+// then griddepcontrol.launch_dependents, which lets the next kernel of the
+// stream be scheduled (to wait in turn) while this one runs. The next
+// kernel's launch latency and its weights' first trip from memory
+// (pdl_prefetch_rows, before its PDL_ENTER) then overlap this kernel's
+// work. Launched without the attribute (or on an older GPU) both are
+// no-ops. The dependents are released only after the wait, so at most one
+// kernel ahead is resident and warming L2. FAULT_PDL (a control of
+// TestProgrammaticLaunchOrders) drops the wait.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#ifdef FAULT_PDL
+#define PDL_WAIT()
+#else
+#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#endif
+#define PDL_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define PDL_WAIT()
+#define PDL_LAUNCH()
+#endif
+#define PDL_ENTER() \
+  do {              \
+    PDL_WAIT();     \
+    PDL_LAUNCH();   \
+  } while (0)
+
+// pdl_prefetch_rows asks L2 for rows [r0, r1) of a weight matrix (row
+// stride ld elements of es bytes, the first cols of each row), one row a
+// thread, with sm_90's bulk prefetch of each row's 16-byte-aligned
+// interior. Called before PDL_ENTER: the weights then stream in while the
+// kernel before still runs. A prefetch only warms the cache (a later load
+// still sees every write before it), so it is safe whatever wrote the
+// matrix. A no-op before sm_90.
+__device__ __forceinline__ void pdl_prefetch_rows(const void* w, i64 ld, int es, int cols, int r0, int r1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned long long base;
+  asm("cvta.to.global.u64 %0, %1;" : "=l"(base) : "l"(w));
+  for (int r = r0 + (int)threadIdx.x; r < r1; r += (int)blockDim.x) {
+    unsigned long long a = base + (unsigned long long)((i64)r * ld * es);
+    unsigned long long lo = (a + 15) & ~15ull, hi = (a + (unsigned long long)cols * es) & ~15ull;
+    if (hi > lo) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"((u32)(hi - lo)) : "memory");
+  }
+#endif
+}
+
 extern "C" {
 
 // ---- data movement ---------------------------------------------------------
 
 __global__ void fill_f32(float* d, i64 ldd, int rows, int cols, float v) {
+  PDL_ENTER();
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
     d[r * ldd + c] = v;
@@ -62,6 +111,7 @@ __global__ void fill_f32(float* d, i64 ldd, int rows, int cols, float v) {
 }
 
 __global__ void copy_u32(u32* d, i64 ldd, const u32* s, i64 lds, int rows, int cols) {
+  PDL_ENTER();
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
     d[r * ldd + c] = s[r * lds + c];
@@ -69,6 +119,7 @@ __global__ void copy_u32(u32* d, i64 ldd, const u32* s, i64 lds, int rows, int c
 }
 
 __global__ void copy_u16(u16* d, i64 ldd, const u16* s, i64 lds, int rows, int cols) {
+  PDL_ENTER();
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
     d[r * ldd + c] = s[r * lds + c];
@@ -76,6 +127,7 @@ __global__ void copy_u16(u16* d, i64 ldd, const u16* s, i64 lds, int rows, int c
 }
 
 __global__ void transpose_f32(float* d, i64 ldd, const float* s, i64 lds, int rows, int cols) {
+  PDL_ENTER();
   // d[c, r] = s[r, c]; s is rows×cols.
   __shared__ float tile[32][33];
   int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
@@ -101,6 +153,7 @@ __global__ void transpose_f32(float* d, i64 ldd, const float* s, i64 lds, int ro
 
 __global__ void binary_f32(int op, float* d, i64 ldd, const float* a, i64 lda, const float* b, i64 ldb,
                            int rows, int cols, int rnd) {
+  PDL_ENTER();
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
     float x = a[r * lda + c], y = b[r * ldb + c];
@@ -113,6 +166,7 @@ __global__ void binary_f32(int op, float* d, i64 ldd, const float* a, i64 lda, c
 
 __global__ void rowop_f32(int op, float* d, i64 ldd, const float* a, i64 lda, const void* v, int vdt, int rows,
                           int cols, int rnd) {
+  PDL_ENTER();
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
 #ifdef FAULT_ROWOP
@@ -126,6 +180,7 @@ __global__ void rowop_f32(int op, float* d, i64 ldd, const float* a, i64 lda, co
 }
 
 __global__ void scale_f32(float* d, i64 ldd, const float* a, i64 lda, float s, int rows, int cols, int rnd) {
+  PDL_ENTER();
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
     d[r * ldd + c] = OUT(a[r * lda + c] * s);
@@ -133,6 +188,7 @@ __global__ void scale_f32(float* d, i64 ldd, const float* a, i64 lda, float s, i
 }
 
 __global__ void round_bf16(float* d, i64 ldd, int rows, int cols) {
+  PDL_ENTER();
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
 #ifdef FAULT_ROUND
@@ -167,6 +223,7 @@ __device__ __forceinline__ float act_apply(int f, float x) {
 }
 
 __global__ void act_f32(int f, float* d, i64 ldd, const float* a, i64 lda, int rows, int cols, int rnd) {
+  PDL_ENTER();
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
     d[r * ldd + c] = OUT(act_apply(f, a[r * lda + c]));
@@ -200,6 +257,7 @@ __device__ __forceinline__ float epi(float v, int rnd, int act, int rnd1, const 
 }
 
 __global__ void glu_f32(float* d, i64 ldd, const float* a, i64 lda, int rows, int n, int rnd) {
+  PDL_ENTER();
   EACH((i64)rows * n) {
     i64 r = i / n, c = i % n;
     float x = a[r * lda + c], g = a[r * lda + n + c];
@@ -237,6 +295,7 @@ __device__ float blockMax(float v, float* sh) {
 // folded MulRow of Lfm2RMSNorm / RMSNorm), with its own rounding rnd1.
 __global__ void rmsnorm_f32(float* d, i64 ldd, const float* a, i64 lda, int cols, float eps, int rnd, const void* w,
                             int wdt, int rnd1) {
+  PDL_ENTER();
   __shared__ float sh[32];
   const float* x = a + (i64)blockIdx.x * lda;
   float* y = d + (i64)blockIdx.x * ldd;
@@ -260,6 +319,7 @@ __global__ void rmsnorm_f32(float* d, i64 ldd, const float* a, i64 lda, int cols
 
 __global__ void layernorm_f32(float* d, i64 ldd, const float* a, i64 lda, const void* w, int wdt, const void* b,
                               int bdt, int cols, float eps, int rnd) {
+  PDL_ENTER();
   __shared__ float sh[32];
   const float* x = a + (i64)blockIdx.x * lda;
   float* y = d + (i64)blockIdx.x * ldd;
@@ -283,6 +343,7 @@ __global__ void layernorm_f32(float* d, i64 ldd, const float* a, i64 lda, const 
 }
 
 __global__ void softmax_f32(float* d, i64 ldd, int cols) {
+  PDL_ENTER();
   __shared__ float sh[32];
   float* x = d + (i64)blockIdx.x * ldd;
   float m = NEG_INF;
@@ -312,6 +373,7 @@ __global__ void softmax_f32(float* d, i64 ldd, int cols) {
 // (as the host's float64 replay), per thread.
 __global__ void rope_f32(float* d, i64 ldd, int rows, int cols, int hd, int interleaved, const float* invf,
                          const int* pos, int bf16, int rnd) {
+  PDL_ENTER();
   int half = hd / 2, pairs = cols / 2;
   i64 n = (i64)rows * pairs;
   EACH(n) {
@@ -346,6 +408,7 @@ __global__ void rope_f32(float* d, i64 ldd, int rows, int cols, int hd, int inte
 // ids, EmbedIDs, are checked here).
 __global__ void embed_f32(float* d, i64 ldd, const void* table, int tdt, i64 ldt, const int* ids, i64 ldi, int n,
                           int trows, int rows, int cols, int rnd) {
+  PDL_ENTER();
   EACH((i64)rows * cols) {
     i64 r = i / cols, c = i % cols;
     float s = 0.0f;
@@ -500,6 +563,7 @@ extern "C" {
 __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float* logits, i64 ldl, int V,
                                                   const sample_arg* args, const int* hist, double* ew, int* cand,
                                                   double* skey, int* sidx, int P) {
+  PDL_ENTER();
   extern __shared__ u32 bm[];
   __shared__ double shd[32];
   __shared__ int shi[32];
@@ -743,6 +807,7 @@ __device__ __forceinline__ void shortconv_rows(float* d, i64 ldd, const float* x
 
 __global__ void shortconv_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, float* state,
                               i64 lds, int T, int C, int L, EPI_PARAMS) {
+  PDL_ENTER();
   shortconv_rows(d, ldd, x, ldx, w, wdt, state, lds, 0, T, C, L, EPI_ARGS);
 }
 
@@ -758,6 +823,7 @@ struct conv_seq {
 // blockIdx.y with its own state.
 __global__ void shortconv_seqs_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt,
                                    const conv_seq* seqs, int C, int L, EPI_PARAMS) {
+  PDL_ENTER();
 #ifdef FAULT_SHORTCONV_SEQS
   conv_seq cs = seqs[blockIdx.y];
   cs.state = seqs[0].state;  // every sequence convolves with the first one's state
@@ -770,6 +836,7 @@ __global__ void shortconv_seqs_f32(float* d, i64 ldd, const float* x, i64 ldx, c
 // copy_rows: d row pairs[2i] = s row pairs[2i+1] for i < n (one block a
 // row pair), 4-byte or 2-byte elements.
 __global__ void copy_rows_u32(u32* d, i64 ldd, const u32* s, i64 lds, const int* pairs, int cols) {
+  PDL_ENTER();
   int i = blockIdx.x;
 #ifdef FAULT_COPY_ROWS
   i64 dr = pairs[2 * i], sr = pairs[1];  // every row copies the first pair's source row
@@ -789,6 +856,7 @@ struct copy_pair {
 };
 
 __global__ void copy_many_u32(const copy_pair* pairs) {
+  PDL_ENTER();
 #ifdef FAULT_COPY_MANY
   copy_pair cp = pairs[blockIdx.x];
   cp.rows = max(cp.rows - 1, 1);  // drops the last row of every copy of several rows
@@ -805,6 +873,7 @@ __global__ void copy_many_u32(const copy_pair* pairs) {
 }
 
 __global__ void copy_many_u16(const copy_pair* pairs) {
+  PDL_ENTER();
   copy_pair cp = pairs[blockIdx.x];
   u16* d = (u16*)cp.d;
   const u16* s = (const u16*)cp.s;
@@ -816,6 +885,7 @@ __global__ void copy_many_u16(const copy_pair* pairs) {
 }
 
 __global__ void copy_rows_u16(u16* d, i64 ldd, const u16* s, i64 lds, const int* pairs, int cols) {
+  PDL_ENTER();
   int i = blockIdx.x;
   i64 dr = pairs[2 * i], sr = pairs[2 * i + 1];
   for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < cols; c += gridDim.y * blockDim.x) d[dr * ldd + c] = s[sr * lds + c];
@@ -1063,6 +1133,8 @@ __device__ __forceinline__ void gemv_row(float* d, const float* x, const u16* w,
 #define GEMV(name, C, U)                                                                                        \
   __global__ void __launch_bounds__(128) name(float* d, const float* x, const u16* w, i64 ldw, const void* bias, \
                                               int bdt, int N, int K, EPI_PARAMS) {                              \
+    pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 4 * C, min(N, (int)(blockIdx.x + 1) * 4 * C));                 \
+    PDL_ENTER();                                                                                                \
     gemv_row<C, U>(d, x, w, ldw, bias, bdt, N, K, no_prologue{}, EPI_ARGS);                                     \
   }
 
@@ -1125,6 +1197,8 @@ __device__ __forceinline__ float rms_apply(float x, float inv, int rnd, const vo
   __global__ void __launch_bounds__(128) name(float* d, float* h, const float* x, int K, float eps, int nrnd,    \
                                               const void* nw, int nwdt, int nrnd1, const u16* w, i64 ldw,       \
                                               const void* bias, int bdt, int N, EPI_PARAMS) {                   \
+    pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 4 * C, min(N, (int)(blockIdx.x + 1) * 4 * C));                 \
+    PDL_ENTER();                                                                                                \
     extern __shared__ float4 xs4[];                                                                             \
     __shared__ float sh[8];                                                                                     \
     float* xs = (float*)xs4;                                                                                    \
@@ -1174,6 +1248,7 @@ struct head_item {
 // attention, the copies, norms and rotations of q, k and v: one launch.
 __global__ void __launch_bounds__(128) prep_heads_f32(const head_item* items, int nitems, int interleaved,
                                                       const float* invf, const int* pos, int bf16, int rnd) {
+  PDL_ENTER();
   extern __shared__ float4 ys4[];
   __shared__ float sh[8];
   float* y = (float*)ys4;
@@ -1226,7 +1301,9 @@ __global__ void __launch_bounds__(128) prep_heads_f32(const head_item* items, in
 // weight rows by 4·C.
 #define GEMVR(name, R, C, U)                                                                                   \
   __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,  \
-                                              const void* bias, int bdt, int M, int N, int K, EPI_PARAMS) {     \
+                                              const void* bias, int bdt, int M, int N, int K, EPI_PARAMS) {          \
+    if (blockIdx.x == 0) pdl_prefetch_rows(w, ldw, 2, K, blockIdx.y * 4 * C, min(N, (int)(blockIdx.y + 1) * 4 * C)); \
+    PDL_ENTER();                                                                                                \
     int lane = threadIdx.x & 31;                                                                                \
     int n0 = (blockIdx.y * 4 + (threadIdx.x >> 5)) * C, m0 = blockIdx.x * R;                                    \
     if (n0 >= N) return;                                                                                        \
@@ -1292,6 +1369,8 @@ GEMVR(gemvr_bf16_r8c4u2, 8, 4, 2)
   __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const float* x, i64 ldx, const void* w,     \
                                               i64 ldw, const void* bias, int bdt, int M, int N, int K,       \
                                               EPI_PARAMS) {                                                  \
+    if (blockIdx.y == 0) pdl_prefetch_rows(w, ldw, WDT == DT_F32 ? 4 : 2, K, blockIdx.x * 4 * C, min(N, (int)(blockIdx.x + 1) * 4 * C)); \
+    PDL_ENTER();                                                                                             \
     int tile = blockIdx.x * 4 + (threadIdx.x >> 5);                                                          \
     int n0 = tile * C, m0 = blockIdx.y * R;                                                                  \
     if (n0 >= N) return;                                                                                     \
@@ -1447,7 +1526,9 @@ extern "C" {
 // m0 + 4(t/16) … +3 and columns n0 + 4(t%16) … +3.
 #define MATMUL_TILED(name, WDT)                                                                                        \
   __global__ void __launch_bounds__(256) name(float* d, i64 ldd, const float* x, i64 ldx, const void* w, i64 ldw,       \
-                                              const void* bias, int bdt, int M, int N, int K, EPI_PARAMS) {           \
+                                              const void* bias, int bdt, int M, int N, int K, EPI_PARAMS) {            \
+    if (blockIdx.y == 0) pdl_prefetch_rows(w, ldw, WDT == DT_F32 ? 4 : 2, K, blockIdx.x * 64, min(N, (int)(blockIdx.x + 1) * 64)); \
+    PDL_ENTER();                                                                                                       \
     __shared__ __align__(16) float xs[2 * 8 * MMT_PAD];                                                                \
     __shared__ __align__(16) float ws[2 * 8 * MMT_PAD];                                                                \
     int m0 = blockIdx.y * 64, n0 = blockIdx.x * 64;                                                                    \
@@ -1790,6 +1871,7 @@ extern "C" {
 // |x − hi − mid − lo| ≤ 2^-24·|x|) into out [3][M][Kp], rows zero-padded to
 // Kp, and flags[m] = (mid of row m nonzero) | (lo nonzero) << 1.
 __global__ void split_bf16(u16* out, u32* flags, const float* x, i64 ldx, int M, int K, int Kp) {
+  PDL_ENTER();
   int m = blockIdx.x;
   const float* xr = x + (i64)m * ldx;
   u32 f = 0;
@@ -1815,7 +1897,9 @@ __global__ void split_bf16(u16* out, u32* flags, const float* x, i64 ldx, int M,
 #define MMA_KERNEL(name, MT)                                                                                 \
   __global__ void __launch_bounds__(128) name(float* d, i64 ldd, const u16* xs, const u32* flags, int Kp,   \
                                               const u16* w, i64 ldw, const void* bias, int bdt, int M, int N, \
-                                              int K, EPI_PARAMS) {                                          \
+                                              int K, EPI_PARAMS) {                                             \
+    if (blockIdx.y == 0) pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 16, min(N, (int)(blockIdx.x + 1) * 16)); \
+    PDL_ENTER();                                                                                            \
     mma_tile<MT>(d, ldd, xs, flags, Kp, w, ldw, bias, bdt, M, N, K, EPI_ARGS);                              \
   }
 
@@ -1900,6 +1984,8 @@ extern "C" {
 __global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16* xs, const u32* flags, int Kp,
                                                     const u16* w, i64 ldw, const void* bias, int bdt, int M, int N,
                                                     int K, EPI_PARAMS) {
+  if (blockIdx.y == 0) pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * BIG_T, min(N, (int)(blockIdx.x + 1) * BIG_T));
+  PDL_ENTER();
   // Three stages of one superblock: 64 weight rows and 64 x rows of 64
   // bf16 (128 bytes) each, 16-byte chunk h of row r at chunk h ^ 4·(r & 1)
   // (a quarter warp's loads of rows r and r + 1 then hit all 32 banks).
@@ -2054,7 +2140,9 @@ __global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16
 #define MMV(name, W, NT, MT)                                                                                  \
   __global__ void __launch_bounds__(32 * W) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w,      \
                                                  i64 ldw, const void* bias, int bdt, int M, int N, int K,       \
-                                                 EPI_PARAMS) {                                                  \
+                                                 EPI_PARAMS) {                                                           \
+    if (blockIdx.y == 0) pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 16 * NT, min(N, (int)(blockIdx.x + 1) * 16 * NT)); \
+    PDL_ENTER();                                                                                               \
     mmv_tile<W, NT, MT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, EPI_ARGS);                  \
   }
 
@@ -2072,6 +2160,8 @@ MMV(mmv_bf16_w16n1m2, 16, 1, 2)
   __global__ void __launch_bounds__(32 * W) name(float* d, float* h, const float* x, int K, float eps, int nrnd, \
                                                  const void* nw, int nwdt, int nrnd1, const u16* w, i64 ldw,    \
                                                  const void* bias, int bdt, int N, EPI_PARAMS) {                \
+    pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 16, min(N, (int)(blockIdx.x + 1) * 16));                       \
+    PDL_ENTER();                                                                                                \
     extern __shared__ float4 xs4[];                                                                             \
     __shared__ float sh[8];                                                                                     \
     float* xs = (float*)xs4;                                                                                    \
@@ -2239,6 +2329,7 @@ __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, cons
                               i64 ldv, float* sc, i64 maxL, int heads, int kvheads, int hd, float scale, int qpos0,
                               int causal, int window, int nkeys, int probBF16, const int* blocks, int brows,
                               int rnd) {
+  PDL_ENTER();
   attn_rows(dst, ldd, q, ldq, k, ldk, v, ldv, sc, maxL, heads, kvheads, hd, scale, blockIdx.x, qpos0 + blockIdx.x,
             causal, window, nkeys, probBF16, blocks, brows, rnd);
 }
@@ -2260,6 +2351,7 @@ struct attn_seq {
 __global__ void attention_seqs_f32(float* dst, i64 ldd, const float* q, i64 ldq, const attn_seq* rows, float* sc,
                                    i64 maxL, int heads, int kvheads, int hd, float scale, int causal, int window,
                                    int probBF16, int brows, int rnd) {
+  PDL_ENTER();
 #ifdef FAULT_ATTN_SEQS
   attn_seq r = rows[0];  // every row attends as the first row does
 #else
@@ -2275,6 +2367,7 @@ __global__ void attention_seqs_f32(float* dst, i64 ldd, const float* q, i64 ldq,
 __global__ void conv1d_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, const void* b,
                            int bdt, int Tin, int Cin, int Tout, int Cout, int K, int stride, int dil, int pad,
                            int groups, int rnd) {
+  PDL_ENTER();
   int cg = Cin / groups, og = Cout / groups;
   EACH((i64)Tout * Cout) {
     int t = (int)(i / Cout), o = (int)(i % Cout);
@@ -2301,6 +2394,7 @@ __global__ void conv1d_f32(float* d, i64 ldd, const float* x, i64 ldx, const voi
 // d receives rows [skip, skip + Tout) of full.
 __global__ void convtr1d_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, const void* b,
                              int bdt, int Tin, int Cin, int Tout, int Cout, int K, int stride, int skip, int groups, int rnd) {
+  PDL_ENTER();
   int cg = Cin / groups, og = Cout / groups;
   EACH((i64)Tout * Cout) {
     int ur = (int)(i / Cout), o = (int)(i % Cout);
@@ -2332,6 +2426,7 @@ __global__ void convtr1d_f32(float* d, i64 ldd, const float* x, i64 ldx, const v
 __global__ void conv2d_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, const void* b,
                            int bdt, int H, int Cin, int W, int Hout, int Cout, int Wout, int KH, int KW, int sH,
                            int sW, int pH, int pW, int groups, int rnd) {
+  PDL_ENTER();
   int cg = Cin / groups, og = Cout / groups;
   EACH((i64)Hout * Cout * Wout) {
     int ho = (int)(i / ((i64)Cout * Wout));

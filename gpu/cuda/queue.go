@@ -523,6 +523,9 @@ func (q *Queue) launchCmd(cm cmd) error {
 	if cm.na > 0 {
 		pp = uintptr(unsafe.Pointer(&q.params[cm.a0]))
 	}
+	if q.d.pdl.Load() {
+		return q.launchPDL(cm, pp)
+	}
 	res, _, _ := purego.SyscallN(c.cuLaunchKernel, cm.fn,
 		uintptr(cm.grid[0]), uintptr(cm.grid[1]), uintptr(cm.grid[2]),
 		uintptr(cm.block[0]), uintptr(cm.block[1]), 1,
@@ -1084,6 +1087,11 @@ func (d *Device) writeStats() {
 	}
 	d.mu.RLock()
 	defer d.mu.RUnlock()
+	pdl := "off"
+	if d.pdl.Load() {
+		pdl = "on"
+	}
+	fmt.Fprintf(os.Stderr, "cuda programmatic dependent launch %s\n", pdl)
 	for _, q := range d.queues {
 		s := q.stats
 		if s.flushes == 0 {
