@@ -123,6 +123,46 @@ func BenchmarkMatMulTiles(b *testing.B) {
 	}
 }
 
+// BenchmarkMatMulFewTiles times the tensor-core tile kernels where 64 × 64
+// tiles are few (one clip through the encoder: ≈ 60 rows against [512,
+// 512] to [2048, 512]; a 32-session step against [2048, 2048]; a 100-row
+// prefill), each kernel forced and the default pick ("auto", mmaLaunch),
+// on exact-bf16 rows, sets of weights replayed as one graph.
+func BenchmarkMatMulFewTiles(b *testing.B) {
+	d := openGPU(b)
+	d.mmaMatMul = true
+	defer func() { d.mmaMatMul = false }()
+	rng := rand.New(rand.NewPCG(4, 6))
+	for _, sh := range []struct{ M, N, K int }{{62, 512, 512}, {62, 2048, 512}, {62, 512, 2048}, {32, 2048, 2048}, {32, 8192, 2048}, {100, 2048, 2048}, {100, 8192, 2048}} {
+		sets := max(2, (64<<20)/(2*sh.N*sh.K))
+		ws := make([]gpu.Tensor, sets)
+		for i := range ws {
+			ws[i] = loadNormalBF16(b, d, rng, sh.N, sh.K)
+		}
+		for _, kernel := range []string{"auto", "mma_bf16_m32", "mma_bf16_big"} {
+			b.Run(fmt.Sprintf("%dx%dx%d/%s", sh.M, sh.N, sh.K, kernel), func(b *testing.B) {
+				q := d.NewQueue("bench").(*Queue)
+				q.tileForce = true // the tile kernels; "auto": mmaLaunch's pick
+				if kernel != "auto" {
+					q.tileKernel = kernel
+				}
+				x, y := d.Alloc(gpu.F32, sh.M, sh.K), d.Alloc(gpu.F32, sh.M, sh.N)
+				defer d.Free(x)
+				defer d.Free(y)
+				xs := normals(rng, sh.M*sh.K)
+				for i := range xs {
+					xs[i] = gpu.RoundBF16(xs[i])
+				}
+				q.Write(x, xs)
+				timeProductSets(b, q, x, y, ws)
+			})
+		}
+		for _, w := range ws {
+			d.Free(w)
+		}
+	}
+}
+
 // BenchmarkMatMulFMATiles times the FMA products a codec's streams make
 // (f32 weights and x; Mimi's SEANet convolutions for 16–64 streams: tens of
 // thousands of rows, short K) on the warp tiles (matmul_r8_f32) and on the

@@ -145,11 +145,14 @@ func TestMMALaunchShape(t *testing.T) {
 		force, name string
 	}{
 		{1, 1, "", "mma_bf16_m8"}, {8, 8192, "", "mma_bf16_m8"}, {9, 16, "", "mma_bf16_m16"}, {16, 17, "", "mma_bf16_m16"},
-		{17, 65536, "", "mma_bf16_big"}, {32, 2048, "", "mma_bf16_big"}, {33, 2048, "", "mma_bf16_big"}, {20, 100, "mma_bf16_m32", "mma_bf16_m32"}, {93, 2049, "", "mma_bf16_big"},
+		{17, 65536, "", "mma_bf16_big"}, {32, 8192, "", "mma_bf16_big"}, {33, 4096, "", "mma_bf16_big"}, {20, 100, "mma_bf16_m32", "mma_bf16_m32"}, {93, 2049, "", "mma_bf16_big"},
 		{512, 8192, "", "mma_bf16_big"}, {93, 2048, "mma_bf16_m32", "mma_bf16_m32"}, {5, 100, "mma_bf16_big", "mma_bf16_big"},
 		{40, 100, "mma_bf16_m8", "mma_bf16_m8"},
+		// Too few 64 × 64 tiles for a quarter of 132 SMs: mma_tile's blocks.
+		{62, 512, "", "mma_bf16_m32"}, {62, 2048, "", "mma_bf16_m32"}, {32, 2048, "", "mma_bf16_m32"}, {20, 100, "", "mma_bf16_m32"},
+		{100, 1024, "", "mma_bf16_m32"}, {100, 1088, "", "mma_bf16_big"}, {1000, 64, "", "mma_bf16_m32"}, {4096, 64, "", "mma_bf16_big"},
 	} {
-		name, g := mmaLaunch(c.m, c.n, c.force)
+		name, g := mmaLaunch(c.m, c.n, 132, c.force)
 		tn, tm := 16, map[string]int{"mma_bf16_m8": 8, "mma_bf16_m16": 16, "mma_bf16_m32": 32}[name]
 		if name == "mma_bf16_big" {
 			tn, tm = 64, 64
@@ -525,21 +528,34 @@ func TestGemvrVariant(t *testing.T) {
 func TestMmvVariant(t *testing.T) {
 	for M := 1; M <= mmvMaxRows; M++ {
 		for _, N := range []int{1, 15, 16, 17, 2048, 2049, 8192, mmvMaxN} {
-			v := mmvVariant(N)
-			if !slices.Contains(mmvVariants, v) {
-				t.Fatalf("M=%d N=%d: %v is not among the tested variants", M, N, v)
-			}
-			if 8*v.mt < M {
-				t.Errorf("M=%d N=%d: %s covers %d rows of x a block", M, N, v.name, 8*v.mt)
-			}
-			g := v.grid(M, N)
-			if int(g[0])*16*v.nt < N || int(g[0]-1)*16*v.nt >= N || int(g[1])*8*v.mt < M || int(g[1]-1)*8*v.mt >= M || g[2] != 1 {
-				t.Errorf("M=%d N=%d: %s grid %v does not cover the outputs exactly", M, N, v.name, g)
+			for _, K := range []int{64, 1024, 1025, 2048, 2049, 8192} {
+				v := mmvVariant(N, K)
+				if !slices.Contains(mmvVariants, v) {
+					t.Fatalf("M=%d N=%d: %v is not among the tested variants", M, N, v)
+				}
+				if 8*v.mt < M {
+					t.Errorf("M=%d N=%d: %s covers %d rows of x a block", M, N, v.name, 8*v.mt)
+				}
+				g := v.grid(M, N)
+				if int(g[0])*16*v.nt < N || int(g[0]-1)*16*v.nt >= N || int(g[1])*8*v.mt < M || int(g[1]-1)*8*v.mt >= M || g[2] != 1 {
+					t.Errorf("M=%d N=%d: %s grid %v does not cover the outputs exactly", M, N, v.name, g)
+				}
 			}
 		}
 	}
-	if mmvVariant(2048).name != "mmv_bf16_w16n1m1" || mmvVariant(2049).name != "mmv_bf16_w16n4m1" || mmvNormDefault.name != "mmvn_bf16_w16" {
-		t.Errorf("defaults %s, %s, %s: not the measured picks", mmvVariant(2048).name, mmvVariant(2049).name, mmvNormDefault.name)
+	for _, c := range []struct {
+		n, k int
+		want string
+	}{
+		{1024, 1024, "mmv_bf16_w16n1m1"}, {2048, 2048, "mmv_bf16_w16n1m1d2"}, {2048, 8192, "mmv_bf16_w16n1m1d4"},
+		{8192, 2048, "mmv_bf16_w16n2m1d2"}, {6144, 2048, "mmv_bf16_w16n2m1d2"}, {4096, 1024, "mmv_bf16_w16n4m1"},
+	} {
+		if v := mmvVariant(c.n, c.k); v.name != c.want {
+			t.Errorf("[%d, %d]: %s, not the measured pick %s", c.n, c.k, v.name, c.want)
+		}
+	}
+	if a, b := mmvNormVariant(1024).name, mmvNormVariant(2048).name; a != "mmvn_bf16_w16" || b != "mmvn_bf16_w16d2" {
+		t.Errorf("fused norm kernels %s (K 1024), %s (K 2048): not the measured picks", a, b)
 	}
 	for _, v := range append(mmvVariants, mmvNormVariants...) {
 		if !slices.Contains(kernelNames, v.name) {

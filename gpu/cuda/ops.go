@@ -81,13 +81,17 @@ func matmulGrid(m, n, r int) [3]uint32 {
 const mmaBigMinRows = 17
 
 // mmaLaunch picks the tensor-core kernel for M rows (8, 16 or 32 rows of x
-// a block of 16 weight rows, or 64 × 64 tiles past mmaBigMinRows rows: the
-// order of the sums does not depend on it) and its grid; force, when set,
-// names the kernel (tests and benchmarks).
-func mmaLaunch(m, n int, force string) (string, [3]uint32) {
+// a block of 16 weight rows, or 64 × 64 tiles past mmaBigMinRows rows
+// where they give at least a quarter of the device's sms multiprocessors a
+// tile: the order of the sums does not depend on it) and its grid; force,
+// when set, names the kernel (tests and benchmarks). The encoder's
+// products of one clip (≈ 60 rows against [512, 512]) made 8 tiles of 64 ×
+// 64 on a 132-SM H200; mma_tile's 16 × 32 blocks make 64.
+func mmaLaunch(m, n, sms int, force string) (string, [3]uint32) {
 	rows, name := 32, "mma_bf16_m32"
+	bigTiles := ((n + 63) / 64) * ((m + 63) / 64)
 	switch {
-	case force == "mma_bf16_big" || force == "" && m >= mmaBigMinRows:
+	case force == "mma_bf16_big" || force == "" && m >= mmaBigMinRows && 4*bigTiles >= sms:
 		return "mma_bf16_big", [3]uint32{uint32((n + 63) / 64), uint32((m + 63) / 64), 1}
 	case force != "":
 		rows, name = map[string]int{"mma_bf16_m8": 8, "mma_bf16_m16": 16, "mma_bf16_m32": 32}[force], force
@@ -146,7 +150,7 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		return
 	}
 	if w.DType() == gpu.BF16 && q.tensorCores() && !q.tileForce && (q.mmvForce != "" || M <= mmvMaxRows && N <= mmvMaxN) {
-		v := mmvVariant(N)
+		v := mmvVariant(N, K)
 		if q.mmvForce != "" {
 			v = mmvByName(q.mmvForce)
 		}
@@ -165,7 +169,7 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		xs := gpu.Tensor{Buf: q.split, Rows: 1, Cols: 3 * M * Kp, Stride: 3 * M * Kp}
 		fl := gpu.Tensor{Buf: q.flags, Rows: 1, Cols: M, Stride: M}
 		q.launch("split_bf16", [3]uint32{uint32(M), 1, 1}, blk128, 0, q.t(xs), q.t(fl), q.t(x), ld(x), i(M), i(K), i(Kp))
-		name, g := mmaLaunch(M, N, q.tileKernel)
+		name, g := mmaLaunch(M, N, q.d.sms, q.tileKernel)
 		q.launchEpi(epiProduct, dst, name, g, blk128, 0,
 			q.t(dst), ld(dst), q.t(xs), q.t(fl), i(Kp), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
@@ -318,6 +322,7 @@ func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, cp gpu.Conv2DParams) {
 type mmvKernel struct {
 	name      string
 	w, nt, mt int
+	d         int // groups of superblocks a warp has in flight (kernels.cu: mmv_tile's D)
 }
 
 // grid is the launch grid for M rows of x against N weight rows.
@@ -331,8 +336,9 @@ func (v mmvKernel) block() [2]uint32 { return [2]uint32{uint32(32 * v.w), 1} }
 // mmvVariants are the few-row tensor-core kernels (kernels.cu: MMV); all
 // give mma_tile's bits.
 var mmvVariants = []mmvKernel{
-	{"mmv_bf16_w4n1m1", 4, 1, 1}, {"mmv_bf16_w16n1m1", 16, 1, 1}, {"mmv_bf16_w16n2m1", 16, 2, 1},
-	{"mmv_bf16_w16n4m1", 16, 4, 1}, {"mmv_bf16_w16n1m2", 16, 1, 2},
+	{"mmv_bf16_w4n1m1", 4, 1, 1, 1}, {"mmv_bf16_w16n1m1", 16, 1, 1, 1}, {"mmv_bf16_w16n2m1", 16, 2, 1, 1},
+	{"mmv_bf16_w16n4m1", 16, 4, 1, 1}, {"mmv_bf16_w16n1m2", 16, 1, 2, 1},
+	{"mmv_bf16_w16n1m1d2", 16, 1, 1, 2}, {"mmv_bf16_w16n1m1d4", 16, 1, 1, 4}, {"mmv_bf16_w16n2m1d2", 16, 2, 1, 2},
 }
 
 // mmvMaxRows is the most rows of x the few-row tensor-core kernels take,
@@ -346,24 +352,38 @@ const (
 )
 
 // mmvVariant returns the few-row tensor-core kernel for N ≤ mmvMaxN
-// weight rows (and at most mmvMaxRows rows of x: one 8-row tile), the
-// fastest measured on the H200 (BenchmarkProductShapes, commit d1fe22c):
-// 16 warps a block, one 16-row weight tile a warp up to 2048 weight rows
-// ([2048, 8192], [2048, 2048], [1024, 1024]), four beyond ([8192, 2048]:
-// 1.67 TB/s against 1.26).
-func mmvVariant(N int) mmvKernel {
-	if N <= 2048 {
+// weight rows of K terms (and at most mmvMaxRows rows of x: one 8-row
+// tile): 16 warps a block, one warp per class; a 16-row weight tile a warp
+// up to 2048 weight rows, more beyond; and as many of a warp's groups of
+// superblocks in flight as it has, up to 4 (K = 2048: 2 groups, K = 8192:
+// 8), so that a block does not wait for its weights once per group.
+func mmvVariant(N, K int) mmvKernel {
+	groups := (K + 1023) / 1024 // superblocks of 64 a warp's class holds, 16 classes
+	switch {
+	case N <= 2048 && groups <= 1:
 		return mmvVariants[1] // mmv_bf16_w16n1m1
+	case N <= 2048 && groups == 2:
+		return mmvVariants[5] // mmv_bf16_w16n1m1d2
+	case N <= 2048:
+		return mmvVariants[6] // mmv_bf16_w16n1m1d4
+	case groups <= 1:
+		return mmvVariants[3] // mmv_bf16_w16n4m1
 	}
-	return mmvVariants[3] // mmv_bf16_w16n4m1
+	return mmvVariants[7] // mmv_bf16_w16n2m1d2
 }
 
 // mmvNormVariants are the one-row tensor-core kernels with the row norm
 // fused before the product (kernels.cu: MMV_NORM; gpu.NormFuser).
-var mmvNormVariants = []mmvKernel{{"mmvn_bf16_w4", 4, 1, 1}, {"mmvn_bf16_w16", 16, 1, 1}}
+var mmvNormVariants = []mmvKernel{{"mmvn_bf16_w4", 4, 1, 1, 1}, {"mmvn_bf16_w16", 16, 1, 1, 1}, {"mmvn_bf16_w16d2", 16, 1, 1, 2}}
 
-// mmvNormDefault is the fused kernel NormMatMul takes on the tensor cores.
-var mmvNormDefault = mmvNormVariants[1]
+// mmvNormVariant is the fused kernel NormMatMul takes on the tensor cores
+// for K terms: two groups of superblocks in flight where a warp has them.
+func mmvNormVariant(K int) mmvKernel {
+	if K <= 1024 {
+		return mmvNormVariants[1] // mmvn_bf16_w16
+	}
+	return mmvNormVariants[2] // mmvn_bf16_w16d2
+}
 
 // mmvNormMaxK bounds the row MMV_NORM keeps in shared memory beside the
 // class sums (16·32·4 floats), within 48 KiB.
