@@ -528,34 +528,21 @@ func TestGemvrVariant(t *testing.T) {
 func TestMmvVariant(t *testing.T) {
 	for M := 1; M <= mmvMaxRows; M++ {
 		for _, N := range []int{1, 15, 16, 17, 2048, 2049, 8192, mmvMaxN} {
-			for _, K := range []int{64, 1024, 1025, 2048, 2049, 8192} {
-				v := mmvVariant(N, K)
-				if !slices.Contains(mmvVariants, v) {
-					t.Fatalf("M=%d N=%d: %v is not among the tested variants", M, N, v)
-				}
-				if 8*v.mt < M {
-					t.Errorf("M=%d N=%d: %s covers %d rows of x a block", M, N, v.name, 8*v.mt)
-				}
-				g := v.grid(M, N)
-				if int(g[0])*16*v.nt < N || int(g[0]-1)*16*v.nt >= N || int(g[1])*8*v.mt < M || int(g[1]-1)*8*v.mt >= M || g[2] != 1 {
-					t.Errorf("M=%d N=%d: %s grid %v does not cover the outputs exactly", M, N, v.name, g)
-				}
+			v := mmvVariant(N)
+			if !slices.Contains(mmvVariants, v) {
+				t.Fatalf("M=%d N=%d: %v is not among the tested variants", M, N, v)
+			}
+			if 8*v.mt < M {
+				t.Errorf("M=%d N=%d: %s covers %d rows of x a block", M, N, v.name, 8*v.mt)
+			}
+			g := v.grid(M, N)
+			if int(g[0])*16*v.nt < N || int(g[0]-1)*16*v.nt >= N || int(g[1])*8*v.mt < M || int(g[1]-1)*8*v.mt >= M || g[2] != 1 {
+				t.Errorf("M=%d N=%d: %s grid %v does not cover the outputs exactly", M, N, v.name, g)
 			}
 		}
 	}
-	for _, c := range []struct {
-		n, k int
-		want string
-	}{
-		{1024, 1024, "mmv_bf16_w16n1m1"}, {2048, 2048, "mmv_bf16_w16n1m1d2"}, {2048, 8192, "mmv_bf16_w16n1m1d4"},
-		{8192, 2048, "mmv_bf16_w16n2m1d2"}, {6144, 2048, "mmv_bf16_w16n2m1d2"}, {4096, 1024, "mmv_bf16_w16n4m1"},
-	} {
-		if v := mmvVariant(c.n, c.k); v.name != c.want {
-			t.Errorf("[%d, %d]: %s, not the measured pick %s", c.n, c.k, v.name, c.want)
-		}
-	}
-	if a, b := mmvNormVariant(1024).name, mmvNormVariant(2048).name; a != "mmvn_bf16_w16" || b != "mmvn_bf16_w16d2" {
-		t.Errorf("fused norm kernels %s (K 1024), %s (K 2048): not the measured picks", a, b)
+	if mmvVariant(2048).name != "mmv_bf16_w16n1m1" || mmvVariant(2049).name != "mmv_bf16_w16n4m1" || mmvNormDefault.name != "mmvn_bf16_w16" {
+		t.Errorf("defaults %s, %s, %s: not the measured picks", mmvVariant(2048).name, mmvVariant(2049).name, mmvNormDefault.name)
 	}
 	for _, v := range append(mmvVariants, mmvNormVariants...) {
 		if !slices.Contains(kernelNames, v.name) {

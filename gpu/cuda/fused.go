@@ -60,7 +60,7 @@ func (q *Queue) normMatMulKernel(M, K, N int, w gpu.Tensor) (name string, block 
 		_, rows := gemvVariant(N, K)
 		return gemvnKernels[rows/4], blk128, rows
 	}
-	v := mmvNormVariant(K)
+	v := mmvNormDefault
 	switch {
 	case strings.HasPrefix(q.mmvForce, "mmvn_"):
 		v = mmvByName(q.mmvForce)

@@ -85,9 +85,20 @@ __device__ __forceinline__ float rbf16(float v) {
 // interior. Called before PDL_ENTER: the weights then stream in while the
 // kernel before still runs. A prefetch only warms the cache (a later load
 // still sees every write before it), so it is safe whatever wrote the
-// matrix. A no-op before sm_90.
+// matrix. Only a first wave prefetches (one block per multiprocessor, at
+// most 64 KiB each, ≈ 8 MiB on an H200): later blocks start after the
+// kernel before has ended, and a product of thousands of small blocks
+// prefetching all at once evicted its own lines from L2 before reading
+// them (the 256 MiB head's tile kernel fell from 3.38 to 2.79 TB/s). A
+// no-op before sm_90.
 __device__ __forceinline__ void pdl_prefetch_rows(const void* w, i64 ld, int es, int cols, int r0, int r1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  u32 nsm;
+  asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
+  if (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z) >= nsm) return;
+  i64 rb = (i64)cols * es;
+  if (rb <= 0) return;
+  r1 = (int)min((i64)r1, (i64)r0 + max((i64)1, (i64)65536 / rb));
   unsigned long long base;
   asm("cvta.to.global.u64 %0, %1;" : "=l"(base) : "l"(w));
   for (int r = r0 + (int)threadIdx.x; r < r1; r += (int)blockDim.x) {
@@ -1716,7 +1727,7 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
 // which changes no bit, so every output equals mma_tile's. pro() runs
 // once, by every thread, after the warp's first weights are requested and
 // before x is read (MMV_NORM's norm into shared memory).
-template <int W, int NT, int MT, int D, class Pro>
+template <int W, int NT, int MT, class Pro>
 __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
                                          const void* bias, int bdt, int M, int N, int K, Pro pro, EPI_PARAMS) {
   constexpr int CW = 16 / W;                  // classes a warp
@@ -1739,39 +1750,35 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
   }
   bool wv = ((((unsigned long long)w) & 15) == 0) && (ldw % 8 == 0);
   int nsb = (K + 63) / 64;
-  // D groups of the warp's superblocks in flight (a group: superblock sb
-  // of each of its classes, sb + W·c), ring buffer slot j holding groups
-  // j, j + D, …; D changes when weights are requested, never a sum.
-  u32 wa[D][CW][NT][2][8];
+  u32 wa[CW][NT][2][8];
 #ifdef FAULT_MMV
   int s0 = warp + 16;  // drops the first superblock of each of the warp's first classes
 #else
   int s0 = warp;
 #endif
-  auto loadw = [&](u32 (&wb)[CW][NT][2][8], int sb) {
+  auto loadw = [&](int sb) {
 #pragma unroll
     for (int c = 0; c < CW; c++) {
       int s = sb + W * c;
       if (s < nsb) {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-          mma_wload(wb[c][nt][0], wr[nt][0], 64 * s + 8 * t, K, wv);
-          mma_wload(wb[c][nt][1], wr[nt][1], 64 * s + 8 * t, K, wv);
+          mma_wload(wa[c][nt][0], wr[nt][0], 64 * s + 8 * t, K, wv);
+          mma_wload(wa[c][nt][1], wr[nt][1], 64 * s + 8 * t, K, wv);
         }
       }
     }
   };
-#pragma unroll
-  for (int j = 0; j < D; j++) loadw(wa[j], s0 + 16 * j);
+  loadw(s0);
   pro();
   const float* xr[MT];
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) xr[mt] = x + (i64)min(m0 + 8 * mt + g, M - 1) * ldx;
   bool xv = ((((unsigned long long)x) & 15) == 0) && (ldx % 4 == 0);
-  auto compute = [&](u32 (&wb)[CW][NT][2][8], int sb) {
+  for (; s0 < nsb; s0 += 16) {
 #pragma unroll
     for (int c = 0; c < CW; c++) {
-      int s = sb + W * c;
+      int s = s0 + W * c;
       if (s >= nsb) break;
       int k = 64 * s + 8 * t;
 #pragma unroll
@@ -1803,8 +1810,8 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
           for (int j = 0; j < 4; j++)
-            mma16816(acc[c][nt][mt], wb[c][nt][0][2 * j], wb[c][nt][1][2 * j], wb[c][nt][0][2 * j + 1],
-                     wb[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+            mma16816(acc[c][nt][mt], wa[c][nt][0][2 * j], wa[c][nt][1][2 * j], wa[c][nt][0][2 * j + 1],
+                     wa[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
         // mid (and lo) where the tile has them: bf16 activations have none.
         if (__any_sync(0xffffffffu, any)) {
           bool anymid = false, anylo = false;
@@ -1822,8 +1829,8 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
               for (int j = 0; j < 4; j++)
-                mma16816(acc[c][nt][mt], wb[c][nt][0][2 * j], wb[c][nt][1][2 * j], wb[c][nt][0][2 * j + 1],
-                         wb[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+                mma16816(acc[c][nt][mt], wa[c][nt][0][2 * j], wa[c][nt][1][2 * j], wa[c][nt][0][2 * j + 1],
+                         wa[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
           }
           if (__any_sync(0xffffffffu, anylo)) {
 #pragma unroll
@@ -1832,22 +1839,13 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
               for (int j = 0; j < 4; j++)
-                mma16816(acc[c][nt][mt], wb[c][nt][0][2 * j], wb[c][nt][1][2 * j], wb[c][nt][0][2 * j + 1],
-                         wb[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+                mma16816(acc[c][nt][mt], wa[c][nt][0][2 * j], wa[c][nt][1][2 * j], wa[c][nt][0][2 * j + 1],
+                         wa[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
           }
         }
       }
     }
-  };
-  for (; s0 < nsb; s0 += 16 * D) {
-#pragma unroll
-    for (int j = 0; j < D; j++) {
-      int sb = s0 + 16 * j;
-      if (sb < nsb) {
-        compute(wa[j], sb);
-        if (sb + 16 * D < nsb) loadw(wa[j], sb + 16 * D);
-      }
-    }
+    if (s0 + 16 < nsb) loadw(s0 + 16);
   }
 #pragma unroll
   for (int c = 0; c < CW; c++)
@@ -2148,32 +2146,28 @@ __global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16
       }
 }
 
-// MMV(name, W, NT, MT, D): mmv_tile as a kernel (blocks of W warps; grid.x
-// over weight rows by 16·NT, grid.y over rows of x by 8·MT; D groups of
-// superblocks in flight a warp).
-#define MMV(name, W, NT, MT, D)                                                                                 \
+// MMV(name, W, NT, MT): mmv_tile as a kernel (blocks of W warps; grid.x
+// over weight rows by 16·NT, grid.y over rows of x by 8·MT).
+#define MMV(name, W, NT, MT)                                                                                  \
   __global__ void __launch_bounds__(32 * W) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w,      \
                                                  i64 ldw, const void* bias, int bdt, int M, int N, int K,       \
                                                  EPI_PARAMS) {                                                           \
     if (blockIdx.y == 0) pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 16 * NT, min(N, (int)(blockIdx.x + 1) * 16 * NT)); \
     PDL_ENTER();                                                                                               \
-    mmv_tile<W, NT, MT, D>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, EPI_ARGS);               \
+    mmv_tile<W, NT, MT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, EPI_ARGS);                  \
   }
 
-MMV(mmv_bf16_w4n1m1, 4, 1, 1, 1)
-MMV(mmv_bf16_w16n1m1, 16, 1, 1, 1)
-MMV(mmv_bf16_w16n2m1, 16, 2, 1, 1)
-MMV(mmv_bf16_w16n4m1, 16, 4, 1, 1)
-MMV(mmv_bf16_w16n1m2, 16, 1, 2, 1)
-MMV(mmv_bf16_w16n1m1d2, 16, 1, 1, 2)
-MMV(mmv_bf16_w16n1m1d4, 16, 1, 1, 4)
-MMV(mmv_bf16_w16n2m1d2, 16, 2, 1, 2)
+MMV(mmv_bf16_w4n1m1, 4, 1, 1)
+MMV(mmv_bf16_w16n1m1, 16, 1, 1)
+MMV(mmv_bf16_w16n2m1, 16, 2, 1)
+MMV(mmv_bf16_w16n4m1, 16, 4, 1)
+MMV(mmv_bf16_w16n1m2, 16, 1, 2)
 
 // MMV_NORM(name, W): one row h = rmsnorm(x) (rmsnorm_f32's floats, block
 // 0 writes h) and d = h·wᵀ (+ bias) with mmv_tile's sums (so mma_tile's):
 // GEMV_NORM for the tensor-core order. Every block normalises x into
 // shared memory itself (K ≤ 8192 floats beside the class sums).
-#define MMV_NORM(name, W, D)                                                                                   \
+#define MMV_NORM(name, W)                                                                                     \
   __global__ void __launch_bounds__(32 * W) name(float* d, float* h, const float* x, int K, float eps, int nrnd, \
                                                  const void* nw, int nwdt, int nrnd1, const u16* w, i64 ldw,    \
                                                  const void* bias, int bdt, int N, EPI_PARAMS) {                \
@@ -2191,12 +2185,11 @@ MMV(mmv_bf16_w16n2m1d2, 16, 2, 1, 2)
       }                                                                                                         \
       __syncthreads();                                                                                          \
     };                                                                                                          \
-    mmv_tile<W, 1, 1, D>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, EPI_ARGS);                              \
+    mmv_tile<W, 1, 1>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, EPI_ARGS);                                 \
   }
 
-MMV_NORM(mmvn_bf16_w4, 4, 1)
-MMV_NORM(mmvn_bf16_w16, 16, 1)
-MMV_NORM(mmvn_bf16_w16d2, 16, 2)
+MMV_NORM(mmvn_bf16_w4, 4)
+MMV_NORM(mmvn_bf16_w16, 16)
 
 // ---- attention -------------------------------------------------------------
 

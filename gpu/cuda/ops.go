@@ -150,7 +150,7 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		return
 	}
 	if w.DType() == gpu.BF16 && q.tensorCores() && !q.tileForce && (q.mmvForce != "" || M <= mmvMaxRows && N <= mmvMaxN) {
-		v := mmvVariant(N, K)
+		v := mmvVariant(N)
 		if q.mmvForce != "" {
 			v = mmvByName(q.mmvForce)
 		}
@@ -322,7 +322,6 @@ func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, cp gpu.Conv2DParams) {
 type mmvKernel struct {
 	name      string
 	w, nt, mt int
-	d         int // groups of superblocks a warp has in flight (kernels.cu: mmv_tile's D)
 }
 
 // grid is the launch grid for M rows of x against N weight rows.
@@ -336,9 +335,8 @@ func (v mmvKernel) block() [2]uint32 { return [2]uint32{uint32(32 * v.w), 1} }
 // mmvVariants are the few-row tensor-core kernels (kernels.cu: MMV); all
 // give mma_tile's bits.
 var mmvVariants = []mmvKernel{
-	{"mmv_bf16_w4n1m1", 4, 1, 1, 1}, {"mmv_bf16_w16n1m1", 16, 1, 1, 1}, {"mmv_bf16_w16n2m1", 16, 2, 1, 1},
-	{"mmv_bf16_w16n4m1", 16, 4, 1, 1}, {"mmv_bf16_w16n1m2", 16, 1, 2, 1},
-	{"mmv_bf16_w16n1m1d2", 16, 1, 1, 2}, {"mmv_bf16_w16n1m1d4", 16, 1, 1, 4}, {"mmv_bf16_w16n2m1d2", 16, 2, 1, 2},
+	{"mmv_bf16_w4n1m1", 4, 1, 1}, {"mmv_bf16_w16n1m1", 16, 1, 1}, {"mmv_bf16_w16n2m1", 16, 2, 1},
+	{"mmv_bf16_w16n4m1", 16, 4, 1}, {"mmv_bf16_w16n1m2", 16, 1, 2},
 }
 
 // mmvMaxRows is the most rows of x the few-row tensor-core kernels take,
@@ -352,38 +350,24 @@ const (
 )
 
 // mmvVariant returns the few-row tensor-core kernel for N ≤ mmvMaxN
-// weight rows of K terms (and at most mmvMaxRows rows of x: one 8-row
-// tile): 16 warps a block, one warp per class; a 16-row weight tile a warp
-// up to 2048 weight rows, more beyond; and as many of a warp's groups of
-// superblocks in flight as it has, up to 4 (K = 2048: 2 groups, K = 8192:
-// 8), so that a block does not wait for its weights once per group.
-func mmvVariant(N, K int) mmvKernel {
-	groups := (K + 1023) / 1024 // superblocks of 64 a warp's class holds, 16 classes
-	switch {
-	case N <= 2048 && groups <= 1:
+// weight rows (and at most mmvMaxRows rows of x: one 8-row tile), the
+// fastest measured on the H200 (BenchmarkProductShapes, commit d1fe22c):
+// 16 warps a block, one 16-row weight tile a warp up to 2048 weight rows
+// ([2048, 8192], [2048, 2048], [1024, 1024]), four beyond ([8192, 2048]:
+// 1.67 TB/s against 1.26).
+func mmvVariant(N int) mmvKernel {
+	if N <= 2048 {
 		return mmvVariants[1] // mmv_bf16_w16n1m1
-	case N <= 2048 && groups == 2:
-		return mmvVariants[5] // mmv_bf16_w16n1m1d2
-	case N <= 2048:
-		return mmvVariants[6] // mmv_bf16_w16n1m1d4
-	case groups <= 1:
-		return mmvVariants[3] // mmv_bf16_w16n4m1
 	}
-	return mmvVariants[7] // mmv_bf16_w16n2m1d2
+	return mmvVariants[3] // mmv_bf16_w16n4m1
 }
 
 // mmvNormVariants are the one-row tensor-core kernels with the row norm
 // fused before the product (kernels.cu: MMV_NORM; gpu.NormFuser).
-var mmvNormVariants = []mmvKernel{{"mmvn_bf16_w4", 4, 1, 1, 1}, {"mmvn_bf16_w16", 16, 1, 1, 1}, {"mmvn_bf16_w16d2", 16, 1, 1, 2}}
+var mmvNormVariants = []mmvKernel{{"mmvn_bf16_w4", 4, 1, 1}, {"mmvn_bf16_w16", 16, 1, 1}}
 
-// mmvNormVariant is the fused kernel NormMatMul takes on the tensor cores
-// for K terms: two groups of superblocks in flight where a warp has them.
-func mmvNormVariant(K int) mmvKernel {
-	if K <= 1024 {
-		return mmvNormVariants[1] // mmvn_bf16_w16
-	}
-	return mmvNormVariants[2] // mmvn_bf16_w16d2
-}
+// mmvNormDefault is the fused kernel NormMatMul takes on the tensor cores.
+var mmvNormDefault = mmvNormVariants[1]
 
 // mmvNormMaxK bounds the row MMV_NORM keeps in shared memory beside the
 // class sums (16·32·4 floats), within 48 KiB.
