@@ -4,8 +4,9 @@ import "github.com/omni-pipe/omni-pipe/gpu"
 
 // CountingQueue is a queue that counts the ops it is given, by method
 // name: every method of gpu.Queue, and the batched ops of package gpu
-// (CopyMany, CopyRows, AttentionSeqs, ShortConvSeqs) as one op each, as a
-// backend that implements them runs them (one launch on CUDA). It runs
+// (CopyMany, CopyRows, AttentionSeqs, ShortConvSeqs, RelPosScores,
+// HeadsMatMul) as one op each, as a backend that implements them runs
+// them (one launch on CUDA). It runs
 // every op on the queue it wraps, the batched ones as their op sequences
 // (uncounted). Tests use it to show that a network's ops per step do not
 // grow with the sessions in the step.
@@ -15,10 +16,12 @@ type CountingQueue struct {
 }
 
 var (
-	_ gpu.Copier       = (*CountingQueue)(nil)
-	_ gpu.RowCopier    = (*CountingQueue)(nil)
-	_ gpu.SeqAttender  = (*CountingQueue)(nil)
-	_ gpu.SeqConvolver = (*CountingQueue)(nil)
+	_ gpu.Copier          = (*CountingQueue)(nil)
+	_ gpu.RowCopier       = (*CountingQueue)(nil)
+	_ gpu.SeqAttender     = (*CountingQueue)(nil)
+	_ gpu.SeqConvolver    = (*CountingQueue)(nil)
+	_ gpu.RelPosScorer    = (*CountingQueue)(nil)
+	_ gpu.HeadsMultiplier = (*CountingQueue)(nil)
 )
 
 // NewCountingQueue wraps q with no ops counted yet.
@@ -137,4 +140,16 @@ func (c *CountingQueue) AttentionSeqs(dst, q gpu.Tensor, p gpu.AttnParams, seqs 
 func (c *CountingQueue) ShortConvSeqs(dst, x, w gpu.Tensor, states []gpu.Tensor, rows []int) {
 	c.count("ShortConvSeqs")
 	gpu.ShortConvSeqsSeq(c.Queue, dst, x, w, states, rows)
+}
+
+// RelPosScores implements gpu.RelPosScorer: one op.
+func (c *CountingQueue) RelPosScores(scores, work, qu, qv, k, p gpu.Tensor, rp gpu.RelPosParams) {
+	c.count("RelPosScores")
+	gpu.RelPosScoresSeq(c.Queue, scores, work, qu, qv, k, p, rp)
+}
+
+// HeadsMatMul implements gpu.HeadsMultiplier: one op.
+func (c *CountingQueue) HeadsMatMul(o, probs, vt gpu.Tensor, heads int) {
+	c.count("HeadsMatMul")
+	gpu.HeadsMatMulSeq(c.Queue, o, probs, vt, heads)
 }

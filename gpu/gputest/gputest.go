@@ -114,7 +114,7 @@ var Ops = []string{
 	"fill", "copy", "write", "transpose", "add", "mul", "addrow", "mulrow", "scale", "roundbf16",
 	"act", "glu", "rmsnorm", "layernorm", "softmax", "rope", "embed", "embedids", "shortconv", "matmul",
 	"attention", "conv1d", "convtranspose1d", "conv2d", "sample", "normmatmul", "headnormrope",
-	"attentionseqs", "shortconvseqs", "copyrows", "copymany",
+	"attentionseqs", "shortconvseqs", "copyrows", "copymany", "relposscores", "headsmatmul",
 }
 
 // checkers maps every op name of Ops to its checks.
@@ -150,6 +150,8 @@ var checkers = map[string]func(*harness){
 	"shortconvseqs":   checkShortConvSeqs,
 	"copyrows":        checkCopyRows,
 	"copymany":        checkCopyMany,
+	"relposscores":    checkRelPosScores,
+	"headsmatmul":     checkHeadsMatMul,
 }
 
 // Run checks every op of a queue of dev against a float64 host replay and

@@ -114,6 +114,8 @@ func TestRequiredCases(t *testing.T) {
 		{"attentionseqs", []string{"noncausal"}},
 		{"shortconvseqs", []string{"call3/", "/state"}}, {"shortconvseqs", []string{"w=bf16/seqs=4/"}},
 		{"copyrows", []string{"cols=2100"}},
+		{"relposscores", []string{"T=1/", "bf16"}}, {"relposscores", []string{"T=7/", "heads=3/", "f32"}},
+		{"relposscores", []string{"hd=300/"}}, {"headsmatmul", []string{"heads=3/"}}, {"headsmatmul", []string{"L=300/"}},
 	}
 	for _, r := range required {
 		if !has(r.op, r.parts...) {
@@ -200,6 +202,16 @@ func (q *faultQueue) Transpose(dst, src gpu.Tensor) {
 }
 
 func (q *faultQueue) Add(dst, a, b gpu.Tensor) {
+	if q.fault == "relposscores/shift+1" && dst.Rows > 1 {
+		// CUDA's FAULT_RELPOS_SCORES: the rows after the first take the
+		// relative shift one column on (the sequence's only Add).
+		n := dst.Rows
+		b1 := b.Slice(1, n)
+		b1.Off++
+		q.Queue.Add(dst.Row(0), a.Row(0), b.Row(0))
+		q.Queue.Add(dst.Slice(1, n), a.Slice(1, n), b1)
+		return
+	}
 	if q.fault == "add/last-col" && dst.Cols > 1 {
 		n := dst.Cols - 1
 		q.Queue.Add(dst.ColSlice(0, n), a.ColSlice(0, n), b.ColSlice(0, n))
@@ -497,6 +509,21 @@ func (q *faultQueue) CopyMany(pairs []gpu.CopyPair) {
 	gpu.CopyMany(q.Queue, pairs)
 }
 
+// HeadsMatMul makes the wrapper a fusing queue; its fault stands for
+// CUDA's FAULT_HEADS_MATMUL: every head after the first reads vt one row
+// early.
+func (q *faultQueue) HeadsMatMul(o, probs, vt gpu.Tensor, heads int) {
+	if q.fault != "headsmatmul/head-offset" {
+		gpu.HeadsMatMulSeq(q, o, probs, vt, heads)
+		return
+	}
+	T, hd := o.Rows, o.Cols/heads
+	for h := range heads {
+		lo := h*hd - min(h, 1)
+		q.Queue.MatMul(o.ColSlice(h*hd, (h+1)*hd), probs.Slice(h*T, (h+1)*T), vt.Slice(lo, lo+hd), gpu.Tensor{})
+	}
+}
+
 func (q *faultQueue) Conv1D(dst, x, w, bias gpu.Tensor, p gpu.ConvParams) {
 	if q.fault == "conv1d/shift" && p.PadLeft > 0 {
 		p.PadLeft--
@@ -587,6 +614,8 @@ func TestFaults(t *testing.T) {
 		{fault: "copyrows/first-source", mustFail: contains("")},
 		{fault: "copymany/last-row", mustFail: func(c Check) bool { return !strings.Contains(c.Case, "/1x") }},
 		{fault: "headnormrope/freq-reversed", mustFail: func(c Check) bool { return c.Case != "prep/v-copy" }},
+		{fault: "relposscores/shift+1", mustFail: func(c Check) bool { return !strings.HasPrefix(c.Case, "T=1/") }},
+		{fault: "headsmatmul/head-offset", mustFail: func(c Check) bool { return !strings.Contains(c.Case, "/heads=1/") }},
 	} {
 		t.Run(strings.ReplaceAll(tc.fault, "/", "_"), func(t *testing.T) {
 			op, _, _ := strings.Cut(tc.fault, "/")
