@@ -142,24 +142,23 @@ func total(calls map[string]int) int {
 // and for 8 clips: only the work that mixes rows within a clip may grow
 // with the clips, by exactly perClip ops a clip — the subsampling's 3×3
 // convolutions (conv.0 and one depthwise stage each), and per layer the
-// depthwise time convolution and the attention core: per head the two
-// score products with their roundings, the rel_shift add and its
-// rounding and probs·v (7 ops), and per clip the scale, softmax and
-// their roundings over all heads' scores (4 ops). Every other op, the
-// row-wise ones, is issued once whatever the number of clips.
+// depthwise time convolution and the attention core, whatever the number
+// of heads: the scores of all heads (gpu.RelPosScores: on CUDA one
+// launch), their softmax and its rounding, and the products with the
+// values (gpu.HeadsMatMul: one launch). Every other op, the row-wise
+// ones, is issued once whatever the number of clips.
 func TestEncodeBatchOps(t *testing.T) {
 	dev := newDevice(t)
 	e := loadFixture(t, dev)
-	perLayer := 7*e.Heads + 4 + 1
+	perLayer := 4 + 1
 	perClip := 1 + len(e.Sub.Stages) + len(e.Layers)*perLayer
 	perOp := map[string]int{ // the per-clip ops by method
-		"Conv2D":    1 + len(e.Sub.Stages),
-		"Conv1D":    len(e.Layers),
-		"MatMul":    len(e.Layers) * 3 * e.Heads,
-		"RoundBF16": len(e.Layers) * (3*e.Heads + 2),
-		"Add":       len(e.Layers) * e.Heads,
-		"Scale":     len(e.Layers),
-		"Softmax":   len(e.Layers),
+		"Conv2D":       1 + len(e.Sub.Stages),
+		"Conv1D":       len(e.Layers),
+		"RelPosScores": len(e.Layers),
+		"Softmax":      len(e.Layers),
+		"RoundBF16":    len(e.Layers),
+		"HeadsMatMul":  len(e.Layers),
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
 	lengths := []int{40, 9, 1, 57, 17, 33, 8, 25}

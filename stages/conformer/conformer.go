@@ -475,9 +475,12 @@ func (e *Encoder) attention(c *nn.Ctx, dst, x, pos gpu.Tensor, l clips, a *Atten
 
 // clipAttention is the attention core of one clip of T rows: o [T, d]
 // from qu, qv, k [T, d], vt [d, T] and its projected positions p
-// [2T−1, d]. Each head's scores (ac [T, T]) lie in one [heads·T, T]
-// matrix, so that the row-wise scale, softmax and their roundings run once
-// for all heads.
+// [2T−1, d]. Every head's scores lie in one [heads·T, T] matrix, so that
+// the row-wise softmax and its rounding run once for all heads; the
+// scores (per head the two products, rel_shift and the sum, then the
+// scale, with their roundings) and the products with v are one op each
+// for all heads where the queue fuses them (gpu.RelPosScores,
+// gpu.HeadsMatMul), the same floats as their per-head op sequences.
 func (e *Encoder) clipAttention(c *nn.Ctx, o, qu, qv, k, vt, p gpu.Tensor) {
 	mark := c.A.Mark()
 	defer c.A.Release(mark)
@@ -486,40 +489,11 @@ func (e *Encoder) clipAttention(c *nn.Ctx, o, qu, qv, k, vt, p gpu.Tensor) {
 	// scalar divisor.
 	scale := 1 / float32(math.Sqrt(float64(hd)))
 	ac, bd := c.Tmp(e.Heads*T, T), c.Tmp(T, p.Rows)
-	for h := range e.Heads {
-		lo, hi := h*hd, (h+1)*hd
-		ach := ac.Slice(h*T, (h+1)*T)
-		c.Q.MatMul(bd, qv.ColSlice(lo, hi), p.ColSlice(lo, hi), gpu.Tensor{}) // matrix_bd [T, 2T−1]
-		c.Round(bd)
-		c.Q.MatMul(ach, qu.ColSlice(lo, hi), k.ColSlice(lo, hi), gpu.Tensor{}) // matrix_ac [T, T]
-		c.Round(ach)
-		c.Q.Add(ach, ach, relShift(bd))
-		c.Round(ach)
-	}
-	c.Q.Scale(ac, ac, scale)
-	c.Round(ac)
+	gpu.RelPosScores(c.Q, ac, bd, qu, qv, k, p,
+		gpu.RelPosParams{Heads: e.Heads, HeadDim: hd, Scale: scale, Round: c.P == nn.BF16})
 	c.Q.Softmax(ac)
 	c.Round(ac)
-	for h := range e.Heads {
-		lo, hi := h*hd, (h+1)*hd
-		c.Q.MatMul(o.ColSlice(lo, hi), ac.Slice(h*T, (h+1)*T), vt.Slice(lo, hi), gpu.Tensor{}) // probs·v [T, head_dim]
-	}
-}
-
-// relShift is RelPositionMultiHeadAttention.rel_shift followed by the
-// [..., :T] slice, as a view of the [T, 2T−1] matrix bd: element (i, j) is
-// bd[i, T−1−i+j], the score of relative position i−j (pos row T−1−(i−j)).
-// In bd's buffer that is offset (T−1) + i·(2T−2) + j.
-func relShift(bd gpu.Tensor) gpu.Tensor {
-	T := bd.Rows
-	if bd.Cols != 2*T-1 || !bd.Contiguous() {
-		panic(fmt.Sprintf("conformer: rel_shift of %v", bd))
-	}
-	v := bd
-	v.Off += T - 1
-	v.Cols = T
-	v.Stride = max(2*T-2, T) // one row when T = 1: any stride ≥ Cols
-	return v
+	gpu.HeadsMatMul(c.Q, o, ac, vt, e.Heads) // probs·v [T, d]
 }
 
 // forward is ConformerConvolution.forward in time-major layout over the

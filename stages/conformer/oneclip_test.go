@@ -129,7 +129,7 @@ func oneClipAttention(e *Encoder, c *nn.Ctx, dst, x, pos gpu.Tensor, a *Attentio
 		c.Round(bd)
 		c.Q.MatMul(ac, qu.ColSlice(lo, hi), k.ColSlice(lo, hi), gpu.Tensor{})
 		c.Round(ac)
-		c.Q.Add(ac, ac, relShift(bd))
+		c.Q.Add(ac, ac, gpu.RelShift(bd))
 		c.Round(ac)
 		c.Q.Scale(ac, ac, scale)
 		c.Round(ac)

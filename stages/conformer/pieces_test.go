@@ -44,7 +44,7 @@ func TestRelShift(t *testing.T) {
 			}
 		}
 		got := c.Tmp(T, T)
-		c.Q.Copy(got, relShift(upload(c, bd, T, P)))
+		c.Q.Copy(got, gpu.RelShift(upload(c, bd, T, P)))
 		if g := download(t, c, got); !slices.Equal(g, want) {
 			t.Errorf("T=%d: rel_shift view\n%v\nwant\n%v", T, g, want)
 		}
