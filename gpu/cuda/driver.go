@@ -52,6 +52,8 @@ type driver struct {
 	// Optional entry points (0 where the driver lacks them): programmatic
 	// dependent launch (launch.go).
 	cuGraphAddDependencies, cuLaunchKernelEx uintptr
+	// Stream priorities (device.go: NewBackgroundQueue).
+	cuStreamCreateWithPriority, cuCtxGetStreamPriorityRange, cuStreamGetPriority uintptr
 }
 
 var (
@@ -107,7 +109,11 @@ func loadDriver() (*driver, error) {
 		for _, s := range []struct {
 			p    *uintptr
 			name string
-		}{{&d.cuGraphAddDependencies, "cuGraphAddDependencies_v2"}, {&d.cuLaunchKernelEx, "cuLaunchKernelEx"}} {
+		}{
+			{&d.cuGraphAddDependencies, "cuGraphAddDependencies_v2"}, {&d.cuLaunchKernelEx, "cuLaunchKernelEx"},
+			{&d.cuStreamCreateWithPriority, "cuStreamCreateWithPriority"}, {&d.cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange"},
+			{&d.cuStreamGetPriority, "cuStreamGetPriority"},
+		} {
 			if p, err := purego.Dlsym(h, s.name); err == nil {
 				*s.p = p
 			}
