@@ -22,6 +22,8 @@ const (
 	hostMapped   = 2 // CU_MEMHOSTALLOC_DEVICEMAP
 	hostPortable = 1 // CU_MEMHOSTALLOC_PORTABLE
 	eventNoTime  = 2 // CU_EVENT_DISABLE_TIMING
+
+	funcAttrMaxDynamicShared = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 )
 
 // errNoGPU wraps a driver that is present but finds no usable GPU.
@@ -50,10 +52,13 @@ type Device struct {
 	// prioLow and prioHigh are the stream priorities of background and
 	// ordinary queues (equal where priorities are off or unsupported).
 	prioLow, prioHigh int32
-	prof              *profiler
-	profPath          string
-	fnNames           map[uintptr]string // kernel names, for the profile
-	mmaMatMul         bool               // BF16 weights on the tensor cores (Options.MatMul)
+	// mmvs: the staged few-row tensor-core kernels are usable (their
+	// shared memory granted; init).
+	mmvs      bool
+	prof      *profiler
+	profPath  string
+	fnNames   map[uintptr]string // kernel names, for the profile
+	mmaMatMul bool               // BF16 weights on the tensor cores (Options.MatMul)
 
 	mod      uintptr
 	fns      map[string]uintptr
@@ -224,6 +229,15 @@ func (d *Device) init(o Options) error {
 		}
 		d.fns[k] = f
 		d.fnNames[f] = k
+	}
+	// The staged few-row products need more than the default 48 KiB of
+	// dynamic shared memory; where the device cannot give it they are not
+	// used (the register-staged ones give the same bits).
+	d.mmvs = c.cuFuncSetAttribute != 0
+	for _, k := range []string{"mmvs_bf16", "mmvsn_bf16"} {
+		if d.mmvs && c.call("cuFuncSetAttribute", c.cuFuncSetAttribute, d.fns[k], funcAttrMaxDynamicShared, uintptr(mmvsMaxDynamic)) != nil {
+			d.mmvs = false
+		}
 	}
 	return nil
 }

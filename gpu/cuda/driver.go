@@ -54,6 +54,9 @@ type driver struct {
 	cuGraphAddDependencies, cuLaunchKernelEx uintptr
 	// Stream priorities (device.go: NewBackgroundQueue).
 	cuStreamCreateWithPriority, cuCtxGetStreamPriorityRange, cuStreamGetPriority uintptr
+	// cuFuncSetAttribute lets the staged few-row products use more than 48
+	// KiB of shared memory (ops.go: mmvsStageBytes).
+	cuFuncSetAttribute uintptr
 }
 
 var (
@@ -112,7 +115,7 @@ func loadDriver() (*driver, error) {
 		}{
 			{&d.cuGraphAddDependencies, "cuGraphAddDependencies_v2"}, {&d.cuLaunchKernelEx, "cuLaunchKernelEx"},
 			{&d.cuStreamCreateWithPriority, "cuStreamCreateWithPriority"}, {&d.cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange"},
-			{&d.cuStreamGetPriority, "cuStreamGetPriority"},
+			{&d.cuStreamGetPriority, "cuStreamGetPriority"}, {&d.cuFuncSetAttribute, "cuFuncSetAttribute"},
 		} {
 			if p, err := purego.Dlsym(h, s.name); err == nil {
 				*s.p = p

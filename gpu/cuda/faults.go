@@ -39,6 +39,8 @@ var Faults = map[string]string{
 	"SHORTCONV_SEQS":  "shortconvseqs",   // every sequence convolves with the first one's state
 	"COPY_ROWS":       "copyrows",        // every row copies the first pair's source row
 	"COPY_MANY":       "copymany",        // drops the last row of every copy of several rows
+	"RELPOS_SCORES":   "relposscores",    // the rows after the first take rel_shift one column on
+	"HEADS_MATMUL":    "headsmatmul",     // every head after the first reads vt one row early
 }
 
 // testFaults are planted faults checked by a test of their own instead of

@@ -2146,6 +2146,206 @@ __global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16
       }
 }
 
+}  // extern "C"
+
+// mmvs_tile: mmv_tile's products for one 16-row weight tile and up to 8
+// rows of x, bit for bit (the same MMAs in the same order: 16 warps, warp c
+// holding class c, then the class sums in class order), with each warp's
+// weights staged in shared memory by cp.async, MMVS_STAGES superblocks
+// ahead, instead of loaded into registers one superblock ahead: a block
+// has 16 × MMVS_STAGES × 2 KiB of weights in flight from its start, where
+// mmv_tile had 32 KiB and requested its next superblock only after
+// computing the last. A weight row's 16-byte chunk h goes to chunk
+// h ^ 4·(row & 1) of its 128-byte smem row, so a quarter warp's fragment
+// loads (rows g, g + 1, chunks t, t + 4) hit all 32 banks. Chunks past K
+// are zero-filled (cp.async's source size; a scalar copy where the
+// weights are not 16-byte aligned), as mma_wload zeroes them. stage is
+// dynamic shared memory of 16 × MMVS_STAGES × 16 × 32 words.
+#define MMVS_STAGES 2
+#define MMVS_SLOT_WORDS (16 * 32)  // one superblock: 16 rows × 128 bytes
+
+// mmvs_copy stages superblock s of the tile's 16 rows (row r at rows[r])
+// into slot: lane copies chunks lane, lane + 32, lane + 64, lane + 96.
+__device__ __forceinline__ void mmvs_copy(u32* slot, const u16* w, i64 ldw, int n0, int N, int s, int K, bool wv,
+                                          int lane) {
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    int q = lane + 32 * j, r = q >> 3, h = q & 7;
+    const u16* row = w + (i64)min(n0 + r, N - 1) * ldw;
+    int k = 64 * s + 8 * h;
+    u32* dst = slot + r * 32 + 4 * (h ^ ((r & 1) << 2));
+    if (wv) {
+      int bytes = 2 * max(0, min(8, K - k));
+      cp_async16(dst, row + (bytes > 0 ? k : 0), bytes);
+    } else {
+      u32 v[4];
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        u32 lo = k + 2 * e < K ? row[k + 2 * e] : 0u, hi = k + 2 * e + 1 < K ? row[k + 2 * e + 1] : 0u;
+        v[e] = lo | (hi << 16);
+      }
+      uint4 u;
+      u.x = v[0]; u.y = v[1]; u.z = v[2]; u.w = v[3];
+      *(uint4*)dst = u;
+    }
+  }
+}
+
+__device__ __forceinline__ void cp_async_wait0() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+template <class Pro>
+__device__ __forceinline__ void mmvs_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
+                                          const void* bias, int bdt, int M, int N, int K, u32* stage, Pro pro,
+                                          EPI_PARAMS) {
+  __shared__ float part[16][32][4];  // the class sums
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int g = lane >> 2, t = lane & 3;
+  int n0 = blockIdx.x * 16, m0 = blockIdx.y * 8;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  bool wv = ((((unsigned long long)w) & 15) == 0) && (ldw % 8 == 0);
+  int nsb = (K + 63) / 64;
+  u32* mine = stage + warp * MMVS_STAGES * MMVS_SLOT_WORDS;
+#ifdef FAULT_MMV
+  int s0 = warp + 16;  // drops the first superblock of the warp's class
+#else
+  int s0 = warp;
+#endif
+  // The warp's superblocks s0, s0 + 16, …: the i-th goes to slot i mod MMVS_STAGES.
+#pragma unroll
+  for (int j = 0; j < MMVS_STAGES; j++) {
+    int s = s0 + 16 * j;
+    if (s < nsb) mmvs_copy(mine + j * MMVS_SLOT_WORDS, w, ldw, n0, N, s, K, wv, lane);
+    cp_async_commit();
+  }
+  pro();
+  const float* xr = x + (i64)min(m0 + g, M - 1) * ldx;
+  bool xv = ((((unsigned long long)x) & 15) == 0) && (ldx % 4 == 0);
+  for (int i = 0; s0 + 16 * i < nsb; i++) {
+    int s = s0 + 16 * i;
+    u32* slot = mine + (i % MMVS_STAGES) * MMVS_SLOT_WORDS;
+    cp_async_wait1();  // this superblock's group is done (the next may still fly)
+    __syncwarp();
+    // The thread's fragments: rows g and g + 8, chunks t and t + 4.
+    u32 wa[2][8];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+      int r = g + 8 * hr;
+      uint4 a = *(const uint4*)(slot + r * 32 + 4 * (t ^ ((r & 1) << 2)));
+      uint4 b = *(const uint4*)(slot + r * 32 + 4 * ((t + 4) ^ ((r & 1) << 2)));
+      wa[hr][0] = a.x; wa[hr][1] = a.y; wa[hr][2] = a.z; wa[hr][3] = a.w;
+      wa[hr][4] = b.x; wa[hr][5] = b.y; wa[hr][6] = b.z; wa[hr][7] = b.w;
+    }
+    __syncwarp();  // every lane has read the slot: it may be refilled
+    if (s + 16 * MMVS_STAGES < nsb) mmvs_copy(slot, w, ldw, n0, N, s + 16 * MMVS_STAGES, K, wv, lane);
+    cp_async_commit();
+    int k = 64 * s + 8 * t;
+    float v[16];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      int kk = k + 32 * h;
+      if (xv && kk + 8 <= K) {
+        float4 a = *(const float4*)(xr + kk), b = *(const float4*)(xr + kk + 4);
+        v[8 * h] = a.x; v[8 * h + 1] = a.y; v[8 * h + 2] = a.z; v[8 * h + 3] = a.w;
+        v[8 * h + 4] = b.x; v[8 * h + 5] = b.y; v[8 * h + 6] = b.z; v[8 * h + 7] = b.w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[8 * h + e] = kk + e < K ? xr[kk + e] : 0.0f;
+      }
+    }
+    u32 px[8];
+    bool any = false;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      float h0 = rbf16(v[2 * e]), h1 = rbf16(v[2 * e + 1]);
+      px[e] = pack2(h0, h1);
+      v[2 * e] -= h0;  // the remainders, exact
+      v[2 * e + 1] -= h1;
+      any |= v[2 * e] != 0.0f || v[2 * e + 1] != 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+      mma16816(acc, wa[0][2 * j], wa[1][2 * j], wa[0][2 * j + 1], wa[1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+    // mid (and lo) where the tile has them: bf16 activations have none.
+    if (__any_sync(0xffffffffu, any)) {
+      bool anymid = false, anylo = false;
+#pragma unroll
+      for (int e = 0; e < 8; e++) {
+        float m0v = rbf16(v[2 * e]), m1v = rbf16(v[2 * e + 1]);
+        px[e] = pack2(m0v, m1v);
+        anymid |= m0v != 0.0f || m1v != 0.0f;
+        v[2 * e] = rbf16(v[2 * e] - m0v);
+        v[2 * e + 1] = rbf16(v[2 * e + 1] - m1v);
+        anylo |= v[2 * e] != 0.0f || v[2 * e + 1] != 0.0f;
+      }
+      if (__any_sync(0xffffffffu, anymid)) {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+          mma16816(acc, wa[0][2 * j], wa[1][2 * j], wa[0][2 * j + 1], wa[1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+      }
+      if (__any_sync(0xffffffffu, anylo)) {
+#pragma unroll
+        for (int e = 0; e < 8; e++) px[e] = pack2(v[2 * e], v[2 * e + 1]);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+          mma16816(acc, wa[0][2 * j], wa[1][2 * j], wa[0][2 * j + 1], wa[1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+      }
+    }
+  }
+  cp_async_wait0();
+#pragma unroll
+  for (int e = 0; e < 4; e++) part[warp][lane][e] = acc[e];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int q = 0; q < 4; q++) {
+    float v = part[0][lane][q];
+#pragma unroll
+    for (int c = 1; c < 16; c++) v += part[c][lane][q];
+    int n = n0 + g + (q >> 1) * 8, m = m0 + 2 * t + (q & 1);
+    if (n < N && m < M) {
+      if (bias) v += load(bias, bdt, n);
+      d[(i64)m * ldd + n] = epi(v, EPI_ARGS, m, n);
+    }
+  }
+}
+
+extern "C" {
+
+// mmvs_bf16: mmvs_tile as a kernel (16 warps; grid.x over weight rows by
+// 16, grid.y over rows of x by 8; dynamic shared memory mmvsStageBytes).
+__global__ void __launch_bounds__(512) mmvs_bf16(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
+                                                 const void* bias, int bdt, int M, int N, int K, EPI_PARAMS) {
+  if (blockIdx.y == 0) pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 16, min(N, (int)(blockIdx.x + 1) * 16));
+  PDL_ENTER();
+  extern __shared__ float4 mmvs_smem[];
+  mmvs_tile(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, (u32*)mmvs_smem, no_prologue{}, EPI_ARGS);
+}
+
+// mmvsn_bf16: MMV_NORM with mmvs_tile's staged weights: x's norm into the
+// first K floats of dynamic shared memory, the stages after (K padded to
+// a multiple of 4 floats).
+__global__ void __launch_bounds__(512) mmvsn_bf16(float* d, float* h, const float* x, int K, float eps, int nrnd,
+                                                  const void* nw, int nwdt, int nrnd1, const u16* w, i64 ldw,
+                                                  const void* bias, int bdt, int N, EPI_PARAMS) {
+  pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 16, min(N, (int)(blockIdx.x + 1) * 16));
+  PDL_ENTER();
+  extern __shared__ float4 mmvs_smem[];
+  __shared__ float sh[8];
+  float* xs = (float*)mmvs_smem;
+  u32* stage = (u32*)(mmvs_smem + (K + 3) / 4);
+  auto norm = [&]() {
+    float inv = rms_inv(x, K, eps, sh);
+#pragma unroll 4
+    for (int c = threadIdx.x; c < K; c += 512) {
+      float v = rms_apply(x[c], inv, nrnd, nw, nwdt, nrnd1, c);
+      xs[c] = v;
+      if (blockIdx.x == 0) h[c] = v;
+    }
+    __syncthreads();
+  };
+  mmvs_tile(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, stage, norm, EPI_ARGS);
+}
+
 // MMV(name, W, NT, MT): mmv_tile as a kernel (blocks of W warps; grid.x
 // over weight rows by 16·NT, grid.y over rows of x by 8·MT).
 #define MMV(name, W, NT, MT)                                                                                  \
@@ -2465,6 +2665,120 @@ __global__ void conv2d_f32(float* d, i64 ldd, const float* x, i64 ldx, const voi
     if (b) acc += load(b, bdt, o);
     d[(i64)ho * ldd + (i64)o * Wout + wo] = OUT(acc);
   }
+}
+
+}  // extern "C"
+
+// ---- the relative-position attention core (gpu.RelPosScores, gpu.HeadsMatMul) ----
+//
+// A conformer clip's attention of T rows for all heads in one launch each
+// (relpos.go), where the op sequence takes three products per head and
+// their elementwise ops. Every dot product is summed exactly as the FMA
+// product kernels sum it — with mm_load and mm_fma themselves: lane l of
+// a warp accumulates its terms k = 8l + 256j + e with fmaf from +0 in that
+// order, then the warp's xor butterfly (offsets 16, 8, 4, 2, 1) — and is
+// rounded where the sequence rounds it, so the bits are the sequence's
+// (TestRelPosFusedEqualsSeq).
+
+#define RP_C 8  // the scores of one row a warp computes
+
+extern "C" {
+
+// relpos_scores_f32: s[h·T+i, j] = R(R(R(qu_h[i]·k_h[j]) + R(qv_h[i]·p_h[T−1−i+j]))·scale)
+// for head h's hd columns x_h = x[:, h·hd … h·hd+hd−1], R = rbf16 when
+// rnd: the sequence's matrix_ac product, its matrix_bd product (p's rows
+// 0 … 2T−2) read through rel_shift, their sum and the scaled scores,
+// each rounded. grid (ceil(ceil(T/RP_C)/4), T, heads), 128 threads: warp
+// w of block x computes columns j0 = RP_C·(4x + w) … j0+RP_C−1 of row i =
+// blockIdx.y of head h = blockIdx.z.
+__global__ void __launch_bounds__(128) relpos_scores_f32(float* s, i64 lds, const float* qu, i64 ldqu, const float* qv,
+                                                         i64 ldqv, const float* k, i64 ldk, const float* p, i64 ldp, int T,
+                                                         int hd, float scale, int rnd) {
+  PDL_ENTER();
+  int lane = threadIdx.x & 31;
+  int j0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * RP_C;
+  int i = blockIdx.y, h = blockIdx.z;
+  if (j0 >= T) return;
+  const float* xu[1] = {qu + (i64)i * ldqu + (i64)h * hd};
+  const float* xq[1] = {qv + (i64)i * ldqv + (i64)h * hd};
+  const float* kh = k + (i64)h * hd;
+  const float* ph = p + (i64)h * hd;
+  // Key row j and position row T−1−i+j of each column (columns past T
+  // repeat the last one's rows, as mm_tile clamps its tile).
+  i64 ko[RP_C], po[RP_C];
+#pragma unroll
+  for (int c = 0; c < RP_C; c++) {
+    int j = min(j0 + c, T - 1);
+    ko[c] = (i64)j * ldk;
+#ifdef FAULT_RELPOS_SCORES
+    po[c] = (i64)(T - 1 - i + j + (i > 0 ? 1 : 0)) * ldp;  // rows after the first: rel_shift one column on
+#else
+    po[c] = (i64)(T - 1 - i + j) * ldp;
+#endif
+  }
+  // Vector loads need 16-byte alignment of every row start (mm_tile's test).
+  bool uvec = (((unsigned long long)xu[0]) & 15) == 0, qvec = (((unsigned long long)xq[0]) & 15) == 0;
+  bool kvec = ((((unsigned long long)kh) & 15) == 0) && (ldk % 4 == 0);
+  bool pvec = ((((unsigned long long)ph) & 15) == 0) && (ldp % 4 == 0);
+  float ac[1][RP_C], bd[1][RP_C];
+#pragma unroll
+  for (int c = 0; c < RP_C; c++) {
+    ac[0][c] = 0.0f;
+    bd[0][c] = 0.0f;
+  }
+  for (int k0 = 8 * lane; k0 < hd; k0 += 256) {
+    float xs[1][8], ws[RP_C][8];
+    mm_load<1, RP_C, DT_F32>(xs, ws, xu, kh, ko, hd, k0, uvec, kvec);
+    mm_fma<1, RP_C>(ac, xs, ws, hd, k0);
+    mm_load<1, RP_C, DT_F32>(xs, ws, xq, ph, po, hd, k0, qvec, pvec);
+    mm_fma<1, RP_C>(bd, xs, ws, hd, k0);
+  }
+#pragma unroll
+  for (int c = 0; c < RP_C; c++)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      ac[0][c] += __shfl_xor_sync(0xffffffffu, ac[0][c], o);
+      bd[0][c] += __shfl_xor_sync(0xffffffffu, bd[0][c], o);
+    }
+  // Every lane holds every sum (the butterfly adds the same pairs in each
+  // lane); lane c writes column j0 + c.
+  float* row = s + (i64)(h * T + i) * lds;
+#pragma unroll
+  for (int c = 0; c < RP_C; c++) {
+    if (lane == c && j0 + c < T) {
+      float a = ac[0][c], b = bd[0][c];
+      if (rnd) {
+        a = rbf16(a);
+        b = rbf16(b);
+      }
+      float v = a + b;
+      if (rnd) v = rbf16(v);
+      v = v * scale;
+      if (rnd) v = rbf16(v);
+      row[j0 + c] = v;
+    }
+  }
+}
+
+// heads_matmul_f32: o[:, h·hd … h·hd+hd−1] = probs_h · vt_hᵀ for every
+// head h = blockIdx.z (probs_h: rows h·T … of pr [heads·T, L]; vt_h: rows
+// h·hd … of vt [heads·hd, L]), each head's product on mm_tile's 8 × 4
+// warp tiles exactly as matmul_r8_f32 runs it. grid (ceil(ceil(hd/4)/4),
+// ceil(T/8), heads), 128 threads.
+__global__ void __launch_bounds__(128) heads_matmul_f32(float* o, i64 ldo, const float* pr, i64 ldp, const float* vt, i64 ldv,
+                                                        int T, int L, int hd) {
+  PDL_ENTER();
+  int h = blockIdx.z;
+  int tile = blockIdx.x * 4 + (threadIdx.x >> 5);
+  int n0 = tile * 4, m0 = blockIdx.y * 8;
+  if (n0 >= hd) return;
+#ifdef FAULT_HEADS_MATMUL
+  i64 vrow = (i64)h * hd - (h > 0 ? 1 : 0);  // every head after the first reads vt one row early
+#else
+  i64 vrow = (i64)h * hd;
+#endif
+  mm_tile<8, 4, DT_F32>(o + (i64)h * hd, ldo, pr + (i64)h * T * ldp, ldp, vt + vrow * ldv, ldv, nullptr, 0, T, hd, L, m0,
+                        n0, 0, 0, 0, nullptr, 0, 0, 0);
 }
 
 }  // extern "C"
