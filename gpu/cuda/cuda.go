@@ -92,10 +92,6 @@ type Options struct {
 	// kernel then starts only after the one before it has ended; env
 	// OMNIPIPE_CUDA_PDL=off does the same). See launch.go.
 	NoPDL bool
-	// NoPriority gives every queue the default stream priority instead of
-	// ordinary queues the highest and background queues the lowest (env
-	// OMNIPIPE_CUDA_PRIORITY=off).
-	NoPriority bool
 	// MatMul selects the kernels of BF16-weight products: "mma" (the
 	// default: tensor cores, x split into three bf16 parts, the sums in
 	// one K-only order from one row to thousands) or "fma" (CUDA cores,
@@ -119,9 +115,6 @@ func New(o Options) (*Device, error) {
 	}
 	if os.Getenv("OMNIPIPE_CUDA_GRAPHS") == "off" {
 		o.NoGraphs = true
-	}
-	if os.Getenv("OMNIPIPE_CUDA_PRIORITY") == "off" {
-		o.NoPriority = true
 	}
 	if os.Getenv("OMNIPIPE_CUDA_PDL") == "off" {
 		o.NoPDL = true

@@ -22,8 +22,6 @@ const (
 	hostMapped   = 2 // CU_MEMHOSTALLOC_DEVICEMAP
 	hostPortable = 1 // CU_MEMHOSTALLOC_PORTABLE
 	eventNoTime  = 2 // CU_EVENT_DISABLE_TIMING
-
-	funcAttrMaxDynamicShared = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 )
 
 // errNoGPU wraps a driver that is present but finds no usable GPU.
@@ -48,13 +46,7 @@ type Device struct {
 	// pdl launches kernels programmatically (launch.go); set by init,
 	// cleared on the owner thread if the driver refuses a programmatic
 	// graph edge.
-	pdl atomic.Bool
-	// prioLow and prioHigh are the stream priorities of background and
-	// ordinary queues (equal where priorities are off or unsupported).
-	prioLow, prioHigh int32
-	// mmvs: the staged few-row tensor-core kernels are usable (their
-	// shared memory granted; init).
-	mmvs      bool
+	pdl       atomic.Bool
 	prof      *profiler
 	profPath  string
 	fnNames   map[uintptr]string // kernel names, for the profile
@@ -84,10 +76,9 @@ type Device struct {
 }
 
 var (
-	_ gpu.Device           = (*Device)(nil)
-	_ gpu.BackgroundQueuer = (*Device)(nil)
-	_ gpu.Informer         = (*Device)(nil)
-	_ gpu.BandwidthMeter   = (*Device)(nil)
+	_ gpu.Device         = (*Device)(nil)
+	_ gpu.Informer       = (*Device)(nil)
+	_ gpu.BandwidthMeter = (*Device)(nil)
 )
 
 // buffer is device memory: a CUdeviceptr and its element type.
@@ -186,13 +177,6 @@ func (d *Device) init(o Options) error {
 		thr := ^uint64(0)
 		c.call("cuMemPoolSetAttribute", c.cuMemPoolSetAttribute, pool, poolRelease, uintptr(unsafe.Pointer(&thr)))
 	}
-	if c.cuStreamCreateWithPriority != 0 && c.cuCtxGetStreamPriorityRange != 0 && !o.NoPriority {
-		// CUDA's numbers: the least priority is the larger one (0), the
-		// greatest a negative one.
-		if c.call("cuCtxGetStreamPriorityRange", c.cuCtxGetStreamPriorityRange, uintptr(unsafe.Pointer(&d.prioLow)), uintptr(unsafe.Pointer(&d.prioHigh))) != nil {
-			d.prioLow, d.prioHigh = 0, 0
-		}
-	}
 	if err := c.call("cuStreamCreate", c.cuStreamCreate, uintptr(unsafe.Pointer(&d.allocS)), streamNoSync); err != nil {
 		return err
 	}
@@ -229,15 +213,6 @@ func (d *Device) init(o Options) error {
 		}
 		d.fns[k] = f
 		d.fnNames[f] = k
-	}
-	// The staged few-row products need more than the default 48 KiB of
-	// dynamic shared memory; where the device cannot give it they are not
-	// used (the register-staged ones give the same bits).
-	d.mmvs = c.cuFuncSetAttribute != 0
-	for _, k := range []string{"mmvs_bf16", "mmvsn_bf16"} {
-		if d.mmvs && c.call("cuFuncSetAttribute", c.cuFuncSetAttribute, d.fns[k], funcAttrMaxDynamicShared, uintptr(mmvsMaxDynamic)) != nil {
-			d.mmvs = false
-		}
 	}
 	return nil
 }
@@ -352,30 +327,12 @@ func (d *Device) Free(t gpu.Tensor) {
 	d.do(func() error { return c.call("cuMemFreeAsync", c.cuMemFreeAsync, b.ptr, d.allocS) })
 }
 
-// NewQueue implements gpu.Device: a CUDA stream of the device's highest
-// priority (where it has priorities: see NewBackgroundQueue).
-func (d *Device) NewQueue(name string) gpu.Queue { return d.newQueue(name, d.prioHigh) }
-
-// NewBackgroundQueue implements gpu.BackgroundQueuer: a CUDA stream of the
-// lowest priority, whose blocks the multiprocessors take up when no
-// ordinary queue's block is waiting. The codec's decode of frame N then
-// fills the gaps of the backbone's step N+1 instead of delaying it (one
-// session on an H200: the audio step took 2.33 ms against the text step's
-// 2.10, which has a larger head but no decode beside it). Env
-// OMNIPIPE_CUDA_PRIORITY=off gives every queue the default priority.
-func (d *Device) NewBackgroundQueue(name string) gpu.Queue { return d.newQueue(name, d.prioLow) }
-
-func (d *Device) newQueue(name string, prio int32) gpu.Queue {
+// NewQueue implements gpu.Device: a CUDA stream.
+func (d *Device) NewQueue(name string) gpu.Queue {
 	q := &Queue{d: d, name: name}
 	c := d.drv
 	if err := d.do(func() error {
-		var err error
-		if d.prioLow != d.prioHigh {
-			err = c.call("cuStreamCreateWithPriority", c.cuStreamCreateWithPriority, uintptr(unsafe.Pointer(&q.stream)), streamNoSync, uintptr(prio))
-		} else {
-			err = c.call("cuStreamCreate", c.cuStreamCreate, uintptr(unsafe.Pointer(&q.stream)), streamNoSync)
-		}
-		if err != nil {
+		if err := c.call("cuStreamCreate", c.cuStreamCreate, uintptr(unsafe.Pointer(&q.stream)), streamNoSync); err != nil {
 			return err
 		}
 		return c.call("cuEventCreate", c.cuEventCreate, uintptr(unsafe.Pointer(&q.st.ev)), eventNoTime)

@@ -52,11 +52,6 @@ type driver struct {
 	// Optional entry points (0 where the driver lacks them): programmatic
 	// dependent launch (launch.go).
 	cuGraphAddDependencies, cuLaunchKernelEx uintptr
-	// Stream priorities (device.go: NewBackgroundQueue).
-	cuStreamCreateWithPriority, cuCtxGetStreamPriorityRange, cuStreamGetPriority uintptr
-	// cuFuncSetAttribute lets the staged few-row products use more than 48
-	// KiB of shared memory (ops.go: mmvsStageBytes).
-	cuFuncSetAttribute uintptr
 }
 
 var (
@@ -112,11 +107,7 @@ func loadDriver() (*driver, error) {
 		for _, s := range []struct {
 			p    *uintptr
 			name string
-		}{
-			{&d.cuGraphAddDependencies, "cuGraphAddDependencies_v2"}, {&d.cuLaunchKernelEx, "cuLaunchKernelEx"},
-			{&d.cuStreamCreateWithPriority, "cuStreamCreateWithPriority"}, {&d.cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange"},
-			{&d.cuStreamGetPriority, "cuStreamGetPriority"}, {&d.cuFuncSetAttribute, "cuFuncSetAttribute"},
-		} {
+		}{{&d.cuGraphAddDependencies, "cuGraphAddDependencies_v2"}, {&d.cuLaunchKernelEx, "cuLaunchKernelEx"}} {
 			if p, err := purego.Dlsym(h, s.name); err == nil {
 				*s.p = p
 			}

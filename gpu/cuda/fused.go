@@ -34,7 +34,7 @@ func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tens
 		q.MatMul(dst, h, w, bias)
 		return
 	}
-	q.launchEpi(epiProduct, dst, name, [3]uint32{uint32((N + rows - 1) / rows), 1, 1}, block, normMatMulShm(name, K),
+	q.launchEpi(epiProduct, dst, name, [3]uint32{uint32((N + rows - 1) / rows), 1, 1}, block, 4*K,
 		q.t(dst), q.t(h), q.t(x), i(K), f(n.Eps), b2i(n.Round), q.t(n.W), p(dtCode(n.W.DType())), b2i(n.RoundW && !n.W.IsNil()),
 		q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(N))
 }
@@ -61,26 +61,13 @@ func (q *Queue) normMatMulKernel(M, K, N int, w gpu.Tensor) (name string, block 
 		return gemvnKernels[rows/4], blk128, rows
 	}
 	v := mmvNormDefault
-	if q.d.mmvs {
-		v = mmvsNormKernel
-	}
 	switch {
-	case strings.HasPrefix(q.mmvForce, "mmvn_") || strings.HasPrefix(q.mmvForce, "mmvsn_"):
+	case strings.HasPrefix(q.mmvForce, "mmvn_"):
 		v = mmvByName(q.mmvForce)
 	case q.mmvForce != "" || K > mmvNormMaxK || N > mmvMaxN:
 		return "", blk128, 0
 	}
 	return v.name, v.block(), 16 * v.nt
-}
-
-// normMatMulShm is the dynamic shared memory of a fused norm kernel: x's
-// normalised row (K floats, padded to 16 bytes), and the stages of the
-// staged kernel after it.
-func normMatMulShm(name string, K int) int {
-	if name == mmvsNormKernel.name {
-		return 4*((K+3)&^3) + mmvsStageBytes
-	}
-	return 4 * K
 }
 
 // headItemBytes is the size of kernels.cu's struct head_item.

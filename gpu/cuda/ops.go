@@ -150,11 +150,11 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		return
 	}
 	if w.DType() == gpu.BF16 && q.tensorCores() && !q.tileForce && (q.mmvForce != "" || M <= mmvMaxRows && N <= mmvMaxN) {
-		v := mmvVariant(N, q.d.mmvs)
+		v := mmvVariant(N)
 		if q.mmvForce != "" {
 			v = mmvByName(q.mmvForce)
 		}
-		q.launchEpi(epiProduct, dst, v.name, v.grid(M, N), v.block(), v.shm(),
+		q.launchEpi(epiProduct, dst, v.name, v.grid(M, N), v.block(), 0,
 			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
@@ -322,7 +322,6 @@ func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, cp gpu.Conv2DParams) {
 type mmvKernel struct {
 	name      string
 	w, nt, mt int
-	staged    bool // mmvs_tile: weights through shared memory (dynamic shared memory mmvsStageBytes)
 }
 
 // grid is the launch grid for M rows of x against N weight rows.
@@ -336,29 +335,8 @@ func (v mmvKernel) block() [2]uint32 { return [2]uint32{uint32(32 * v.w), 1} }
 // mmvVariants are the few-row tensor-core kernels (kernels.cu: MMV); all
 // give mma_tile's bits.
 var mmvVariants = []mmvKernel{
-	{"mmv_bf16_w4n1m1", 4, 1, 1, false}, {"mmv_bf16_w16n1m1", 16, 1, 1, false}, {"mmv_bf16_w16n2m1", 16, 2, 1, false},
-	{"mmv_bf16_w16n4m1", 16, 4, 1, false}, {"mmv_bf16_w16n1m2", 16, 1, 2, false}, mmvsKernel,
-}
-
-// mmvsKernel is the staged few-row kernel (kernels.cu: mmvs_tile): 16
-// warps, one 16-row weight tile and up to 8 rows of x a block, each
-// warp's next MMVS_STAGES superblocks in flight into shared memory.
-var mmvsKernel = mmvKernel{"mmvs_bf16", 16, 1, 1, true}
-
-// mmvsStageBytes is the dynamic shared memory of mmvs_tile's stages (16
-// warps × MMVS_STAGES × 2 KiB), and mmvsMaxDynamic what the fused-norm
-// variant may need beside them (x's row of up to mmvNormMaxK floats).
-const (
-	mmvsStageBytes = 16 * 2 * 2048
-	mmvsMaxDynamic = mmvsStageBytes + 4*mmvNormMaxK
-)
-
-// shm is the launch's dynamic shared memory.
-func (v mmvKernel) shm() int {
-	if v.staged {
-		return mmvsStageBytes
-	}
-	return 0
+	{"mmv_bf16_w4n1m1", 4, 1, 1}, {"mmv_bf16_w16n1m1", 16, 1, 1}, {"mmv_bf16_w16n2m1", 16, 2, 1},
+	{"mmv_bf16_w16n4m1", 16, 4, 1}, {"mmv_bf16_w16n1m2", 16, 1, 2},
 }
 
 // mmvMaxRows is the most rows of x the few-row tensor-core kernels take,
@@ -377,10 +355,7 @@ const (
 // 16 warps a block, one 16-row weight tile a warp up to 2048 weight rows
 // ([2048, 8192], [2048, 2048], [1024, 1024]), four beyond ([8192, 2048]:
 // 1.67 TB/s against 1.26).
-func mmvVariant(N int, staged bool) mmvKernel {
-	if staged {
-		return mmvsKernel
-	}
+func mmvVariant(N int) mmvKernel {
 	if N <= 2048 {
 		return mmvVariants[1] // mmv_bf16_w16n1m1
 	}
@@ -389,14 +364,10 @@ func mmvVariant(N int, staged bool) mmvKernel {
 
 // mmvNormVariants are the one-row tensor-core kernels with the row norm
 // fused before the product (kernels.cu: MMV_NORM; gpu.NormFuser).
-var mmvNormVariants = []mmvKernel{{"mmvn_bf16_w4", 4, 1, 1, false}, {"mmvn_bf16_w16", 16, 1, 1, false}, {"mmvsn_bf16", 16, 1, 1, true}}
+var mmvNormVariants = []mmvKernel{{"mmvn_bf16_w4", 4, 1, 1}, {"mmvn_bf16_w16", 16, 1, 1}}
 
-// mmvNormDefault is the fused kernel NormMatMul takes on the tensor cores
-// where the staged one (mmvsNormKernel) is not usable.
+// mmvNormDefault is the fused kernel NormMatMul takes on the tensor cores.
 var mmvNormDefault = mmvNormVariants[1]
-
-// mmvsNormKernel is MMV_NORM on mmvs_tile's staged weights.
-var mmvsNormKernel = mmvNormVariants[2]
 
 // mmvNormMaxK bounds the row MMV_NORM keeps in shared memory beside the
 // class sums (16·32·4 floats), within 48 KiB.

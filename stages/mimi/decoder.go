@@ -182,7 +182,7 @@ func New(dev gpu.Device, f *safetensors.File, cfg Config) (*Decoder, error) {
 	d := &Decoder{
 		cfg:      cfg,
 		dev:      dev,
-		q:        gpu.NewBackgroundQueue(dev, "mimi"),
+		q:        dev.NewQueue("mimi"),
 		bins:     cfg.Quantizer.Bins,
 		upStride: up,
 		frameLen: cfg.FrameSamples(),
