@@ -70,7 +70,7 @@ func TestCompileOptionsTargetMachineCode(t *testing.T) {
 func TestKernelSourceDefinesEveryLaunchedKernel(t *testing.T) {
 	for _, k := range kernelNames {
 		plain := regexp.MustCompile(`__global__ void (__launch_bounds__\(\d+\) )?` + k + `\(`)
-		macro := regexp.MustCompile(`((MATMUL|MMA)_KERNEL|\nMATMUL_TILED|\nGEMV(R|_NORM)?|\nMMV(_NORM|K)?)\(` + k + `,`)
+		macro := regexp.MustCompile(`((MATMUL|MMA)_KERNEL|\nMATMUL_TILED|\nGEMV(R|_NORM)?|\nMMV(_NORM)?)\(` + k + `,`)
 		if !plain.MatchString(kernelSource) && !macro.MatchString(kernelSource) {
 			t.Errorf("kernels.cu defines no kernel %s", k)
 		}
@@ -527,8 +527,8 @@ func TestGemvrVariant(t *testing.T) {
 // 16·nt weight rows a block in x, 8·mt rows of x in y.
 func TestMmvVariant(t *testing.T) {
 	for M := 1; M <= mmvMaxRows; M++ {
-		for _, N := range []int{1, 15, 16, 17, 1024, 1056, 2048, 2049, 4224, 8192, mmvMaxN} {
-			v := mmvVariant(N, 132)
+		for _, N := range []int{1, 15, 16, 17, 2048, 2049, 8192, mmvMaxN} {
+			v := mmvVariant(N)
 			if !slices.Contains(mmvVariants, v) {
 				t.Fatalf("M=%d N=%d: %v is not among the tested variants", M, N, v)
 			}
@@ -536,35 +536,20 @@ func TestMmvVariant(t *testing.T) {
 				t.Errorf("M=%d N=%d: %s covers %d rows of x a block", M, N, v.name, 8*v.mt)
 			}
 			g := v.grid(M, N)
-			tiles := int(g[0]) / v.splits()
-			if int(g[0])%v.splits() != 0 || tiles*16*v.nt < N || (tiles-1)*16*v.nt >= N || int(g[1])*8*v.mt < M || int(g[1]-1)*8*v.mt >= M || g[2] != 1 {
+			if int(g[0])*16*v.nt < N || int(g[0]-1)*16*v.nt >= N || int(g[1])*8*v.mt < M || int(g[1]-1)*8*v.mt >= M || g[2] != 1 {
 				t.Errorf("M=%d N=%d: %s grid %v does not cover the outputs exactly", M, N, v.name, g)
 			}
-			// A split launch's scratch holds every tile's 16 class sums
-			// (8·mt rows × 16·nt weight rows each) and a counter a tile.
-			part, cnt := v.scratch(M, N)
-			if v.splits() > 1 && (cnt != tiles*int(g[1]) || part != cnt*16*8*v.mt*16*v.nt) || v.splits() == 1 && (part != 0 || cnt != 0) {
-				t.Errorf("M=%d N=%d: %s scratch %d floats, %d counters for grid %v", M, N, v.name, part, cnt, g)
-			}
 		}
 	}
-	for _, c := range []struct {
-		n    int
-		want string
-	}{{1024, "mmvk_bf16_s4"}, {1056, "mmvk_bf16_s4"}, {1072, "mmvk_bf16_s2"}, {2048, "mmvk_bf16_s2"}, {2049, "mmv_bf16_w16n4m1"}, {8192, "mmv_bf16_w16n4m1"}} {
-		if v := mmvVariant(c.n, 132); v.name != c.want {
-			t.Errorf("[%d, ·] on 132 SMs: %s, want %s", c.n, v.name, c.want)
-		}
-	}
-	if v := mmvVariant(2048, 32); v.name != "mmv_bf16_w16n1m1" || mmvNormDefault.name != "mmvn_bf16_w16" {
-		t.Errorf("[2048, ·] on 32 SMs: %s, fused norm %s", v.name, mmvNormDefault.name)
+	if mmvVariant(2048).name != "mmv_bf16_w16n1m1" || mmvVariant(2049).name != "mmv_bf16_w16n4m1" || mmvNormDefault.name != "mmvn_bf16_w16" {
+		t.Errorf("defaults %s, %s, %s: not the measured picks", mmvVariant(2048).name, mmvVariant(2049).name, mmvNormDefault.name)
 	}
 	for _, v := range append(mmvVariants, mmvNormVariants...) {
 		if !slices.Contains(kernelNames, v.name) {
 			t.Errorf("%s is not loaded", v.name)
 		}
-		if b := v.block(); b[0] != uint32(32*v.w) || v.w*v.splits() != 16 && !(v.splits() == 1 && v.w == 4) {
-			t.Errorf("%s: block %v for %d warps, %d splits", v.name, b, v.w, v.splits())
+		if b := v.block(); b[0] != uint32(32*v.w) || v.w != 4 && v.w != 16 {
+			t.Errorf("%s: block %v for %d warps", v.name, b, v.w)
 		}
 	}
 }
@@ -579,7 +564,6 @@ func TestProductKernels(t *testing.T) {
 	x40, y40 := fakeTensor(gpu.F32, 40, 64), fakeTensor(gpu.F32, 40, 32)
 	w := fakeTensor(gpu.BF16, 32, 64)
 	wBig, yBig := fakeTensor(gpu.BF16, mmvMaxN+1, 64), fakeTensor(gpu.F32, 1, mmvMaxN+1)
-	wMid, yMid := fakeTensor(gpu.BF16, 4160, 64), fakeTensor(gpu.F32, 1, 4160)
 	n := gpu.RowNorm{Eps: 1e-5}
 	for _, c := range []struct {
 		name      string
@@ -590,11 +574,7 @@ func TestProductKernels(t *testing.T) {
 		block     [2]uint32
 	}{
 		{"fma: one row", false, false, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "gemv_bf16_c1u4", [3]uint32{}, [2]uint32{}},
-		{"mma: one row, a small weight: its classes over 4 blocks a tile", true, false, func(q *Queue) {
-			q.mmvkPart, q.mmvkCnt = fakeTensor(gpu.F32, 1, 1<<16).Buf.(*buffer), fakeTensor(gpu.I32, 1, 64).Buf.(*buffer) // scratch as if grown
-			q.MatMul(y1, x1, w, gpu.Tensor{})
-		}, "mmvk_bf16_s4", [3]uint32{8, 1, 1}, [2]uint32{128, 1}},
-		{"mma: one row, a large weight", true, false, func(q *Queue) { q.MatMul(yMid, x1, wMid, gpu.Tensor{}) }, "mmv_bf16_w16n4m1", [3]uint32{65, 1, 1}, [2]uint32{512, 1}},
+		{"mma: one row", true, false, func(q *Queue) { q.MatMul(y1, x1, w, gpu.Tensor{}) }, "mmv_bf16_w16n1m1", [3]uint32{}, [2]uint32{}},
 		{"mma: norm and one row", true, false, func(q *Queue) { q.NormMatMul(y1, h1, x1, n, w, gpu.Tensor{}) }, "mmvn_bf16_w16", [3]uint32{2, 1, 1}, [2]uint32{512, 1}},
 		{"mma: norm and one row, the 4-warp kernel forced", true, false, func(q *Queue) {
 			q.mmvForce = "mmvn_bf16_w4"

@@ -1727,25 +1727,14 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
 // which changes no bit, so every output equals mma_tile's. pro() runs
 // once, by every thread, after the warp's first weights are requested and
 // before x is read (MMV_NORM's norm into shared memory).
-//
-// With S > 1 (MMVK), the 16 classes of a weight tile are spread over S
-// blocks of W = 16/S warps (grid.x = tiles·S; block sp holds classes
-// sp·W … sp·W + W − 1, one a warp), so that small weights ([1024, 1024]:
-// 64 tiles) still give every multiprocessor work. Each block writes its
-// class sums to gpart ([row tile][tile][class][NT·MT·32·4] floats); the
-// block that finishes last (gcnt, one counter a tile, left at 0) adds the
-// 16 in class order, as the one-block fold does: the same floats.
-template <int W, int NT, int MT, int S, class Pro>
+template <int W, int NT, int MT, class Pro>
 __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
-                                         const void* bias, int bdt, int M, int N, int K, Pro pro, float* gpart,
-                                         int* gcnt, EPI_PARAMS) {
-  static_assert(S == 1 || W * S == 16, "a split block holds one class a warp");
-  constexpr int CW = 16 / (W * S);           // classes a warp
-  __shared__ float part[S == 1 ? 16 : 1][NT][MT][32][4];  // the class sums (one block)
+                                         const void* bias, int bdt, int M, int N, int K, Pro pro, EPI_PARAMS) {
+  constexpr int CW = 16 / W;                  // classes a warp
+  __shared__ float part[16][NT][MT][32][4];  // the class sums
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int g = lane >> 2, t = lane & 3;
-  int tile = blockIdx.x / S, cls0 = (blockIdx.x % S) * W;
-  int n0 = tile * 16 * NT, m0 = blockIdx.y * 8 * MT;
+  int n0 = blockIdx.x * 16 * NT, m0 = blockIdx.y * 8 * MT;
   float acc[CW][NT][MT][4];
 #pragma unroll
   for (int c = 0; c < CW; c++)
@@ -1763,9 +1752,9 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
   int nsb = (K + 63) / 64;
   u32 wa[CW][NT][2][8];
 #ifdef FAULT_MMV
-  int s0 = cls0 + warp + 16;  // drops the first superblock of each of the warp's first classes
+  int s0 = warp + 16;  // drops the first superblock of each of the warp's first classes
 #else
-  int s0 = cls0 + warp;
+  int s0 = warp;
 #endif
   auto loadw = [&](int sb) {
 #pragma unroll
@@ -1858,52 +1847,25 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
     }
     if (s0 + 16 < nsb) loadw(s0 + 16);
   }
-  // The class sums: in shared memory (one block), or in gpart for the
-  // tile's last block to fold.
-  constexpr int PW = NT * MT * 32 * 4;  // floats of one class's sums
-  float* gp = S == 1 ? nullptr : gpart + ((i64)blockIdx.y * (gridDim.x / S) + tile) * 16 * PW;
-  if (S == 1) {
 #pragma unroll
-    for (int c = 0; c < CW; c++)
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) part[S == 1 ? warp + W * c : 0][nt][mt][lane][e] = acc[c][nt][mt][e];
-    __syncthreads();
-    if (warp != 0) return;
-  } else {
-    __shared__ int last;
+  for (int c = 0; c < CW; c++)
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
       for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) gp[(cls0 + warp) * PW + ((nt * MT + mt) * 32 + lane) * 4 + e] = acc[0][nt][mt][e];
-    __threadfence();
-    __syncthreads();
-    int* cnt = gcnt + (i64)blockIdx.y * (gridDim.x / S) + tile;
-    if (threadIdx.x == 0) last = atomicAdd(cnt, 1) == S - 1;
-    __syncthreads();
-    if (!last || warp != 0) return;
-    __threadfence();
-    if (lane == 0) *cnt = 0;  // ready for the next launch
-  }
-  // Class c's sum of output (nt, mt, lane, q).
-  auto cls = [&](int c, int nt, int mt, int q) -> float {
-    if (S == 1) return part[S == 1 ? c : 0][nt][mt][lane][q];
-    return __ldcg(gp + c * PW + ((nt * MT + mt) * 32 + lane) * 4 + q);
-  };
+        for (int e = 0; e < 4; e++) part[warp + W * c][nt][mt][lane][e] = acc[c][nt][mt][e];
+  __syncthreads();
+  if (warp != 0) return;
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
       for (int q = 0; q < 4; q++) {
-        float v = cls(0, nt, mt, q);
+        float v = part[0][nt][mt][lane][q];
 #pragma unroll
-        for (int c = 1; c < 16; c++) v += cls(c, nt, mt, q);
+        for (int c = 1; c < 16; c++) v += part[c][nt][mt][lane][q];
         int n = n0 + 16 * nt + g + (q >> 1) * 8, m = m0 + 8 * mt + 2 * t + (q & 1);
         if (n < N && m < M) {
           if (bias) v += load(bias, bdt, n);
@@ -2192,7 +2154,7 @@ __global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16
                                                  EPI_PARAMS) {                                                           \
     if (blockIdx.y == 0) pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 16 * NT, min(N, (int)(blockIdx.x + 1) * 16 * NT)); \
     PDL_ENTER();                                                                                               \
-    mmv_tile<W, NT, MT, 1>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, nullptr, nullptr, EPI_ARGS);                  \
+    mmv_tile<W, NT, MT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, EPI_ARGS);                  \
   }
 
 MMV(mmv_bf16_w4n1m1, 4, 1, 1)
@@ -2200,22 +2162,6 @@ MMV(mmv_bf16_w16n1m1, 16, 1, 1)
 MMV(mmv_bf16_w16n2m1, 16, 2, 1)
 MMV(mmv_bf16_w16n4m1, 16, 4, 1)
 MMV(mmv_bf16_w16n1m2, 16, 1, 2)
-
-// MMVK(name, S): mmv_tile with a 16-row weight tile's classes over S
-// blocks of 16/S warps (grid.x over weight rows by 16, times S; grid.y
-// over rows of x by 8); part and cnt are the queue's scratch (ops.go:
-// mmvkScratch).
-#define MMVK(name, S)                                                                                          \
-  __global__ void __launch_bounds__(512 / S) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w,     \
-                                                  i64 ldw, const void* bias, int bdt, int M, int N, int K,      \
-                                                  float* part, int* cnt, EPI_PARAMS) {                          \
-    if (blockIdx.y == 0 && blockIdx.x % S == 0) pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x / S * 16, min(N, (int)(blockIdx.x / S) * 16 + 16)); \
-    PDL_ENTER();                                                                                                \
-    mmv_tile<16 / S, 1, 1, S>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, part, cnt, EPI_ARGS);  \
-  }
-
-MMVK(mmvk_bf16_s2, 2)
-MMVK(mmvk_bf16_s4, 4)
 
 // MMV_NORM(name, W): one row h = rmsnorm(x) (rmsnorm_f32's floats, block
 // 0 writes h) and d = h·wᵀ (+ bias) with mmv_tile's sums (so mma_tile's):
@@ -2239,7 +2185,7 @@ MMVK(mmvk_bf16_s4, 4)
       }                                                                                                         \
       __syncthreads();                                                                                          \
     };                                                                                                          \
-    mmv_tile<W, 1, 1, 1>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, nullptr, nullptr, EPI_ARGS);                                 \
+    mmv_tile<W, 1, 1>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, EPI_ARGS);                                 \
   }
 
 MMV_NORM(mmvn_bf16_w4, 4)

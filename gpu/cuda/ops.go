@@ -150,21 +150,12 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		return
 	}
 	if w.DType() == gpu.BF16 && q.tensorCores() && !q.tileForce && (q.mmvForce != "" || M <= mmvMaxRows && N <= mmvMaxN) {
-		v := mmvVariant(N, q.d.sms)
+		v := mmvVariant(N)
 		if q.mmvForce != "" {
 			v = mmvByName(q.mmvForce)
 		}
-		args := []arg{q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K)}
-		if np, nc := v.scratch(M, N); np > 0 {
-			if q.mmvkPart == nil || q.mmvkPart.n < np {
-				q.grow(&q.mmvkPart, gpu.F32, np)
-			}
-			if q.mmvkCnt == nil || q.mmvkCnt.n < nc {
-				q.grow(&q.mmvkCnt, gpu.I32, nc)
-			}
-			args = append(args, q.t(gpu.Tensor{Buf: q.mmvkPart, Rows: 1, Cols: np, Stride: np}), q.t(gpu.Tensor{Buf: q.mmvkCnt, Rows: 1, Cols: nc, Stride: nc}))
-		}
-		q.launchEpi(epiProduct, dst, v.name, v.grid(M, N), v.block(), 0, args...)
+		q.launchEpi(epiProduct, dst, v.name, v.grid(M, N), v.block(), 0,
+			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
 	if w.DType() == gpu.BF16 && q.tensorCores() {
@@ -331,25 +322,11 @@ func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, cp gpu.Conv2DParams) {
 type mmvKernel struct {
 	name      string
 	w, nt, mt int
-	s         int // blocks a weight tile's 16 classes are spread over (MMVK); 0 or 1: one
 }
-
-// splits is the blocks a weight tile takes.
-func (v mmvKernel) splits() int { return max(v.s, 1) }
 
 // grid is the launch grid for M rows of x against N weight rows.
 func (v mmvKernel) grid(m, n int) [3]uint32 {
-	return [3]uint32{uint32((n+16*v.nt-1)/(16*v.nt)) * uint32(v.splits()), uint32((m + 8*v.mt - 1) / (8 * v.mt)), 1}
-}
-
-// scratch is the class sums (floats) and tile counters a split launch
-// needs for M rows against N weight rows (none for one block a tile).
-func (v mmvKernel) scratch(m, n int) (part, cnt int) {
-	if v.splits() == 1 {
-		return 0, 0
-	}
-	tiles := ((n + 16*v.nt - 1) / (16 * v.nt)) * ((m + 8*v.mt - 1) / (8 * v.mt))
-	return tiles * 16 * v.nt * v.mt * 32 * 4, tiles
+	return [3]uint32{uint32((n + 16*v.nt - 1) / (16 * v.nt)), uint32((m + 8*v.mt - 1) / (8 * v.mt)), 1}
 }
 
 // block is the launch's block: 32 threads a warp.
@@ -358,9 +335,8 @@ func (v mmvKernel) block() [2]uint32 { return [2]uint32{uint32(32 * v.w), 1} }
 // mmvVariants are the few-row tensor-core kernels (kernels.cu: MMV); all
 // give mma_tile's bits.
 var mmvVariants = []mmvKernel{
-	{"mmv_bf16_w4n1m1", 4, 1, 1, 0}, {"mmv_bf16_w16n1m1", 16, 1, 1, 0}, {"mmv_bf16_w16n2m1", 16, 2, 1, 0},
-	{"mmv_bf16_w16n4m1", 16, 4, 1, 0}, {"mmv_bf16_w16n1m2", 16, 1, 2, 0},
-	{"mmvk_bf16_s2", 8, 1, 1, 2}, {"mmvk_bf16_s4", 4, 1, 1, 4},
+	{"mmv_bf16_w4n1m1", 4, 1, 1}, {"mmv_bf16_w16n1m1", 16, 1, 1}, {"mmv_bf16_w16n2m1", 16, 2, 1},
+	{"mmv_bf16_w16n4m1", 16, 4, 1}, {"mmv_bf16_w16n1m2", 16, 1, 2},
 }
 
 // mmvMaxRows is the most rows of x the few-row tensor-core kernels take,
@@ -374,28 +350,21 @@ const (
 )
 
 // mmvVariant returns the few-row tensor-core kernel for N ≤ mmvMaxN
-// weight rows (and at most mmvMaxRows rows of x: one 8-row tile) on a
-// device of sms multiprocessors: one 16-row weight tile a warp up to 2048
-// weight rows, their 16 classes over 2 or 4 blocks where the tiles alone
-// would leave multiprocessors idle ([2048, ·]: 128 tiles, [1024, ·]: 64 on
-// a 132-SM H200), four tiles a warp beyond ([8192, 2048]: 1.85 TB/s
-// against 1.31 for one, BenchmarkProductShapes at 135625b).
-func mmvVariant(N, sms int) mmvKernel {
-	tiles := (N + 15) / 16
-	switch {
-	case N > 2048:
-		return mmvVariants[3] // mmv_bf16_w16n4m1
-	case 2*tiles <= sms:
-		return mmvVariants[6] // mmvk_bf16_s4
-	case tiles <= 2*sms:
-		return mmvVariants[5] // mmvk_bf16_s2
+// weight rows (and at most mmvMaxRows rows of x: one 8-row tile), the
+// fastest measured on the H200 (BenchmarkProductShapes, commit d1fe22c):
+// 16 warps a block, one 16-row weight tile a warp up to 2048 weight rows
+// ([2048, 8192], [2048, 2048], [1024, 1024]), four beyond ([8192, 2048]:
+// 1.67 TB/s against 1.26).
+func mmvVariant(N int) mmvKernel {
+	if N <= 2048 {
+		return mmvVariants[1] // mmv_bf16_w16n1m1
 	}
-	return mmvVariants[1] // mmv_bf16_w16n1m1
+	return mmvVariants[3] // mmv_bf16_w16n4m1
 }
 
 // mmvNormVariants are the one-row tensor-core kernels with the row norm
 // fused before the product (kernels.cu: MMV_NORM; gpu.NormFuser).
-var mmvNormVariants = []mmvKernel{{"mmvn_bf16_w4", 4, 1, 1, 0}, {"mmvn_bf16_w16", 16, 1, 1, 0}}
+var mmvNormVariants = []mmvKernel{{"mmvn_bf16_w4", 4, 1, 1}, {"mmvn_bf16_w16", 16, 1, 1}}
 
 // mmvNormDefault is the fused kernel NormMatMul takes on the tensor cores.
 var mmvNormDefault = mmvNormVariants[1]

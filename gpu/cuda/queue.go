@@ -26,7 +26,7 @@ var kernelNames = []string{
 	"gemvn_bf16_c1u4", "gemvn_bf16_c2u4", "gemvn_bf16_c4u4", "prep_heads_f32",
 	"gemvr_bf16_r2c4u4", "gemvr_bf16_r2c2u8", "gemvr_bf16_r3c4u4", "gemvr_bf16_r4c4u4", "gemvr_bf16_r4c4u2",
 	"gemvr_bf16_r4c8u2", "gemvr_bf16_r4c8u1", "gemvr_bf16_r8c4u2", "split_bf16", "sample_f32", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32", "mma_bf16_big",
-	"mmv_bf16_w4n1m1", "mmv_bf16_w16n1m1", "mmv_bf16_w16n2m1", "mmv_bf16_w16n4m1", "mmv_bf16_w16n1m2", "mmvk_bf16_s2", "mmvk_bf16_s4",
+	"mmv_bf16_w4n1m1", "mmv_bf16_w16n1m1", "mmv_bf16_w16n2m1", "mmv_bf16_w16n4m1", "mmv_bf16_w16n1m2",
 	"mmvn_bf16_w4", "mmvn_bf16_w16",
 	"attention_f32", "attention_seqs_f32", "shortconv_seqs_f32", "copy_rows_u32", "copy_rows_u16", "copy_many_u32", "copy_many_u16", "conv1d_f32", "convtr1d_f32", "conv2d_f32",
 	"relpos_scores_f32", "heads_matmul_f32",
@@ -133,14 +133,11 @@ type Queue struct {
 	unfused bool
 	stats   queueStats
 	split   *buffer // x split into bf16 parts for the tensor-core products
-	// mmvkPart and mmvkCnt are the split few-row products' class sums and
-	// tile counters (kernels.cu: MMVK; the counters start and end at 0).
-	mmvkPart, mmvkCnt *buffer
-	flags             *buffer // which parts each row of split needs
-	err               error   // sticky: the first failure, returned by Read and Sync
-	params            []unsafe.Pointer
-	graphs            graphCache // owner thread only
-	fuse              fused      // guarded by mu
+	flags   *buffer // which parts each row of split needs
+	err     error   // sticky: the first failure, returned by Read and Sync
+	params  []unsafe.Pointer
+	graphs  graphCache // owner thread only
+	fuse    fused      // guarded by mu
 }
 
 var _ gpu.Queue = (*Queue)(nil)
