@@ -47,7 +47,10 @@
 // their per-sequence pointers, positions and counts in the launch's
 // uploaded bytes, so as the sessions of a step advance a replayed graph
 // sees new data, not node updates, and a step's launches do not grow with
-// its sessions.
+// its sessions. On compute capability 9.0 and later every kernel is
+// launched programmatically (launch.go): it may be scheduled while the one
+// before it runs and waits in griddepcontrol.wait, after at most an L2
+// prefetch of its weights, so launch latency overlaps work.
 //
 // # Numerics
 //
