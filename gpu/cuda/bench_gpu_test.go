@@ -106,21 +106,26 @@ func BenchmarkMatMulTiles(b *testing.B) {
 	}()
 	for _, kernel := range []string{"mma_bf16_m32", "mma_bf16_big"} {
 		for _, M := range []int{16, 32, 64, 128, 256, 512, 1024} {
-			b.Run(fmt.Sprintf("%s/M=%d", kernel, M), func(b *testing.B) {
-				q := d.NewQueue("bench").(*Queue)
-				q.tileForce, q.tileKernel = true, kernel
-				x, y := d.Alloc(gpu.F32, M, K), d.Alloc(gpu.F32, M, N)
-				defer d.Free(x)
-				defer d.Free(y)
-				xs := normals(rng, M*K)
-				for i := range xs {
-					xs[i] = gpu.RoundBF16(xs[i])
-				}
-				q.Write(x, xs)
-				timeProductSets(b, q, x, y, ws)
-			})
+			b.Run(fmt.Sprintf("%s/M=%d", kernel, M), func(b *testing.B) { timeTileKernel(b, d, rng, kernel, M, ws) })
 		}
 	}
+}
+
+// timeTileKernel times M rows of exact bf16 values against the weight sets
+// ws on the tensor-core tile kernel named (mmaLaunch's pick for "").
+func timeTileKernel(b *testing.B, d *Device, rng *rand.Rand, kernel string, M int, ws []gpu.Tensor) {
+	N, K := ws[0].Rows, ws[0].Cols
+	q := d.NewQueue("bench").(*Queue)
+	q.tileForce, q.tileKernel = true, kernel
+	x, y := d.Alloc(gpu.F32, M, K), d.Alloc(gpu.F32, M, N)
+	defer d.Free(x)
+	defer d.Free(y)
+	xs := normals(rng, M*K)
+	for i := range xs {
+		xs[i] = gpu.RoundBF16(xs[i])
+	}
+	q.Write(x, xs)
+	timeProductSets(b, q, x, y, ws)
 }
 
 // BenchmarkMatMulFewTiles times the tensor-core tile kernels where 64 × 64
@@ -140,22 +145,11 @@ func BenchmarkMatMulFewTiles(b *testing.B) {
 			ws[i] = loadNormalBF16(b, d, rng, sh.N, sh.K)
 		}
 		for _, kernel := range []string{"auto", "mma_bf16_m32", "mma_bf16_big"} {
-			b.Run(fmt.Sprintf("%dx%dx%d/%s", sh.M, sh.N, sh.K, kernel), func(b *testing.B) {
-				q := d.NewQueue("bench").(*Queue)
-				q.tileForce = true // the tile kernels; "auto": mmaLaunch's pick
-				if kernel != "auto" {
-					q.tileKernel = kernel
-				}
-				x, y := d.Alloc(gpu.F32, sh.M, sh.K), d.Alloc(gpu.F32, sh.M, sh.N)
-				defer d.Free(x)
-				defer d.Free(y)
-				xs := normals(rng, sh.M*sh.K)
-				for i := range xs {
-					xs[i] = gpu.RoundBF16(xs[i])
-				}
-				q.Write(x, xs)
-				timeProductSets(b, q, x, y, ws)
-			})
+			force := kernel
+			if force == "auto" {
+				force = "" // mmaLaunch's pick
+			}
+			b.Run(fmt.Sprintf("%dx%dx%d/%s", sh.M, sh.N, sh.K, kernel), func(b *testing.B) { timeTileKernel(b, d, rng, force, sh.M, ws) })
 		}
 		for _, w := range ws {
 			d.Free(w)

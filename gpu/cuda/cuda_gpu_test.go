@@ -775,7 +775,7 @@ func TestProgrammaticLaunchOrders(t *testing.T) {
 		t.Skipf("programmatic dependent launch not available on %s", openGPU(t).Arch())
 	}
 	for r := range got {
-		if i := firstBitDiff(got[r], want[r]); i >= 0 {
+		if i := firstDiffering(got[r], want[r]); i >= 0 {
 			t.Fatalf("run %d: element %d is %v with programmatic launch, %v without", r, i, got[r][i], want[r][i])
 		}
 		for i, v := range want[r] {
@@ -787,7 +787,7 @@ func TestProgrammaticLaunchOrders(t *testing.T) {
 	bad, _ := run(Options{Fault: "PDL"})
 	caught := 0
 	for r := range bad {
-		if firstBitDiff(bad[r], want[r]) >= 0 {
+		if firstDiffering(bad[r], want[r]) >= 0 {
 			caught++
 		}
 	}
@@ -797,9 +797,9 @@ func TestProgrammaticLaunchOrders(t *testing.T) {
 	t.Logf("programmatic launch: 4 runs × %d links equal the serial launch's bits; control caught in %d of 4 runs", links, caught)
 }
 
-// firstBitDiff returns the first index where a and b differ in their
+// firstDiffering returns the first index where a and b differ in their
 // bits, or −1.
-func firstBitDiff(a, b []float32) int {
+func firstDiffering(a, b []float32) int {
 	for i := range a {
 		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
 			return i

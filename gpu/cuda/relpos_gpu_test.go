@@ -157,15 +157,6 @@ func TestRelPosLaunches(t *testing.T) {
 	}
 }
 
-func firstDiffering(a, b []float32) int {
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return i
-		}
-	}
-	return -1
-}
-
 func countNaN(v []float32) int {
 	n := 0
 	for _, x := range v {
