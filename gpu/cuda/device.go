@@ -237,6 +237,11 @@ func (d *Device) do(f func() error) error {
 // Name implements gpu.Device.
 func (d *Device) Name() string { return d.name }
 
+// Emulated reports whether the device is omni-pipe's host emulator
+// (package cudaemu): kernels run on the CPU, so it checks their results,
+// never their speed or the hardware's ordering.
+func (d *Device) Emulated() bool { return d.drv.emulated }
+
 // Arch returns the architecture the kernels were compiled for ("sm_90").
 func (d *Device) Arch() string { return d.arch }
 

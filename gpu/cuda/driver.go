@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"unsafe"
 
@@ -38,7 +39,8 @@ var ErrNoDriver = errors.New("no CUDA driver: libcuda.so.1 not found")
 // raw symbol address called through purego.SyscallN (no reflection on the
 // hot path).
 type driver struct {
-	h uintptr
+	h        uintptr
+	emulated bool // omni-pipe's host emulator (package cudaemu), not a GPU
 
 	// The entry points loadDriver resolves.
 	cuInit, cuDriverGetVersion, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute, cuDeviceTotalMem                          uintptr
@@ -60,15 +62,34 @@ var (
 	drvErr  error
 )
 
-// loadDriver dlopens libcuda.so.1 once per process.
+// DriverEnv names a driver library to load instead of libcuda.so.1 (a
+// path), and NVRTCEnv one to load instead of libnvrtc. The host emulator
+// (package cudaemu) is loaded through them.
+const (
+	DriverEnv = "OMNIPIPE_CUDA_DRIVER"
+	NVRTCEnv  = "OMNIPIPE_NVRTC"
+)
+
+// loadDriver dlopens libcuda.so.1 (or $OMNIPIPE_CUDA_DRIVER) once per
+// process.
 func loadDriver() (*driver, error) {
 	drvOnce.Do(func() {
-		h, err := purego.Dlopen("libcuda.so.1", rtldNowGlobl)
+		lib := "libcuda.so.1"
+		if p := os.Getenv(DriverEnv); p != "" {
+			lib = p
+		}
+		h, err := purego.Dlopen(lib, rtldNowGlobl)
 		if err != nil {
 			drvErr = ErrNoDriver
+			if lib != "libcuda.so.1" {
+				drvErr = fmt.Errorf("%w (%s=%s: %v)", ErrNoDriver, DriverEnv, lib, err)
+			}
 			return
 		}
 		d := &driver{h: h}
+		if _, err := purego.Dlsym(h, "omniCudaEmulator"); err == nil {
+			d.emulated = true
+		}
 		syms := []struct {
 			p    *uintptr
 			name string

@@ -26,9 +26,13 @@ typedef long long i64;
 __device__ __forceinline__ float bf16f(u16 h) { return __uint_as_float(((u32)h) << 16); }
 
 __device__ __forceinline__ float f16f(u16 h) {
+#ifdef OMNI_EMU
+  return emu_f16f(h);
+#else
   float f;
   asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h));
   return f;
+#endif
 }
 
 // load returns element i of a float/bf16/f16 array as float.
@@ -62,7 +66,9 @@ __device__ __forceinline__ float rbf16(float v) {
 // no-ops. The dependents are released only after the wait, so at most one
 // kernel ahead is resident and warming L2. FAULT_PDL (a control of
 // TestProgrammaticLaunchOrders) drops the wait.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The host emulator (gpu/cuda/cudaemu, OMNI_EMU) runs kernels one after
+// another: both are no-ops there.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(OMNI_EMU)
 #ifdef FAULT_PDL
 #define PDL_WAIT()
 #else
@@ -92,7 +98,7 @@ __device__ __forceinline__ float rbf16(float v) {
 // them (the 256 MiB head's tile kernel fell from 3.38 to 2.79 TB/s). A
 // no-op before sm_90.
 __device__ __forceinline__ void pdl_prefetch_rows(const void* w, i64 ld, int es, int cols, int r0, int r1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(OMNI_EMU)
   u32 nsm;
   asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
   if (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z) >= nsm) return;
@@ -1599,11 +1605,15 @@ __device__ __forceinline__ u32 pack2(float a, float b) {
 }
 
 __device__ __forceinline__ void mma16816(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+#ifdef OMNI_EMU
+  emu_mma16816(c, a0, a1, a2, a3, b0, b1);
+#else
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
 }
 
 // mma_wload loads a thread's 16 bf16 weights of a row, k … k+7 and k+32 …
@@ -1940,6 +1950,13 @@ MMA_KERNEL(mma_bf16_m32, 4)
 #define BIG_XP(p) (p)
 #endif
 
+#ifdef OMNI_EMU
+// The emulator copies at once (zeros past bytes); a group is complete when
+// it is issued.
+__device__ __forceinline__ void cp_async16(void* sm, const void* gm, int bytes) { emu_cp_async16(sm, gm, bytes); }
+__device__ __forceinline__ void cp_async_commit() {}
+__device__ __forceinline__ void cp_async_wait1() {}
+#else
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
   unsigned long long a;
   asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
@@ -1953,6 +1970,7 @@ __device__ __forceinline__ void cp_async16(void* sm, const void* gm, int bytes) 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::); }
+#endif
 
 // big_next steps (c, s) to the next superblock in class order.
 __device__ __forceinline__ void big_next(int& c, int& s, int nsb) {

@@ -38,14 +38,18 @@ func loadNVRTC() (*nvrtc, error) {
 	nvOnce.Do(func() {
 		var h uintptr
 		var name string
-		for _, n := range nvrtcNames {
+		names := nvrtcNames
+		if p := os.Getenv(NVRTCEnv); p != "" {
+			names = []string{p}
+		}
+		for _, n := range names {
 			if p, err := purego.Dlopen(n, rtldNowGlobl); err == nil {
 				h, name = p, n
 				break
 			}
 		}
 		if h == 0 {
-			nvErr = fmt.Errorf("cuda: NVRTC not found (tried %s): install the CUDA toolkit's libnvrtc", strings.Join(nvrtcNames, ", "))
+			nvErr = fmt.Errorf("cuda: NVRTC not found (tried %s): install the CUDA toolkit's libnvrtc", strings.Join(names, ", "))
 			return
 		}
 		n := &nvrtc{lib: name}

@@ -3,15 +3,19 @@
 // reason elsewhere). The CUDA device is opened once per test binary (a
 // context and its kernels take a while) and left open until the process
 // ends. Test binaries built with `go test -c` run the CUDA sub-tests on a
-// GPU machine without a Go toolchain.
+// GPU machine without a Go toolchain. With OMNIPIPE_CUDA_EMU=1 the CUDA
+// sub-tests run on the host emulator (package cudaemu) instead: slow, and
+// a check of what the kernels compute, not of a GPU.
 package testdev
 
 import (
+	"os"
 	"sync"
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/gpu/cuda/cudaemu"
 	"github.com/omni-pipe/omni-pipe/gpu/devices"
 )
 
@@ -35,8 +39,18 @@ func Open(t testing.TB, kind string) gpu.Device {
 		t.Cleanup(func() { dev.Close() })
 		return dev
 	case "cuda":
-		cuda.once.Do(func() { cuda.dev, _, cuda.err = devices.Open("cuda", devices.Options{}) })
+		cuda.once.Do(func() {
+			if os.Getenv(cudaemu.Env) == "1" {
+				if _, cuda.err = cudaemu.Enable(); cuda.err != nil {
+					return
+				}
+			}
+			cuda.dev, _, cuda.err = devices.Open("cuda", devices.Options{})
+		})
 		if cuda.err != nil {
+			if os.Getenv(cudaemu.Env) == "1" {
+				t.Fatalf("the CUDA emulator was asked for (%s=1) and did not open: %v", cudaemu.Env, cuda.err)
+			}
 			t.Skipf("no CUDA device: %v", cuda.err)
 		}
 		return cuda.dev
