@@ -55,6 +55,9 @@ type Device struct {
 	mod      uintptr
 	fns      map[string]uintptr
 	compiled string // "compiled" or "cache"
+	// census counts the launches of each kernel while a test counts them
+	// (countLaunches): the kernel contract requires it reaches every one.
+	census atomic.Pointer[census]
 
 	work   chan func()
 	exited chan struct{}
@@ -435,4 +438,23 @@ func (d *Device) MeasureBandwidth() (float64, error) {
 		}
 	}
 	return 2 * n * copies / best.Seconds(), nil
+}
+
+// census counts launches by kernel name.
+type census struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// countLaunches starts counting launches by kernel name (from zero) and
+// returns a function that stops counting and returns the counts.
+func (d *Device) countLaunches() func() map[string]int {
+	c := &census{n: map[string]int{}}
+	d.census.Store(c)
+	return func() map[string]int {
+		d.census.CompareAndSwap(c, nil)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.n
+	}
 }

@@ -349,6 +349,11 @@ func (q *Queue) launch(name string, grid [3]uint32, block [2]uint32, shm int, ar
 			return false // nothing to do
 		}
 	}
+	if c := q.d.census.Load(); c != nil {
+		c.mu.Lock()
+		c.n[name]++
+		c.mu.Unlock()
+	}
 	q.mu.Lock()
 	q.fuse = fused{}
 	r := &q.rec

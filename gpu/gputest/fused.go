@@ -47,7 +47,7 @@ func checkNormMatMul(h *harness) {
 		eps     float32
 		weight  bool
 	}{{1, 1024, 33, 1e-5, true}, {1, 2048, 300, 0.5, true}, {1, 64, 1029, 0.5, false}, {1, 264, 5, 0.5, true},
-		{1, 1030, 7, 0.5, true}, {3, 296, 5, 0.5, true}} {
+		{1, 1030, 7, 0.5, true}, {3, 296, 5, 0.5, true}, {1, 304, 2110, 0.5, true}, {1, 264, 4220, 0.5, false}} {
 		xv := h.values(c.M*c.K, 1)
 		x := h.input(c.M, c.K, false, xv)
 		var nw operand

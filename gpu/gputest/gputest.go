@@ -36,6 +36,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -171,11 +172,17 @@ type Options struct {
 	// roundoff 2u (3K part products, the 16 class sums added, the bias)
 	// plus 2^-24·Σ|x·w| for the split's remainder.
 	TensorCoreMatMul bool
+	// Ops restricts the run to these ops (all of Ops when empty).
+	Ops []string
 }
 
 // RunWith is Run with a backend's Options.
 func RunWith(dev gpu.Device, seed uint64, o Options) Report {
-	return run(dev, seed, nil, o)
+	var only func(string) bool
+	if len(o.Ops) > 0 {
+		only = func(op string) bool { return slices.Contains(o.Ops, op) }
+	}
+	return run(dev, seed, only, o)
 }
 
 // run is Run restricted to the ops for which only returns true (all when

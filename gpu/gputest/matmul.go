@@ -50,6 +50,25 @@ func checkMatMul(h *harness) {
 		matmulCase(h, gpu.BF16, false, true, c.M, c.K, c.N, biases[i%3], i%2 == 0, false)
 		i++
 	}
+	// Products large enough that a GPU backend's shape rules pick its
+	// other kernels (for a device of up to 135 multiprocessors): 64 × 64
+	// tiles for many rows against many weight rows, the tensor cores' tile
+	// kernels for a few rows against more weight rows than their few-row
+	// kernels take, and one- and few-row products over weights wide and
+	// long enough for the variants that keep more rows or bytes in flight
+	// (K a multiple of 8: their vector loads need aligned rows). K = 300
+	// on the tiles reaches past term 256 of each sum.
+	for _, c := range []struct {
+		wdt     gpu.DType
+		M, K, N int
+	}{
+		{gpu.F32, 130, 300, 2820}, {gpu.BF16, 130, 300, 2820}, {gpu.F16, 130, 300, 2820}, {gpu.BF16, 40, 300, 2100},
+		{gpu.BF16, 5, 24, 16390}, {gpu.BF16, 1, 2056, 33}, {gpu.BF16, 1, 304, 2110}, {gpu.BF16, 1, 2056, 2110},
+		{gpu.BF16, 1, 24, 4220}, {gpu.BF16, 1, 2056, 4220}, {gpu.BF16, 4, 2056, 4220},
+	} {
+		matmulCase(h, c.wdt, false, false, c.M, c.K, c.N, biases[i%3], false, false) // aligned rows, as those kernels want
+		i++
+	}
 	checkBatchInvariance(h)
 }
 

@@ -208,6 +208,66 @@ func checkCopyRows(h *harness) {
 		}
 		h.record(cs, pass, d.err, 0, detail)
 	}
+	copyRowsBF16(h)
+}
+
+// checkBF16View compares a bf16 view with want bit for bit, reading it back
+// by gathering each of its rows into float32 with Embed (exact in its
+// one-id form). The padding of a bf16 view is not read back (the F32 cases
+// check that the copies keep to the view).
+func checkBF16View(h *harness, cs string, dst operand, want []float32) {
+	out := h.f32(dst.view.Rows, dst.view.Cols, false)
+	ids := make([]int32, dst.view.Rows)
+	for r := range ids {
+		ids[r] = int32(r)
+	}
+	h.q.Embed(out.view, dst.view, ids)
+	got, err := h.read(out)
+	if err != nil {
+		h.fail(cs, "%v", err)
+		return
+	}
+	d := compare(out, got, widen(want), nil, false)
+	h.record(cs, d.ok(), d.err, 0, d.String())
+}
+
+// copyRowsBF16 scatters rows of bf16 tensors (a backend may move 2-byte
+// elements with kernels of their own): the copied rows hold the source's,
+// the others their own.
+func copyRowsBF16(h *harness) {
+	for _, c := range []struct{ dst, src, cols, n int }{{12, 5, 9, 5}, {7, 40, 1030, 7}} {
+		dst := h.weight(gpu.BF16, c.dst, c.cols, true, 1)
+		src := h.weight(gpu.BF16, c.src, c.cols, c.cols < 100, 1)
+		want := append([]float32(nil), dst.vals...)
+		dperm, sperm := h.rng.Perm(c.dst)[:c.n], h.rng.Perm(c.src)[:c.n]
+		dr, sr := make([]int32, c.n), make([]int32, c.n)
+		for i := range dr {
+			dr[i], sr[i] = int32(dperm[i]), int32(sperm[i])
+			copy(want[dperm[i]*c.cols:(dperm[i]+1)*c.cols], src.vals[sperm[i]*c.cols:(sperm[i]+1)*c.cols])
+		}
+		gpu.CopyRows(h.q, dst.view, src.view, dr, sr)
+		checkBF16View(h, fmt.Sprintf("bf16/dst=%d/src=%d/cols=%d/n=%d", c.dst, c.src, c.cols, c.n), dst, want)
+	}
+}
+
+// copyManyBF16 copies bf16 views of several shapes in one op, each into
+// rows 1 … of a destination one row taller.
+func copyManyBF16(h *harness) {
+	shapes := [][2]int{{3, 7}, {1, 300}, {5, 1}, {2, 2100}}
+	pairs := make([]gpu.CopyPair, len(shapes))
+	dsts := make([]operand, len(shapes))
+	wants := make([][]float32, len(shapes))
+	for i, sh := range shapes {
+		rows, cols := sh[0], sh[1]
+		dsts[i] = h.weight(gpu.BF16, rows+1, cols, i%2 == 0, 1)
+		src := h.weight(gpu.BF16, rows, cols, i%2 == 1, 1)
+		pairs[i] = gpu.CopyPair{Dst: dsts[i].view.Slice(1, rows+1), Src: src.view}
+		wants[i] = append(append([]float32(nil), dsts[i].vals[:cols]...), src.vals...)
+	}
+	gpu.CopyMany(h.q, pairs)
+	for i := range pairs {
+		checkBF16View(h, fmt.Sprintf("bf16/pair%d/%dx%d", i, shapes[i][0], shapes[i][1]), dsts[i], wants[i])
+	}
 }
 
 // checkCopyMany copies views of several shapes (strided, one row, one
@@ -252,4 +312,5 @@ func checkCopyMany(h *harness) {
 			h.record(cs, pass, d.err, 0, detail)
 		}
 	}
+	copyManyBF16(h)
 }
