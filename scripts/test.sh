@@ -14,6 +14,21 @@ fi
 
 go test "$@" ./...
 
+# The CUDA backend's kernel contract (every kernel against its float64
+# replay, every planted fault caught) and its bit-identity tests, on the
+# host emulator (gpu/cuda/cudaemu) where there is no GPU: it needs a C++17
+# compiler (.ci/run installs g++). On a GPU machine the same tests run on
+# the GPU in the plain `go test` above.
+if command -v "${CXX:-g++}" >/dev/null 2>&1; then
+  OMNIPIPE_CUDA_EMU=1 go test "$@" ./gpu/cuda -run 'TestKernelContract|TestDeviceOpens|TestMatchesCPUBackend|TestFusedOpsEqualSeparate|TestMMAInvarianceMixedRows|TestGemvVariantsBitIdentical|TestMatMulTiledBitIdentical|TestNormFusedEqualsSeparate|TestRelPosFusedEqualsSeq'
+  # The model packages' CUDA halves that run in seconds there (Mimi's and
+  # the detokenizer's take minutes on the emulator: run them by hand).
+  OMNIPIPE_CUDA_EMU=1 go test "$@" ./stages/lfm2 ./stages/depth ./stages/conformer \
+    -run 'TestStepsEqualPrefill|TestBatchEqualsSeparate|TestFrameSampledEqualsHostPicks|TestEncodeBatchEqualsOneByOne'
+else
+  echo "scripts/test.sh: no C++ compiler: the CUDA kernel contract did not run on the emulator" >&2
+fi
+
 # Real audio I/O against a private PulseAudio server (build tag "pulse"):
 # run when pulseaudio is installed (.ci/run installs it).
 if command -v pulseaudio >/dev/null 2>&1; then

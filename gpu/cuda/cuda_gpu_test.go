@@ -784,6 +784,13 @@ func TestProgrammaticLaunchOrders(t *testing.T) {
 			}
 		}
 	}
+	if openGPU(t).Emulated() {
+		// The emulator runs each kernel to its end before the next: a
+		// missing wait cannot show there. What ran above still checks the
+		// programmatic launches and graph edges the backend builds.
+		t.Logf("programmatic launch: 4 runs × %d links equal the serial launch's bits (on the emulator: no control)", links)
+		return
+	}
 	bad, _ := run(Options{Fault: "PDL"})
 	caught := 0
 	for r := range bad {
