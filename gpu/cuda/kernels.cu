@@ -850,19 +850,6 @@ __global__ void shortconv_seqs_f32(float* d, i64 ldd, const float* x, i64 ldx, c
   shortconv_rows(d, ldd, x, ldx, w, wdt, cs.state, cs.lds, cs.r0, cs.rows, C, L, EPI_ARGS);
 }
 
-// copy_rows: d row pairs[2i] = s row pairs[2i+1] for i < n (one block a
-// row pair), 4-byte or 2-byte elements.
-__global__ void copy_rows_u32(u32* d, i64 ldd, const u32* s, i64 lds, const int* pairs, int cols) {
-  PDL_ENTER();
-  int i = blockIdx.x;
-#ifdef FAULT_COPY_ROWS
-  i64 dr = pairs[2 * i], sr = pairs[1];  // every row copies the first pair's source row
-#else
-  i64 dr = pairs[2 * i], sr = pairs[2 * i + 1];
-#endif
-  for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < cols; c += gridDim.y * blockDim.x) d[dr * ldd + c] = s[sr * lds + c];
-}
-
 // copy_many: pair blockIdx.x of the uploaded copy_pair list, d = s (its
 // rows × cols elements; blocks along y and threads share them).
 struct copy_pair {
@@ -872,16 +859,30 @@ struct copy_pair {
   int rows, cols;
 };
 
-__global__ void copy_many_u32(const copy_pair* pairs) {
-  PDL_ENTER();
-#ifdef FAULT_COPY_MANY
-  copy_pair cp = pairs[blockIdx.x];
-  cp.rows = max(cp.rows - 1, 1);  // drops the last row of every copy of several rows
+}  // extern "C": the copies' bodies are templates over the element
+
+// copy_rows: row pairs[2i] of d = row pairs[2i + 1] of s, block i (blocks
+// along y and threads share the columns). T is u32 (4-byte elements) or
+// u16 (bf16, f16).
+template <class T>
+__device__ __forceinline__ void copy_rows(T* d, i64 ldd, const T* s, i64 lds, const int* pairs, int cols) {
+  int i = blockIdx.x;
+#ifdef FAULT_COPY_ROWS
+  i64 dr = pairs[2 * i], sr = pairs[1];  // every row copies the first pair's source row
 #else
-  copy_pair cp = pairs[blockIdx.x];
+  i64 dr = pairs[2 * i], sr = pairs[2 * i + 1];
 #endif
-  u32* d = (u32*)cp.d;
-  const u32* s = (const u32*)cp.s;
+  for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < cols; c += gridDim.y * blockDim.x) d[dr * ldd + c] = s[sr * lds + c];
+}
+
+template <class T>
+__device__ __forceinline__ void copy_many(const copy_pair* pairs) {
+  copy_pair cp = pairs[blockIdx.x];
+#ifdef FAULT_COPY_MANY
+  cp.rows = max(cp.rows - 1, 1);  // drops the last row of every copy of several rows
+#endif
+  T* d = (T*)cp.d;
+  const T* s = (const T*)cp.s;
   i64 n = (i64)cp.rows * cp.cols;
   for (i64 e = (i64)blockIdx.y * blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.y * blockDim.x) {
     i64 r = e / cp.cols, c = e % cp.cols;
@@ -889,23 +890,26 @@ __global__ void copy_many_u32(const copy_pair* pairs) {
   }
 }
 
-__global__ void copy_many_u16(const copy_pair* pairs) {
+extern "C" {
+
+__global__ void copy_rows_u32(u32* d, i64 ldd, const u32* s, i64 lds, const int* pairs, int cols) {
   PDL_ENTER();
-  copy_pair cp = pairs[blockIdx.x];
-  u16* d = (u16*)cp.d;
-  const u16* s = (const u16*)cp.s;
-  i64 n = (i64)cp.rows * cp.cols;
-  for (i64 e = (i64)blockIdx.y * blockDim.x + threadIdx.x; e < n; e += (i64)gridDim.y * blockDim.x) {
-    i64 r = e / cp.cols, c = e % cp.cols;
-    d[r * cp.ldd + c] = s[r * cp.lds + c];
-  }
+  copy_rows(d, ldd, s, lds, pairs, cols);
 }
 
 __global__ void copy_rows_u16(u16* d, i64 ldd, const u16* s, i64 lds, const int* pairs, int cols) {
   PDL_ENTER();
-  int i = blockIdx.x;
-  i64 dr = pairs[2 * i], sr = pairs[2 * i + 1];
-  for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < cols; c += gridDim.y * blockDim.x) d[dr * ldd + c] = s[sr * lds + c];
+  copy_rows(d, ldd, s, lds, pairs, cols);
+}
+
+__global__ void copy_many_u32(const copy_pair* pairs) {
+  PDL_ENTER();
+  copy_many<u32>(pairs);
+}
+
+__global__ void copy_many_u16(const copy_pair* pairs) {
+  PDL_ENTER();
+  copy_many<u16>(pairs);
 }
 
 }  // extern "C"
