@@ -121,6 +121,26 @@ inline double __longlong_as_double(long long u) {
   memcpy(&d, &u, 8);
   return d;
 }
+// Cache-hinted loads and stores, and fences: one fiber runs at a time and
+// every store lands at once.
+template <class T>
+inline T __ldcg(const T* p) {
+  return *p;
+}
+template <class T>
+inline T __ldca(const T* p) {
+  return *p;
+}
+template <class T>
+inline T __ldcs(const T* p) {
+  return *p;
+}
+template <class T>
+inline void __stcg(T* p, T v) {
+  *p = v;
+}
+inline void __threadfence() {}
+inline void __threadfence_block() {}
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
 inline int __ffs(int v) { return __builtin_ffs(v); }
