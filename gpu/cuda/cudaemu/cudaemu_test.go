@@ -84,3 +84,21 @@ func TestSelfTestCatchesAWrongShuffle(t *testing.T) {
 		t.Errorf("the failure does not name the butterfly:\n%s", out)
 	}
 }
+
+// TestDriver calls the library's driver and NVRTC entry points as package
+// cuda does (testdata/drivertest.cpp): a compile error with its log, direct
+// launches with dynamic shared memory, a graph node updated between
+// replays, and the failures a GPU reports — a write past an allocation
+// (the emulator's guard bytes), a block that cannot finish, a double free.
+func TestDriver(t *testing.T) {
+	lib := build(t)
+	bin := filepath.Join(t.TempDir(), "drivertest")
+	if out, err := exec.Command("g++", "-std=c++17", "-O1", "testdata/drivertest.cpp", "-o", bin, "-ldl").CombinedOutput(); err != nil {
+		t.Fatalf("compile the driver test: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, lib).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ok ") {
+		t.Fatalf("driver test: %v\n%s", err, out)
+	}
+	t.Log(strings.TrimSpace(string(out)))
+}

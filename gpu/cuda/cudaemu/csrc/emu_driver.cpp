@@ -59,7 +59,12 @@ std::mutex mu;  // every entry point that touches shared state
 bool inited;
 const unsigned kSMs = 132;
 const size_t kTotal = size_t(16) << 30;
-const size_t kGuard = 4096;  // bytes past each allocation (an off-by-one read stays in bounds)
+// Bytes past each allocation, filled with kCanary and checked after every
+// launch: a kernel that writes past the end of an allocation fails its
+// launch (an off-by-one read stays in bounds and reads the canary).
+const size_t kGuard = 4096;
+const unsigned char kCanary = 0xa5;
+unsigned char canary[kGuard];
 
 std::map<uintptr_t, size_t> allocs;
 size_t inUse;
@@ -76,6 +81,7 @@ struct Function {
   void* body;
   int nparams;
   const size_t* sizes;
+  std::string name;
 };
 
 struct Node {
@@ -104,8 +110,20 @@ int launch(Function* f, const unsigned grid[3], const unsigned block[3], unsigne
   if (shm > 48 * 1024) return kInvalidValue;  // more needs cuFuncSetAttribute, which the backend does not call
   const char* err = f->m->launch(f->body, grid[0], grid[1], grid[2], block[0], block[1], block[2], shm, params, kSMs);
   if (err) {
-    lastLaunchError = err;
-    fprintf(stderr, "cuda emulator: launch failed: %s\n", err);
+    lastLaunchError = f->name + ": " + err;
+    fprintf(stderr, "cuda emulator: launch of %s failed: %s\n", f->name.c_str(), err);
+    return kLaunchFailed;
+  }
+  for (auto& a : allocs) {
+    unsigned char* g = (unsigned char*)a.first + a.second;
+    if (memcmp(g, canary, kGuard) == 0) continue;
+    size_t off = 0;
+    while (g[off] == kCanary) off++;
+    char msg[256];
+    snprintf(msg, sizeof msg, "wrote past the end of a device allocation of %zu bytes (at byte %zu past it)", a.second, off);
+    lastLaunchError = f->name + ": " + msg;
+    fprintf(stderr, "cuda emulator: %s %s\n", f->name.c_str(), msg);
+    memset(g, kCanary, kGuard);
     return kLaunchFailed;
   }
   return kSuccess;
@@ -346,7 +364,9 @@ EXPORT int cuMemAllocAsync(uintptr_t* p, size_t n, void*) {
   size_t sz = (n + kGuard + 255) & ~size_t(255);
   void* m = aligned_alloc(256, sz);
   if (!m) return kOutOfMemory;
-  memset(m, 0xff, sz);  // fresh device memory reads as NaN
+  memset(m, 0xff, n);  // fresh device memory reads as NaN
+  if (canary[0] != kCanary) memset(canary, kCanary, kGuard);
+  memset((char*)m + n, kCanary, sz - n);
   allocs[(uintptr_t)m] = n;
   inUse += n;
   *p = (uintptr_t)m;
@@ -461,7 +481,7 @@ EXPORT int cuModuleUnload(void* mod) {
 }
 EXPORT int cuModuleGetFunction(void** f, void* mod, const char* name) {
   auto* m = (Module*)mod;
-  auto* fn = new Function{m, nullptr, 0, nullptr};
+  auto* fn = new Function{m, nullptr, 0, nullptr, name};
   if (m->find(name, &fn->body, &fn->nparams, &fn->sizes) != 0) {
     delete fn;
     return kNotFound;
