@@ -25,6 +25,8 @@ if command -v "${CXX:-g++}" >/dev/null 2>&1; then
   # the detokenizer's take minutes on the emulator: run them by hand).
   OMNIPIPE_CUDA_EMU=1 go test "$@" ./stages/lfm2 ./stages/depth ./stages/conformer \
     -run 'TestStepsEqualPrefill|TestBatchEqualsSeparate|TestFrameSampledEqualsHostPicks|TestEncodeBatchEqualsOneByOne'
+  # --device auto takes the (emulated) GPU and a turn runs on it.
+  OMNIPIPE_CUDA_EMU=1 go test "$@" ./cmd/omni-pipe -run 'TestDeviceLogged'
 else
   echo "scripts/test.sh: no C++ compiler: the CUDA kernel contract did not run on the emulator" >&2
 fi
