@@ -177,3 +177,27 @@ func forcedOnlyVariants() map[string]bool {
 	delete(all, mmvNormDefault.name)
 	return all
 }
+
+// TestContractUnderShuffledSchedule (the emulator only) runs the contract's
+// checks with the threads of each block resumed in a random order between
+// barriers (OMNIPIPE_CUDA_EMU_SCHEDULE): a kernel that reads what another
+// thread of its block writes without a barrier between them fails there,
+// though the thread-order schedule happens to hide it.
+func TestContractUnderShuffledSchedule(t *testing.T) {
+	if !openGPU(t).Emulated() {
+		t.Skip("the schedule is the emulator's: a GPU's warps run in its own order")
+	}
+	t.Setenv("OMNIPIPE_CUDA_EMU_SCHEDULE", "random:20261201")
+	for _, mm := range []string{"fma", "mma"} {
+		d, err := New(Options{MatMul: mm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := gputest.RunWith(d, 20261202, gputest.Options{TensorCoreMatMul: mm == "mma"})
+		d.Close()
+		for _, c := range rep.Failed() {
+			t.Errorf("%s: %s %s: err %g > bound %g %s", mm, c.Op, c.Case, c.Err, c.Bound, c.Detail)
+		}
+		t.Logf("%s products, shuffled schedule: %s", mm, rep.Summary())
+	}
+}

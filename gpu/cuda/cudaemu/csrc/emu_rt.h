@@ -498,6 +498,42 @@ inline void emu_mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, u
 
 namespace emu {
 
+// The order in which runnable threads are resumed between barriers
+// (OMNIPIPE_CUDA_EMU_SCHEDULE): "forward" (thread 0 first, the default),
+// "reverse", or "random[:SEED]" (a fresh permutation each round). A
+// kernel whose results change with it reads shared or global memory that
+// another thread of its block writes without a barrier between them: a
+// race a GPU's warp schedule may or may not expose.
+inline int order[1024];
+inline int sched_mode = -1;  // 0 forward, 1 reverse, 2 random
+inline uint64_t sched_rng = 1;
+
+inline void sched_init() {
+  const char* e = getenv("OMNIPIPE_CUDA_EMU_SCHEDULE");
+  sched_mode = 0;
+  if (!e || !*e || strcmp(e, "forward") == 0) return;
+  if (strcmp(e, "reverse") == 0) {
+    sched_mode = 1;
+  } else if (strncmp(e, "random", 6) == 0) {
+    sched_mode = 2;
+    if (e[6] == ':') sched_rng = strtoull(e + 7, nullptr, 10) | 1;
+  } else {
+    fprintf(stderr, "cuda emulator: OMNIPIPE_CUDA_EMU_SCHEDULE=%s: want forward, reverse or random[:SEED]\n", e);
+  }
+}
+
+inline void sched_order(int n) {
+  for (int i = 0; i < n; i++) order[i] = sched_mode == 1 ? n - 1 - i : i;
+  if (sched_mode != 2) return;
+  for (int i = n - 1; i > 0; i--) {
+    sched_rng ^= sched_rng << 13;
+    sched_rng ^= sched_rng >> 7;
+    sched_rng ^= sched_rng << 17;
+    int j = (int)(sched_rng % (uint64_t)(i + 1));
+    std::swap(order[i], order[j]);
+  }
+}
+
 // run executes a grid of body's blocks; it returns null or the failure.
 inline const char* run(void (*body)(void**), void** params, dim3 grid, dim3 block, size_t shm) {
   static Fiber* fibers;
@@ -507,6 +543,7 @@ inline const char* run(void (*body)(void**), void** params, dim3 grid, dim3 bloc
   const size_t stack = 128 << 10;
   int n = (int)(block.x * block.y * block.z);
   if (n <= 0 || n > 1024) return "block of more than 1024 threads";
+  if (sched_mode < 0) sched_init();
   if (n > cap) {
     free(fibers);
     free(stacks);
@@ -576,7 +613,9 @@ inline const char* run(void (*body)(void**), void** params, dim3 grid, dim3 bloc
         }
         while (blk.live > 0) {
           bool ran = false;
-          for (int i = 0; i < n; i++) {
+          sched_order(n);
+          for (int j = 0; j < n; j++) {
+            int i = order[j];
             if (fibers[i].state != kRun) continue;
             ran = true;
             blk.cur = i;

@@ -89,6 +89,21 @@ __global__ void early_exit(float* out) {
   out[threadIdx.x] = v;
 }
 
+// Each thread reads its neighbour's shared slot, with (shift) or without
+// (racy) a barrier after the writes: the racy kernel's result depends on
+// the order threads run in, which the emulator's schedules expose.
+__global__ void shift(float* out, int step) {
+  __shared__ float s[64];
+  s[threadIdx.x] = (float)(threadIdx.x + step);
+  __syncthreads();
+  out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
+}
+__global__ void racy(float* out, int step) {
+  __shared__ float s[64];
+  s[threadIdx.x] = (float)(threadIdx.x + step);
+  out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
+}
+
 template <class... A>
 static const char* launch(void (*k)(A...), dim3 g, dim3 b, size_t shm, A... args) {
   void* p[] = {&args...};
@@ -188,6 +203,27 @@ int main() {
       EXPECT(out[t] == (float)(t ^ 1), "early exit lane %d: %g", t, out[t]);
       checks++;
     }
+  }
+  {
+    // The same launches under each schedule: the barrier's kernel gives
+    // one result, the racy one differs between forward and reverse.
+    std::vector<float> a(64), b(64), c(64), d(64);
+    int mode = emu::sched_mode;
+    emu::sched_mode = 0;
+    launch(shift, dim3{1, 1, 1}, dim3{64, 1, 1}, 0, a.data(), 1);
+    launch(racy, dim3{1, 1, 1}, dim3{64, 1, 1}, 0, c.data(), 2);
+    emu::sched_mode = 1;
+    launch(shift, dim3{1, 1, 1}, dim3{64, 1, 1}, 0, b.data(), 1);
+    launch(racy, dim3{1, 1, 1}, dim3{64, 1, 1}, 0, d.data(), 3);
+    emu::sched_mode = 2;
+    std::vector<float> e(64);
+    launch(shift, dim3{1, 1, 1}, dim3{64, 1, 1}, 0, e.data(), 1);
+    emu::sched_mode = mode;
+    EXPECT(a == b && a == e, "a kernel with its barrier differs between schedules");
+    int same = 0;
+    for (int t = 0; t < 64; t++) same += (c[t] - 2) == (d[t] - 3);
+    EXPECT(same < 64, "the racy kernel gave the same result under forward and reverse schedules");
+    checks += 2;
   }
   if (failures) return 1;
   printf("ok %d\n", checks);
