@@ -11,6 +11,9 @@
 // one written; explicit fmaf stays fused), and the cubin is cached on disk
 // under os.UserCacheDir()/omni-pipe/cuda, keyed by the source, the options,
 // the architecture, the driver and the NVRTC version.
+// OMNIPIPE_CUDA_DRIVER and OMNIPIPE_NVRTC name other libraries to load
+// in their place: package cudaemu builds one, a host-CPU emulator of both
+// that runs this backend's tests where there is no GPU (Device.Emulated).
 //
 // # Threads, streams, memory
 //
