@@ -74,7 +74,7 @@ func Enable() (string, error) {
 }
 
 // Build compiles the emulator's library under dir ("" for the user's
-// cache directory) unless a build of the same sources by the same compiler
+// cache directory, or the temporary one where there is none) unless a build of the same sources by the same compiler
 // is there, and returns its path.
 func Build(ctx context.Context, dir string) (string, error) {
 	if runtime.GOOS != "linux" {
@@ -101,11 +101,10 @@ func Build(ctx context.Context, dir string) (string, error) {
 	sum := h.Sum(nil)
 	key := hex.EncodeToString(sum)[:16]
 	if dir == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			return "", fmt.Errorf("cudaemu: no cache directory: %w", err)
+		dir = filepath.Join(os.TempDir(), "omni-pipe-cudaemu") // no $HOME (a CI container)
+		if base, err := os.UserCacheDir(); err == nil {
+			dir = filepath.Join(base, "omni-pipe", "cudaemu")
 		}
-		dir = filepath.Join(base, "omni-pipe", "cudaemu")
 	}
 	out := filepath.Join(dir, key)
 	lib := filepath.Join(out, "libcudaemu.so")
