@@ -169,6 +169,7 @@ struct Warp {
   unsigned deposited;
   uint32_t slot[2][32][12];
   float out[2][32][4];  // results a collective computes once for the warp
+  unsigned took[2];     // the lanes that took part in each generation
 };
 
 struct Block {
@@ -274,6 +275,7 @@ inline void release_bar() {
 
 inline void release_warp(int w) {
   Warp& wp = blk.w[w];
+  wp.took[wp.gen & 1] = wp.deposited;
   // Lanes that did not take part (exited) read as NaN.
   for (int l = 0; l < 32; l++)
     if (!(wp.deposited >> l & 1))
@@ -385,28 +387,32 @@ inline T __shfl_sync(unsigned, T v, int src, int width = 32) {
   return emu_shfl(v, (l & ~(width - 1)) + (src & (width - 1)));
 }
 inline unsigned __ballot_sync(unsigned, int p) {
+  emu::Warp& wp = emu::blk.w[emu::blk.cur / 32];
+  unsigned g = wp.gen;
   uint32_t v = p != 0;
   auto s = emu::exchange(&v, 1);
   unsigned r = 0;
   for (int l = 0; l < 32; l++)
-    if (s[l][0] == 1) r |= 1u << l;
+    if ((wp.took[g & 1] >> l & 1) && s[l][0] == 1) r |= 1u << l;
   return r;
 }
 inline int __any_sync(unsigned m, int p) { return __ballot_sync(m, p) != 0; }
 inline int __all_sync(unsigned, int p) {
+  emu::Warp& wp = emu::blk.w[emu::blk.cur / 32];
+  unsigned g = wp.gen;
   uint32_t v = p != 0;
   auto s = emu::exchange(&v, 1);
-  int lo = 32 * (emu::blk.cur / 32);
-  for (int l = 0; l < 32 && lo + l < emu::blk.n; l++)
-    if (emu::blk.f[lo + l].state != emu::kDone && s[l][0] == 0) return 0;
+  for (int l = 0; l < 32; l++)
+    if ((wp.took[g & 1] >> l & 1) && s[l][0] == 0) return 0;
   return 1;
 }
 inline unsigned __reduce_or_sync(unsigned, unsigned v) {
+  emu::Warp& wp = emu::blk.w[emu::blk.cur / 32];
+  unsigned g = wp.gen;
   auto s = emu::exchange(&v, 1);
-  int lo = 32 * (emu::blk.cur / 32);
   unsigned r = 0;
-  for (int l = 0; l < 32 && lo + l < emu::blk.n; l++)
-    if (s[l][0] != 0x7fc0dead) r |= s[l][0];
+  for (int l = 0; l < 32; l++)
+    if (wp.took[g & 1] >> l & 1) r |= s[l][0];
   return r;
 }
 

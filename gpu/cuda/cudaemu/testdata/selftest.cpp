@@ -83,10 +83,11 @@ __global__ void mma_one(float* d, const unsigned short* a, const unsigned short*
 }
 
 // Lanes that return before a shuffle: the rest still exchange.
-__global__ void early_exit(float* out) {
+__global__ void early_exit(float* out, unsigned* ballot) {
   if (threadIdx.x >= 20) return;
   float v = __shfl_xor_sync(0xffffffffu, (float)threadIdx.x, 1);
   out[threadIdx.x] = v;
+  ballot[threadIdx.x] = __ballot_sync(0xfffffu, 1) | __reduce_or_sync(0xfffffu, threadIdx.x == 19 ? 1u << 31 : 0u);
 }
 
 // Each thread reads its neighbour's shared slot, with (shift) or without
@@ -197,11 +198,13 @@ int main() {
   }
   {
     std::vector<float> out(32, -1);
-    const char* err = launch(early_exit, dim3{1, 1, 1}, dim3{32, 1, 1}, 0, out.data());
+    std::vector<unsigned> bal(32);
+    const char* err = launch(early_exit, dim3{1, 1, 1}, dim3{32, 1, 1}, 0, out.data(), bal.data());
     EXPECT(!err, "early exit: %s", err);
     for (int t = 0; t < 20; t++) {
       EXPECT(out[t] == (float)(t ^ 1), "early exit lane %d: %g", t, out[t]);
-      checks++;
+      EXPECT(bal[t] == (0xfffffu | 1u << 31), "ballot and reduce over the 20 lanes left, lane %d: %x", t, bal[t]);
+      checks += 2;
     }
   }
   {
