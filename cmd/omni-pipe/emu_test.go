@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -11,12 +10,4 @@ import (
 // TestMain puts the CUDA backend on the host emulator (package cudaemu)
 // when OMNIPIPE_CUDA_EMU=1: the device tests then run their CUDA cases
 // (--device auto takes it, a turn runs on it) on machines without a GPU.
-func TestMain(m *testing.M) {
-	if os.Getenv(cudaemu.Env) == "1" {
-		if _, err := cudaemu.Enable(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { os.Exit(cudaemu.RunTests(m)) }

@@ -73,6 +73,20 @@ func Enable() (string, error) {
 	return enableLib, enableErr
 }
 
+// RunTests is a TestMain body for packages whose tests open CUDA devices:
+// with OMNIPIPE_CUDA_EMU=1 it enables the emulator first (a failure to is
+// fatal: the emulator was asked for), then runs the tests and returns
+// their exit code.
+func RunTests(m interface{ Run() int }) int {
+	if os.Getenv(Env) == "1" {
+		if _, err := Enable(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
 // Build compiles the emulator's library under dir ("" for the user's
 // cache directory, or the temporary one where there is none) unless a build of the same sources by the same compiler
 // is there, and returns its path.

@@ -386,7 +386,9 @@ inline T __shfl_sync(unsigned, T v, int src, int width = 32) {
   int l = emu::lane();
   return emu_shfl(v, (l & ~(width - 1)) + (src & (width - 1)));
 }
-inline unsigned __ballot_sync(unsigned, int p) {
+// vote returns the ballot of p over the lanes of the warp that took part,
+// and their mask in *took.
+inline unsigned emu_vote(int p, unsigned* took) {
   emu::Warp& wp = emu::blk.w[emu::blk.cur / 32];
   unsigned g = wp.gen;
   uint32_t v = p != 0;
@@ -394,17 +396,20 @@ inline unsigned __ballot_sync(unsigned, int p) {
   unsigned r = 0;
   for (int l = 0; l < 32; l++)
     if ((wp.took[g & 1] >> l & 1) && s[l][0] == 1) r |= 1u << l;
+  *took = wp.took[g & 1];
   return r;
 }
-inline int __any_sync(unsigned m, int p) { return __ballot_sync(m, p) != 0; }
+inline unsigned __ballot_sync(unsigned, int p) {
+  unsigned took;
+  return emu_vote(p, &took);
+}
+inline int __any_sync(unsigned, int p) {
+  unsigned took;
+  return emu_vote(p, &took) != 0;
+}
 inline int __all_sync(unsigned, int p) {
-  emu::Warp& wp = emu::blk.w[emu::blk.cur / 32];
-  unsigned g = wp.gen;
-  uint32_t v = p != 0;
-  auto s = emu::exchange(&v, 1);
-  for (int l = 0; l < 32; l++)
-    if ((wp.took[g & 1] >> l & 1) && s[l][0] == 0) return 0;
-  return 1;
+  unsigned took;
+  return emu_vote(p, &took) == took;
 }
 inline unsigned __reduce_or_sync(unsigned, unsigned v) {
   emu::Warp& wp = emu::blk.w[emu::blk.cur / 32];

@@ -33,15 +33,7 @@ __global__ void stuck(float* d) {
 }
 )";
 
-static int failures;
-#define EXPECT(cond, ...)                    \
-  do {                                       \
-    if (!(cond)) {                           \
-      fprintf(stderr, "FAIL: " __VA_ARGS__); \
-      fprintf(stderr, "\n");                 \
-      failures++;                            \
-    }                                        \
-  } while (0)
+#include "expect.h"
 
 struct KernelNodeParams {
   void* fn;

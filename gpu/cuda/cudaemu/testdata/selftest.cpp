@@ -7,15 +7,7 @@
 
 typedef unsigned int u32;
 
-static int failures;
-#define EXPECT(cond, ...)                  \
-  do {                                     \
-    if (!(cond)) {                         \
-      fprintf(stderr, "FAIL: " __VA_ARGS__); \
-      fprintf(stderr, "\n");               \
-      failures++;                          \
-    }                                      \
-  } while (0)
+#include "expect.h"
 
 // A block-wide sum through shared memory and __syncthreads (a tree), one
 // output per block.
