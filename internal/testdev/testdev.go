@@ -9,7 +9,6 @@
 package testdev
 
 import (
-	"os"
 	"sync"
 	"testing"
 
@@ -21,6 +20,7 @@ import (
 
 var cuda struct {
 	once sync.Once
+	emu  bool // the emulator was asked for (OMNIPIPE_CUDA_EMU=1)
 	dev  gpu.Device
 	err  error
 }
@@ -40,15 +40,13 @@ func Open(t testing.TB, kind string) gpu.Device {
 		return dev
 	case "cuda":
 		cuda.once.Do(func() {
-			if os.Getenv(cudaemu.Env) == "1" {
-				if _, cuda.err = cudaemu.Enable(); cuda.err != nil {
-					return
-				}
+			if cuda.emu, cuda.err = cudaemu.EnableIfAsked(); cuda.err != nil {
+				return
 			}
 			cuda.dev, _, cuda.err = devices.Open("cuda", devices.Options{})
 		})
 		if cuda.err != nil {
-			if os.Getenv(cudaemu.Env) == "1" {
+			if cuda.emu {
 				t.Fatalf("the CUDA emulator was asked for (%s=1) and did not open: %v", cudaemu.Env, cuda.err)
 			}
 			t.Skipf("no CUDA device: %v", cuda.err)

@@ -78,13 +78,21 @@ func Enable() (string, error) {
 // fatal: the emulator was asked for), then runs the tests and returns
 // their exit code.
 func RunTests(m interface{ Run() int }) int {
-	if os.Getenv(Env) == "1" {
-		if _, err := Enable(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
+	if _, err := EnableIfAsked(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	return m.Run()
+}
+
+// EnableIfAsked calls Enable when OMNIPIPE_CUDA_EMU=1 and says whether it
+// was asked.
+func EnableIfAsked() (bool, error) {
+	if os.Getenv(Env) != "1" {
+		return false, nil
+	}
+	_, err := Enable()
+	return true, err
 }
 
 // Build compiles the emulator's library under dir ("" for the user's

@@ -386,60 +386,48 @@ inline T __shfl_sync(unsigned, T v, int src, int width = 32) {
   int l = emu::lane();
   return emu_shfl(v, (l & ~(width - 1)) + (src & (width - 1)));
 }
-// vote returns the ballot of p over the lanes of the warp that took part,
-// and their mask in *took.
-inline unsigned emu_vote(int p, unsigned* took) {
+// emu_gather exchanges one word of each lane and returns the slots with,
+// in *took, the lanes that took part (those that have not returned).
+inline uint32_t (*emu_gather(uint32_t v, unsigned* took))[12] {
   emu::Warp& wp = emu::blk.w[emu::blk.cur / 32];
   unsigned g = wp.gen;
-  uint32_t v = p != 0;
   auto s = emu::exchange(&v, 1);
-  unsigned r = 0;
-  for (int l = 0; l < 32; l++)
-    if ((wp.took[g & 1] >> l & 1) && s[l][0] == 1) r |= 1u << l;
   *took = wp.took[g & 1];
-  return r;
+  return s;
 }
 inline unsigned __ballot_sync(unsigned, int p) {
-  unsigned took;
-  return emu_vote(p, &took);
-}
-inline int __any_sync(unsigned, int p) {
-  unsigned took;
-  return emu_vote(p, &took) != 0;
-}
-inline int __all_sync(unsigned, int p) {
-  unsigned took;
-  return emu_vote(p, &took) == took;
+  unsigned took, r = 0;
+  auto s = emu_gather(p != 0, &took);
+  for (int l = 0; l < 32; l++)
+    if ((took >> l & 1) && s[l][0]) r |= 1u << l;
+  return r;
 }
 inline unsigned __reduce_or_sync(unsigned, unsigned v) {
-  emu::Warp& wp = emu::blk.w[emu::blk.cur / 32];
-  unsigned g = wp.gen;
-  auto s = emu::exchange(&v, 1);
-  unsigned r = 0;
+  unsigned took, r = 0;
+  auto s = emu_gather(v, &took);
   for (int l = 0; l < 32; l++)
-    if (wp.took[g & 1] >> l & 1) r |= s[l][0];
+    if (took >> l & 1) r |= s[l][0];
   return r;
+}
+inline int __any_sync(unsigned m, int p) { return __ballot_sync(m, p) != 0; }
+inline int __all_sync(unsigned, int p) {
+  unsigned took;
+  auto s = emu_gather(p != 0, &took);
+  for (int l = 0; l < 32; l++)
+    if ((took >> l & 1) && !s[l][0]) return 0;
+  return 1;
 }
 
 // Atomics: one fiber runs at a time.
+template <class T>
+inline T atomicAdd(T* p, T v) {
+  T o = *p;
+  *p = o + v;
+  return o;
+}
 inline unsigned atomicOr(unsigned* p, unsigned v) {
   unsigned o = *p;
   *p = o | v;
-  return o;
-}
-inline unsigned atomicAdd(unsigned* p, unsigned v) {
-  unsigned o = *p;
-  *p = o + v;
-  return o;
-}
-inline int atomicAdd(int* p, int v) {
-  int o = *p;
-  *p = o + v;
-  return o;
-}
-inline float atomicAdd(float* p, float v) {
-  float o = *p;
-  *p = o + v;
   return o;
 }
 

@@ -97,18 +97,14 @@ __global__ void racy(float* out, int step) {
   out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
 }
 
-template <class... A>
-static const char* launch(void (*k)(A...), dim3 g, dim3 b, size_t shm, A... args) {
+// launch runs kernel F on a grid through the emulator's own thunk (the
+// one its NVRTC registers kernels with); the arguments' types must be the
+// kernel's.
+template <auto F, class... A>
+static const char* launch(dim3 g, dim3 b, size_t shm, A... args) {
+  static_assert(std::is_same_v<decltype(F), void (*)(A...)>, "arguments of other types than the kernel's");
   void* p[] = {&args...};
-  struct Box {
-    static void (*&fn())(A...) {
-      static void (*f)(A...);
-      return f;
-    }
-    static void call(void** pp) { emu::invoke(fn(), pp, std::index_sequence_for<A...>{}); }
-  };
-  Box::fn() = k;
-  return emu::run(&Box::call, p, g, b, shm);
+  return emu::run(&emu::Thunk<F>::call, p, g, b, shm);
 }
 
 static unsigned short bf(float f) { return (unsigned short)(__float_as_uint(f) >> 16); }
@@ -119,7 +115,7 @@ int main() {
     int n = 1000;
     std::vector<float> in(n), out(4, -1);
     for (int i = 0; i < n; i++) in[i] = (float)(i % 17) - 8;
-    const char* err = launch(block_sum, dim3{4, 1, 1}, dim3{256, 1, 1}, 0, out.data(), (const float*)in.data(), n);
+    const char* err = launch<block_sum>(dim3{4, 1, 1}, dim3{256, 1, 1}, 0, out.data(), (const float*)in.data(), n);
     EXPECT(!err, "block_sum: %s", err);
     for (int b = 0; b < 4; b++) {
       float s = 0;
@@ -133,7 +129,7 @@ int main() {
     std::vector<float> sum(n);
     std::vector<int> up(n), any(n);
     std::vector<unsigned> bal(n), orr(n);
-    const char* err = launch(warp_ops, dim3{1, 1, 1}, dim3{64, 1, 1}, 0, sum.data(), up.data(), bal.data(), orr.data(), any.data());
+    const char* err = launch<warp_ops>(dim3{1, 1, 1}, dim3{64, 1, 1}, 0, sum.data(), up.data(), bal.data(), orr.data(), any.data());
     EXPECT(!err, "warp_ops: %s", err);
     for (int t = 0; t < n; t++) {
       int w = t / 32, l = t % 32;
@@ -149,19 +145,19 @@ int main() {
   }
   {
     std::vector<int> out(2 * 96);
-    const char* err = launch(dyn_or, dim3{2, 1, 1}, dim3{96, 1, 1}, 96 * sizeof(float), out.data(), 70);
+    const char* err = launch<dyn_or>(dim3{2, 1, 1}, dim3{96, 1, 1}, 96 * sizeof(float), out.data(), 70);
     EXPECT(!err, "dyn_or: %s", err);
     for (int i = 0; i < 2 * 96; i++) {
       EXPECT(out[i] == 11, "syncthreads_or/dynamic smem thread %d: %d", i, out[i]);
       checks++;
     }
-    err = launch(dyn_or, dim3{1, 1, 1}, dim3{96, 1, 1}, 96 * sizeof(float), out.data(), 200);
+    err = launch<dyn_or>(dim3{1, 1, 1}, dim3{96, 1, 1}, 96 * sizeof(float), out.data(), 200);
     EXPECT(!err && out[5] == 10, "syncthreads_or with no thread set: %d", out[5]);
     checks++;
   }
   {
     std::vector<int> out(32);
-    const char* err = launch(half_barrier, dim3{1, 1, 1}, dim3{32, 1, 1}, 0, out.data());
+    const char* err = launch<half_barrier>(dim3{1, 1, 1}, dim3{32, 1, 1}, 0, out.data());
     EXPECT(err != nullptr, "a barrier half the block reaches was not reported");
     checks++;
   }
@@ -177,7 +173,7 @@ int main() {
       b[i] = bf(bfv[i]);
       c[i] = (float)i / 3;
     }
-    const char* err = launch(mma_one, dim3{1, 1, 1}, dim3{32, 1, 1}, 0, d.data(), (const unsigned short*)a.data(),
+    const char* err = launch<mma_one>(dim3{1, 1, 1}, dim3{32, 1, 1}, 0, d.data(), (const unsigned short*)a.data(),
                              (const unsigned short*)b.data(), (const float*)c.data());
     EXPECT(!err, "mma: %s", err);
     for (int r = 0; r < 16; r++)
@@ -191,7 +187,7 @@ int main() {
   {
     std::vector<float> out(32, -1);
     std::vector<unsigned> bal(32);
-    const char* err = launch(early_exit, dim3{1, 1, 1}, dim3{32, 1, 1}, 0, out.data(), bal.data());
+    const char* err = launch<early_exit>(dim3{1, 1, 1}, dim3{32, 1, 1}, 0, out.data(), bal.data());
     EXPECT(!err, "early exit: %s", err);
     for (int t = 0; t < 20; t++) {
       EXPECT(out[t] == (float)(t ^ 1), "early exit lane %d: %g", t, out[t]);
@@ -205,14 +201,14 @@ int main() {
     std::vector<float> a(64), b(64), c(64), d(64);
     int mode = emu::sched_mode;
     emu::sched_mode = 0;
-    launch(shift, dim3{1, 1, 1}, dim3{64, 1, 1}, 0, a.data(), 1);
-    launch(racy, dim3{1, 1, 1}, dim3{64, 1, 1}, 0, c.data(), 2);
+    launch<shift>(dim3{1, 1, 1}, dim3{64, 1, 1}, 0, a.data(), 1);
+    launch<racy>(dim3{1, 1, 1}, dim3{64, 1, 1}, 0, c.data(), 2);
     emu::sched_mode = 1;
-    launch(shift, dim3{1, 1, 1}, dim3{64, 1, 1}, 0, b.data(), 1);
-    launch(racy, dim3{1, 1, 1}, dim3{64, 1, 1}, 0, d.data(), 3);
+    launch<shift>(dim3{1, 1, 1}, dim3{64, 1, 1}, 0, b.data(), 1);
+    launch<racy>(dim3{1, 1, 1}, dim3{64, 1, 1}, 0, d.data(), 3);
     emu::sched_mode = 2;
     std::vector<float> e(64);
-    launch(shift, dim3{1, 1, 1}, dim3{64, 1, 1}, 0, e.data(), 1);
+    launch<shift>(dim3{1, 1, 1}, dim3{64, 1, 1}, 0, e.data(), 1);
     emu::sched_mode = mode;
     EXPECT(a == b && a == e, "a kernel with its barrier differs between schedules");
     int same = 0;
