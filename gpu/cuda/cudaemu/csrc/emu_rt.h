@@ -91,50 +91,26 @@ inline T __ldg(const T* p) {
   return *p;
 }
 
-inline float __uint_as_float(unsigned u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
+// The bit reinterpretations, through one memcpy.
+template <class To, class From>
+inline To emu_bits(From v) {
+  static_assert(sizeof(To) == sizeof(From), "a bit cast between sizes");
+  To r;
+  memcpy(&r, &v, sizeof r);
+  return r;
 }
-inline unsigned __float_as_uint(float f) {
-  unsigned u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-inline float __int_as_float(int u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-inline int __float_as_int(float f) {
-  int u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-inline long long __double_as_longlong(double d) {
-  long long u;
-  memcpy(&u, &d, 8);
-  return u;
-}
-inline double __longlong_as_double(long long u) {
-  double d;
-  memcpy(&d, &u, 8);
-  return d;
-}
+inline float __uint_as_float(unsigned u) { return emu_bits<float>(u); }
+inline unsigned __float_as_uint(float f) { return emu_bits<unsigned>(f); }
+inline float __int_as_float(int u) { return emu_bits<float>(u); }
+inline int __float_as_int(float f) { return emu_bits<int>(f); }
+inline long long __double_as_longlong(double d) { return emu_bits<long long>(d); }
+inline double __longlong_as_double(long long u) { return emu_bits<double>(u); }
+
 // Cache-hinted loads and stores, and fences: one fiber runs at a time and
 // every store lands at once.
-template <class T>
-inline T __ldcg(const T* p) {
-  return *p;
-}
-template <class T>
-inline T __ldca(const T* p) {
-  return *p;
-}
-template <class T>
-inline T __ldcs(const T* p) {
-  return *p;
-}
+#define __ldcg __ldg
+#define __ldca __ldg
+#define __ldcs __ldg
 template <class T>
 inline void __stcg(T* p, T v) {
   *p = v;
