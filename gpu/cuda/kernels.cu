@@ -1267,9 +1267,32 @@ struct head_item {
 // rotated fp32 values (a folded RoundBF16). A head is read into shared
 // memory before it is written, so d may be s itself. Replaces, per
 // attention, the copies, norms and rotations of q, k and v: one launch.
+//
+// Only the heads (x) come from the kernel before; the items and positions
+// are the launch's uploaded bytes and the frequencies and norm weights
+// constants, none of them written by a kernel. So the items, a thread's
+// first norm weight and its first pair's cosine and sine are read and
+// computed before PDL_ENTER, while the kernel before still runs (the
+// same floats as computing them after).
+// rope_cs is rope_f32's cosine and sine of pair j of row r (bf16 mode
+// rounds them).
+__device__ __forceinline__ void rope_cs(const int* pos, const float* invf, int r, int j, int half, int bf16, float& c,
+                                        float& s) {
+#ifdef FAULT_HEADROPE
+  float ang = (float)pos[r] * invf[half - 1 - j];
+#else
+  float ang = (float)pos[r] * invf[j];
+#endif
+  c = (float)cos((double)ang);
+  s = (float)sin((double)ang);
+  if (bf16) {
+    c = rbf16(c);
+    s = rbf16(s);
+  }
+}
+
 __global__ void __launch_bounds__(128) prep_heads_f32(const head_item* items, int nitems, int interleaved,
                                                       const float* invf, const int* pos, int bf16, int rnd) {
-  PDL_ENTER();
   extern __shared__ float4 ys4[];
   __shared__ float sh[8];
   float* y = (float*)ys4;
@@ -1278,6 +1301,14 @@ __global__ void __launch_bounds__(128) prep_heads_f32(const head_item* items, in
   const head_item a = items[it];
   int b = blockIdx.x - a.first;
   int r = b / a.heads, hh = b % a.heads, hd = a.hd;
+  int half = hd / 2;
+  int j0 = threadIdx.x;
+  float w0 = 1.0f, c0 = 0.0f, s0 = 0.0f;
+  if (!a.copy) {
+    if (a.nw && j0 < hd) w0 = load(a.nw, a.nwdt, j0);
+    if (j0 < half) rope_cs(pos, invf, r, j0, half, bf16, c0, s0);
+  }
+  PDL_ENTER();
   const float* x = a.s + (i64)r * a.lds + (i64)hh * hd;
   float* row = a.d + (i64)r * a.ldd + (i64)hh * hd;
   if (a.copy) {
@@ -1285,17 +1316,20 @@ __global__ void __launch_bounds__(128) prep_heads_f32(const head_item* items, in
     return;
   }
   float inv = rms_inv(x, hd, a.eps, sh);
-  for (int c = threadIdx.x; c < hd; c += 128) y[c] = rms_apply(x[c], inv, a.nrnd, a.nw, a.nwdt, a.nrnd1, c);
+  for (int c = threadIdx.x; c < hd; c += 128) {
+    // rms_apply, with the weight read before the wait where c = j0.
+    float v = x[c] * inv;
+    if (a.nrnd) v = rbf16(v);
+    if (a.nw) {
+      v *= c == j0 ? w0 : load(a.nw, a.nwdt, c);
+      if (a.nrnd1) v = rbf16(v);
+    }
+    y[c] = v;
+  }
   __syncthreads();
-  int half = hd / 2;
   for (int j = threadIdx.x; j < half; j += 128) {
-#ifdef FAULT_HEADROPE
-    float ang = (float)pos[r] * invf[half - 1 - j];
-#else
-    float ang = (float)pos[r] * invf[j];
-#endif
-    float c = (float)cos((double)ang), s = (float)sin((double)ang);
-    if (bf16) { c = rbf16(c); s = rbf16(s); }
+    float c = c0, s = s0;
+    if (j != j0) rope_cs(pos, invf, r, j, half, bf16, c, s);
     int i0 = interleaved ? 2 * j : j;
     int i1 = interleaved ? 2 * j + 1 : j + half;
     float x0 = y[i0], x1 = y[i1];
