@@ -62,8 +62,11 @@ __device__ __forceinline__ float rbf16(float v) {
 // stream be scheduled (to wait in turn) while this one runs. The next
 // kernel's launch latency and its weights' first trip from memory
 // (pdl_prefetch_rows, before its PDL_ENTER) then overlap this kernel's
-// work. Launched without the attribute (or on an older GPU) both are
-// no-ops. The dependents are released only after the wait, so at most one
+// work. A few kernels (cuda_host_test.go: preWaitKernels) first read
+// what no kernel writes — their tables in the launch's uploaded bytes,
+// which are pinned host memory, each read a trip across the host link —
+// and wait only before touching what the kernel before may write.
+// Launched without the attribute (or on an older GPU) both are no-ops. The dependents are released only after the wait, so at most one
 // kernel ahead is resident and warming L2. FAULT_PDL (a control of
 // TestProgrammaticLaunchOrders) drops the wait.
 // The host emulator (gpu/cuda/cudaemu, OMNI_EMU) runs kernels one after
@@ -580,7 +583,6 @@ extern "C" {
 __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float* logits, i64 ldl, int V,
                                                   const sample_arg* args, const int* hist, double* ew, int* cand,
                                                   double* skey, int* sidx, int P) {
-  PDL_ENTER();
   extern __shared__ u32 bm[];
   __shared__ double shd[32];
   __shared__ int shi[32];
@@ -598,13 +600,26 @@ __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float
   const bool pen = a.penalty > 0.0 && a.penalty != 1.0 && a.h_len > 0;
   const int nwords = (V + 31) >> 5;
   u32* sup = bm + nwords;
-  for (int w = tid; w < nwords; w += nt) sup[w] = 0u;
+  // The arguments and the histories are the launch's uploaded bytes (never
+  // written by a kernel): both bitmaps are built from them before
+  // PDL_ENTER, while the kernel before (the logits) still runs; shared
+  // memory only, nothing global is written before the wait.
+  for (int w = tid; w < nwords; w += nt) {
+    sup[w] = 0u;
+    bm[w] = 0u;
+  }
   __syncthreads();
   for (int j = tid; j < a.s_len; j += nt) {
     int id = hist[a.s_off + j];
     if (id >= 0 && id < V) atomicOr(&sup[id >> 5], 1u << (id & 31));
   }
+  if (pen)
+    for (int j = tid; j < a.h_len; j += nt) {
+      int id = hist[a.h_off + j];
+      if (id >= 0 && id < V) atomicOr(&bm[id >> 5], 1u << (id & 31));
+    }
   __syncthreads();
+  PDL_ENTER();
 #ifdef FAULT_SAMPLE_SUPPRESS
   auto logit = [&](int i) { return (double)L[i]; };
 #else
@@ -615,14 +630,6 @@ __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float
     if (tid == 0) *out = b;
     return;
   }
-  for (int w = tid; w < nwords; w += nt) bm[w] = 0u;
-  __syncthreads();
-  if (pen)
-    for (int j = tid; j < a.h_len; j += nt) {
-      int id = hist[a.h_off + j];
-      if (id >= 0 && id < V) atomicOr(&bm[id >> 5], 1u << (id & 31));
-    }
-  __syncthreads();
   auto pval = [&](int i) {
     double p = logit(i);
 #ifdef FAULT_SAMPLE_PENALTY
@@ -840,13 +847,14 @@ struct conv_seq {
 // blockIdx.y with its own state.
 __global__ void shortconv_seqs_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt,
                                    const conv_seq* seqs, int C, int L, EPI_PARAMS) {
-  PDL_ENTER();
+  // The sequence list is uploaded (never written by a kernel): read before the wait.
 #ifdef FAULT_SHORTCONV_SEQS
   conv_seq cs = seqs[blockIdx.y];
   cs.state = seqs[0].state;  // every sequence convolves with the first one's state
 #else
   conv_seq cs = seqs[blockIdx.y];
 #endif
+  PDL_ENTER();
   shortconv_rows(d, ldd, x, ldx, w, wdt, cs.state, cs.lds, cs.r0, cs.rows, C, L, EPI_ARGS);
 }
 
@@ -864,6 +872,9 @@ struct copy_pair {
 // copy_rows: row pairs[2i] of d = row pairs[2i + 1] of s, block i (blocks
 // along y and threads share the columns). T is u32 (4-byte elements) or
 // u16 (bf16, f16).
+// The pairs (and copy_many's list) are the launch's uploaded bytes, never
+// written by a kernel: they are read before PDL_ENTER, while the kernel
+// before still runs, and only the copy itself waits for it.
 template <class T>
 __device__ __forceinline__ void copy_rows(T* d, i64 ldd, const T* s, i64 lds, const int* pairs, int cols) {
   int i = blockIdx.x;
@@ -872,6 +883,7 @@ __device__ __forceinline__ void copy_rows(T* d, i64 ldd, const T* s, i64 lds, co
 #else
   i64 dr = pairs[2 * i], sr = pairs[2 * i + 1];
 #endif
+  PDL_ENTER();
   for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < cols; c += gridDim.y * blockDim.x) d[dr * ldd + c] = s[sr * lds + c];
 }
 
@@ -881,6 +893,7 @@ __device__ __forceinline__ void copy_many(const copy_pair* pairs) {
 #ifdef FAULT_COPY_MANY
   cp.rows = max(cp.rows - 1, 1);  // drops the last row of every copy of several rows
 #endif
+  PDL_ENTER();
   T* d = (T*)cp.d;
   const T* s = (const T*)cp.s;
   i64 n = (i64)cp.rows * cp.cols;
@@ -893,22 +906,18 @@ __device__ __forceinline__ void copy_many(const copy_pair* pairs) {
 extern "C" {
 
 __global__ void copy_rows_u32(u32* d, i64 ldd, const u32* s, i64 lds, const int* pairs, int cols) {
-  PDL_ENTER();
   copy_rows(d, ldd, s, lds, pairs, cols);
 }
 
 __global__ void copy_rows_u16(u16* d, i64 ldd, const u16* s, i64 lds, const int* pairs, int cols) {
-  PDL_ENTER();
   copy_rows(d, ldd, s, lds, pairs, cols);
 }
 
 __global__ void copy_many_u32(const copy_pair* pairs) {
-  PDL_ENTER();
   copy_many<u32>(pairs);
 }
 
 __global__ void copy_many_u16(const copy_pair* pairs) {
-  PDL_ENTER();
   copy_many<u16>(pairs);
 }
 
@@ -2418,12 +2427,13 @@ struct attn_seq {
 __global__ void attention_seqs_f32(float* dst, i64 ldd, const float* q, i64 ldq, const attn_seq* rows, float* sc,
                                    i64 maxL, int heads, int kvheads, int hd, float scale, int causal, int window,
                                    int probBF16, int brows, int rnd) {
-  PDL_ENTER();
+  // The row list is uploaded (never written by a kernel): read before the wait.
 #ifdef FAULT_ATTN_SEQS
   attn_seq r = rows[0];  // every row attends as the first row does
 #else
   attn_seq r = rows[blockIdx.x];
 #endif
+  PDL_ENTER();
   attn_rows(dst, ldd, q, ldq, r.k, r.ldk, r.v, r.ldv, sc, maxL, heads, kvheads, hd, scale, blockIdx.x, r.pos, causal,
             window, r.nkeys, probBF16, r.blocks, brows, rnd);
 }

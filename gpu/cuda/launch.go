@@ -11,7 +11,8 @@ import (
 // its stream still runs; it then waits in griddepcontrol.wait until that
 // kernel has completed and its writes are visible (kernels.cu: every
 // kernel begins with PDL_ENTER, after at most an L2 prefetch of its
-// weights). The next kernel's launch latency and its weights' first trip
+// weights or, for a few, reads of their uploaded tables, which no kernel
+// writes). The next kernel's launch latency and its weights' first trip
 // from memory overlap the current kernel's work instead of following it:
 // a one-session decode step is ≈ 140 dependent kernels, a depthformer
 // frame ≈ 470, each of which otherwise pays a launch and a ramp. Directly
