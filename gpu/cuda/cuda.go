@@ -14,6 +14,9 @@
 // OMNIPIPE_CUDA_DRIVER and OMNIPIPE_NVRTC name other libraries to load
 // in their place: package cudaemu builds one, a host-CPU emulator of both
 // that runs this backend's tests where there is no GPU (Device.Emulated).
+// OMNIPIPE_CUDA_KERNELS=FILE compiles FILE in place of the embedded
+// kernels (the same kernels and parameters, changed bodies): an A/B of a
+// kernel change in one session on a machine without a Go toolchain.
 //
 // # Threads, streams, memory
 //

@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -186,8 +187,12 @@ func (d *Device) init(o Options) error {
 	maj, min := d.nv.Version()
 	d.nvVer = fmt.Sprintf("%d.%d", maj, min)
 	opts := compileOptions(d.arch, o.Fault)
-	file := cachePath(o.CacheDir, cacheKey(kernelSource, opts, d.drvVer, d.nvVer))
-	cubin, cached, err := d.nv.Compile(kernelSource, opts, file)
+	src, srcPath, err := kernelsToCompile()
+	if err != nil {
+		return err
+	}
+	file := cachePath(o.CacheDir, cacheKey(src, opts, d.drvVer, d.nvVer))
+	cubin, cached, err := d.nv.Compile(src, opts, file)
 	if err != nil {
 		return fmt.Errorf("cuda: compile kernels for %s: %w", d.arch, err)
 	}
@@ -195,9 +200,13 @@ func (d *Device) init(o Options) error {
 	if cached {
 		d.compiled = "cache"
 	}
+	if srcPath != "" {
+		d.compiled += " of " + srcPath
+		fmt.Fprintf(os.Stderr, "cuda: kernels compiled from %s (%s), not the binary's own\n", srcPath, KernelsEnv)
+	}
 	if err := c.call("cuModuleLoadData", c.cuModuleLoadData, uintptr(unsafe.Pointer(&d.mod)), uintptr(unsafe.Pointer(&cubin[0]))); err != nil {
 		if cached { // a stale or damaged cache entry: compile afresh
-			cubin, _, err = d.nv.Compile(kernelSource, opts, "")
+			cubin, _, err = d.nv.Compile(src, opts, "")
 			if err == nil {
 				err = c.call("cuModuleLoadData", c.cuModuleLoadData, uintptr(unsafe.Pointer(&d.mod)), uintptr(unsafe.Pointer(&cubin[0])))
 			}

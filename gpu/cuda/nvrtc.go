@@ -18,6 +18,27 @@ import (
 //go:embed kernels.cu
 var kernelSource string
 
+// KernelsEnv names a file of kernels to compile in place of the embedded
+// kernels.cu: for measuring a kernel change against the binary's own in
+// one session (an A/B on a GPU machine without a Go toolchain). The file
+// must define the same kernels with the same parameters; the device's
+// KernelSource names it.
+const KernelsEnv = "OMNIPIPE_CUDA_KERNELS"
+
+// kernelsToCompile returns the embedded kernels, or the file KernelsEnv
+// names and its path.
+func kernelsToCompile() (src, path string, err error) {
+	path = os.Getenv(KernelsEnv)
+	if path == "" {
+		return kernelSource, "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", "", fmt.Errorf("cuda: %s: %w", KernelsEnv, err)
+	}
+	return string(b), path, nil
+}
+
 // nvrtc holds libnvrtc's entry points.
 type nvrtc struct {
 	lib                                                            string
