@@ -66,7 +66,8 @@ __device__ __forceinline__ float rbf16(float v) {
 // what no kernel writes — their tables in the launch's uploaded bytes,
 // which are pinned host memory, each read a trip across the host link —
 // and wait only before touching what the kernel before may write.
-// Launched without the attribute (or on an older GPU) both are no-ops. The dependents are released only after the wait, so at most one
+// Launched without the attribute (or on an older GPU) both are no-ops.
+// The dependents are released only after the wait, so at most one
 // kernel ahead is resident and warming L2. FAULT_PDL (a control of
 // TestProgrammaticLaunchOrders) drops the wait.
 // The host emulator (gpu/cuda/cudaemu, OMNI_EMU) runs kernels one after
@@ -1208,14 +1209,20 @@ __device__ float rms_inv(const float* x, int cols, float eps, float* sh) {
 #endif
 }
 
-// rms_apply is rmsnorm_f32's output step for element c.
-__device__ __forceinline__ float rms_apply(float x, float inv, int rnd, const void* w, int wdt, int rnd1, int c) {
+// rms_scale is rmsnorm_f32's output step for one element: x·inv (rounded
+// when rnd), times its weight wv when hasw (rounded again when rnd1).
+__device__ __forceinline__ float rms_scale(float x, float inv, int rnd, bool hasw, float wv, int rnd1) {
   float v = OUT(x * inv);
-  if (w) {
-    v *= load(w, wdt, c);
+  if (hasw) {
+    v *= wv;
     if (rnd1) v = rbf16(v);
   }
   return v;
+}
+
+// rms_apply is rms_scale for element c of weights w (none when null).
+__device__ __forceinline__ float rms_apply(float x, float inv, int rnd, const void* w, int wdt, int rnd1, int c) {
+  return rms_scale(x, inv, rnd, w != nullptr, w ? load(w, wdt, c) : 0.0f, rnd1);
 }
 
 // gemv_norm(name, C, U): one row h = rmsnorm(x) (rmsnorm_f32's floats,
@@ -1268,21 +1275,6 @@ struct head_item {
   float eps;
 };
 
-// prep_heads_f32: one block of 128 threads per (item, row r, head h), the
-// items' blocks one after another (item i's from items[i].first). A copy
-// item copies the head; the others normalise it as rmsnorm_f32 does one
-// row of hd (rms_inv, rms_apply), then rotate it as rope_f32 does (one
-// thread per pair; interleaved or half pairs; bf16 mode), rnd rounding the
-// rotated fp32 values (a folded RoundBF16). A head is read into shared
-// memory before it is written, so d may be s itself. Replaces, per
-// attention, the copies, norms and rotations of q, k and v: one launch.
-//
-// Only the heads (x) come from the kernel before; the items and positions
-// are the launch's uploaded bytes and the frequencies and norm weights
-// constants, none of them written by a kernel. So the items, a thread's
-// first norm weight and its first pair's cosine and sine are read and
-// computed before PDL_ENTER, while the kernel before still runs (the
-// same floats as computing them after).
 // rope_cs is rope_f32's cosine and sine of pair j of row r (bf16 mode
 // rounds them).
 __device__ __forceinline__ void rope_cs(const int* pos, const float* invf, int r, int j, int half, int bf16, float& c,
@@ -1300,6 +1292,21 @@ __device__ __forceinline__ void rope_cs(const int* pos, const float* invf, int r
   }
 }
 
+// prep_heads_f32: one block of 128 threads per (item, row r, head h), the
+// items' blocks one after another (item i's from items[i].first). A copy
+// item copies the head; the others normalise it as rmsnorm_f32 does one
+// row of hd (rms_inv, rms_apply), then rotate it as rope_f32 does (one
+// thread per pair; interleaved or half pairs; bf16 mode), rnd rounding the
+// rotated fp32 values (a folded RoundBF16). A head is read into shared
+// memory before it is written, so d may be s itself. Replaces, per
+// attention, the copies, norms and rotations of q, k and v: one launch.
+//
+// Only the heads (x) come from the kernel before; the items and positions
+// are the launch's uploaded bytes and the frequencies and norm weights
+// constants, none of them written by a kernel. So the items, a thread's
+// first norm weight and its first pair's cosine and sine are read and
+// computed before PDL_ENTER, while the kernel before still runs (the
+// same floats as computing them after).
 __global__ void __launch_bounds__(128) prep_heads_f32(const head_item* items, int nitems, int interleaved,
                                                       const float* invf, const int* pos, int bf16, int rnd) {
   extern __shared__ float4 ys4[];
@@ -1327,13 +1334,8 @@ __global__ void __launch_bounds__(128) prep_heads_f32(const head_item* items, in
   float inv = rms_inv(x, hd, a.eps, sh);
   for (int c = threadIdx.x; c < hd; c += 128) {
     // rms_apply, with the weight read before the wait where c = j0.
-    float v = x[c] * inv;
-    if (a.nrnd) v = rbf16(v);
-    if (a.nw) {
-      v *= c == j0 ? w0 : load(a.nw, a.nwdt, c);
-      if (a.nrnd1) v = rbf16(v);
-    }
-    y[c] = v;
+    float wv = c == j0 ? w0 : a.nw ? load(a.nw, a.nwdt, c) : 0.0f;
+    y[c] = rms_scale(x[c], inv, a.nrnd, a.nw != nullptr, wv, a.nrnd1);
   }
   __syncthreads();
   for (int j = threadIdx.x; j < half; j += 128) {
