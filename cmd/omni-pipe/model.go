@@ -98,7 +98,7 @@ func (f *modelFlags) logger() *slog.Logger {
 // openDevice opens --device and logs which device it is (and, for auto,
 // why CUDA was not taken).
 func (f *modelFlags) openDevice() (gpu.Device, error) {
-	dev, note, err := devices.Open(f.device, devices.Options{Threads: f.threads})
+	dev, note, err := devices.Open(f.device, devices.Options{Threads: f.threads, Log: f.logger()})
 	if err != nil {
 		if f.device == "cuda" {
 			return nil, fmt.Errorf("--device cuda: %w (--device cpu runs without a GPU; auto takes one when there is one)", err)

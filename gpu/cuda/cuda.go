@@ -10,7 +10,9 @@
 // driver) with contraction off (--fmad=false: every rounding point is the
 // one written; explicit fmaf stays fused), and the cubin is cached on disk
 // under os.UserCacheDir()/omni-pipe/cuda, keyed by the source, the options,
-// the architecture, the driver and the NVRTC version.
+// the architecture, the driver and the NVRTC version (at most 1 GiB: the
+// least recently used modules are pruned first). A first compile takes
+// about a minute on an H200's host; Options.Log is told before and after.
 // OMNIPIPE_CUDA_DRIVER and OMNIPIPE_NVRTC name other libraries to load
 // in their place: package cudaemu builds one, a host-CPU emulator of both
 // that runs this backend's tests where there is no GPU (Device.Emulated).
@@ -78,6 +80,7 @@ package cuda
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -90,6 +93,10 @@ type Options struct {
 	// CacheDir holds compiled kernels ("": the user's cache directory,
 	// os.UserCacheDir()/omni-pipe/cuda; "-": no disk cache).
 	CacheDir string
+	// Log, when set, is told when the kernels must be compiled (the first
+	// use on a machine, about a minute) and how long that took, so that a
+	// first start does not look hung.
+	Log *slog.Logger
 	// Fault compiles the kernels with a planted fault (the kernel contract's
 	// controls; see faults.go). Empty for the real kernels.
 	Fault string

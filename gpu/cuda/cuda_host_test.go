@@ -3,6 +3,7 @@ package cuda
 import (
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"math"
 	"os"
 	"os/exec"
@@ -1000,5 +1001,95 @@ func TestKernelsFromFile(t *testing.T) {
 	t.Setenv(KernelsEnv, f+".missing")
 	if _, _, err := kernelsToCompile(); err == nil || !strings.Contains(err.Error(), KernelsEnv) {
 		t.Fatalf("a missing file: %v, want an error naming %s", err, KernelsEnv)
+	}
+}
+
+// fakeCompiler counts compiles and writes the cache file as NVRTC's
+// Compile does.
+type fakeCompiler struct{ calls int }
+
+func (f *fakeCompiler) Compile(source string, opts []string, cacheFile string) ([]byte, bool, error) {
+	f.calls++
+	if b, err := os.ReadFile(cacheFile); err == nil && len(b) > 0 {
+		return b, true, nil
+	}
+	cubin := []byte("cubin of " + source)
+	if cacheFile != "" {
+		if err := os.WriteFile(cacheFile, cubin, 0o644); err != nil {
+			return nil, false, err
+		}
+	}
+	return cubin, false, nil
+}
+
+func TestCompileLoggedSaysWhenItCompiles(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "k.cubin")
+	for _, tc := range []struct {
+		name, file string
+		want       []string // messages logged, in order
+	}{
+		{"first use: compiles and says so", file, []string{"compiling CUDA kernels", "CUDA kernels compiled"}},
+		{"the cache holds it: quiet", file, nil},
+		{"no disk cache: every open compiles", "", []string{"compiling CUDA kernels", "CUDA kernels compiled"}},
+	} {
+		var buf strings.Builder
+		log := slog.New(slog.NewTextHandler(&buf, nil))
+		nv := &fakeCompiler{}
+		cubin, _, err := compileLogged(nv, log, "sm_90", "src", nil, tc.file)
+		if err != nil || string(cubin) != "cubin of src" || nv.calls != 1 {
+			t.Fatalf("%s: %q, %v after %d compiles", tc.name, cubin, err, nv.calls)
+		}
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			if _, m, ok := strings.Cut(l, `msg="`); ok {
+				got = append(got, m[:strings.IndexAny(m, "(\"")])
+			}
+		}
+		for i := range got {
+			got[i] = strings.TrimSpace(got[i])
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: logged %q, want %q:\n%s", tc.name, got, tc.want, buf.String())
+		}
+	}
+	// Without a logger nothing is written and the compile still happens.
+	nv := &fakeCompiler{}
+	if _, _, err := compileLogged(nv, nil, "sm_90", "src", nil, ""); err != nil || nv.calls != 1 {
+		t.Fatalf("without a logger: %v after %d compiles", err, nv.calls)
+	}
+}
+
+func TestPruneCacheKeepsRecentWithinBytes(t *testing.T) {
+	dir := t.TempDir()
+	base := time.Now().Add(-time.Hour)
+	write := func(name string, size int, age int) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mt := base.Add(time.Duration(age) * time.Minute)
+		if err := os.Chtimes(p, mt, mt); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	oldest := write("a.cubin", 400, 0)
+	old := write("b.cubin", 400, 1)
+	newer := write("c.cubin", 400, 2)
+	kept := write("d.cubin", 400, -5) // the module just written, whatever its time
+	other := write("notes.txt", 5000, -10)
+	pruneCache(dir, kept, 900)
+	for _, c := range []struct {
+		path string
+		want bool
+	}{{oldest, false}, {old, false}, {newer, true}, {kept, true}, {other, true}} {
+		if _, err := os.Stat(c.path); (err == nil) != c.want {
+			t.Errorf("%s: present %v, want %v", filepath.Base(c.path), err == nil, c.want)
+		}
+	}
+	// Within the bound nothing goes.
+	pruneCache(dir, kept, 1<<20)
+	if _, err := os.Stat(newer); err != nil {
+		t.Errorf("within the bound: %v", err)
 	}
 }

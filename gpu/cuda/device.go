@@ -192,7 +192,15 @@ func (d *Device) init(o Options) error {
 		return err
 	}
 	file := cachePath(o.CacheDir, cacheKey(src, opts, d.drvVer, d.nvVer))
-	cubin, cached, err := d.nv.Compile(src, opts, file)
+	if srcPath != "" {
+		msg := fmt.Sprintf("cuda: kernels from %s (%s), not the binary's own", srcPath, KernelsEnv)
+		if o.Log != nil {
+			o.Log.Warn(msg)
+		} else {
+			fmt.Fprintln(os.Stderr, msg)
+		}
+	}
+	cubin, cached, err := compileLogged(d.nv, o.Log, d.arch, src, opts, file)
 	if err != nil {
 		return fmt.Errorf("cuda: compile kernels for %s: %w", d.arch, err)
 	}
@@ -202,7 +210,6 @@ func (d *Device) init(o Options) error {
 	}
 	if srcPath != "" {
 		d.compiled += " of " + srcPath
-		fmt.Fprintf(os.Stderr, "cuda: kernels compiled from %s (%s), not the binary's own\n", srcPath, KernelsEnv)
 	}
 	if err := c.call("cuModuleLoadData", c.cuModuleLoadData, uintptr(unsafe.Pointer(&d.mod)), uintptr(unsafe.Pointer(&cubin[0]))); err != nil {
 		if cached { // a stale or damaged cache entry: compile afresh

@@ -5,11 +5,13 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -156,11 +158,39 @@ func cachePath(dir, key string) string {
 	return filepath.Join(dir, key+".cubin")
 }
 
+// kernelCompiler is what compileLogged needs of NVRTC.
+type kernelCompiler interface {
+	Compile(source string, opts []string, cacheFile string) (cubin []byte, fromCache bool, err error)
+}
+
+// compileLogged compiles through nv and, when log is set and cacheFile
+// holds no module yet, says so before (a first compile takes about a
+// minute) and how long it took after.
+func compileLogged(nv kernelCompiler, log *slog.Logger, arch, source string, opts []string, cacheFile string) ([]byte, bool, error) {
+	fresh := cacheFile == ""
+	if !fresh {
+		st, err := os.Stat(cacheFile)
+		fresh = err != nil || st.Size() == 0
+	}
+	if log == nil || !fresh {
+		return nv.Compile(source, opts, cacheFile)
+	}
+	log.Info("compiling CUDA kernels (first use of this build on this GPU and driver; about a minute)", "arch", arch, "cache", cacheFile)
+	start := time.Now()
+	cubin, cached, err := nv.Compile(source, opts, cacheFile)
+	if err == nil {
+		log.Info("CUDA kernels compiled", "arch", arch, "seconds", fmt.Sprintf("%.1f", time.Since(start).Seconds()), "bytes", len(cubin))
+	}
+	return cubin, cached, err
+}
+
 // Compile returns machine code (a cubin) for the kernels, from the disk
 // cache when present; fromCache says which.
 func (n *nvrtc) Compile(source string, opts []string, cacheFile string) (cubin []byte, fromCache bool, err error) {
 	if cacheFile != "" {
 		if b, err := os.ReadFile(cacheFile); err == nil && len(b) > 0 {
+			now := time.Now()
+			os.Chtimes(cacheFile, now, now) // recently used: pruned last
 			return b, true, nil
 		}
 	}
@@ -205,10 +235,58 @@ func (n *nvrtc) Compile(source string, opts []string, cacheFile string) (cubin [
 		// that concurrent processes never read a partial module.
 		if err := os.MkdirAll(filepath.Dir(cacheFile), 0o755); err == nil {
 			tmp := fmt.Sprintf("%s.%d.tmp", cacheFile, os.Getpid())
-			if os.WriteFile(tmp, cubin, 0o644) == nil {
-				os.Rename(tmp, cacheFile)
+			if os.WriteFile(tmp, cubin, 0o644) == nil && os.Rename(tmp, cacheFile) == nil {
+				pruneCache(filepath.Dir(cacheFile), cacheFile, maxCacheBytes)
 			}
 		}
 	}
 	return cubin, false, nil
+}
+
+// maxCacheBytes bounds the kernel cache on disk. Every build of the
+// kernels (a new release, another driver, each of the kernel contract's
+// planted faults) adds a module of a few megabytes; past the bound the
+// least recently used go.
+const maxCacheBytes = 1 << 30
+
+// pruneCache removes the least recently used modules (*.cubin, by
+// modification time, which a cache hit refreshes) of dir until the rest
+// fit in max bytes, never keep (the module just written). Best effort: a
+// module another process is reading stays readable (it is unlinked), and
+// a process that finds one gone compiles it again.
+func pruneCache(dir, keep string, max int64) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	type mod struct {
+		path string
+		size int64
+		mod  time.Time
+	}
+	var mods []mod
+	var total int64
+	for _, e := range ents {
+		if e.IsDir() || filepath.Ext(e.Name()) != ".cubin" {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		mods = append(mods, mod{filepath.Join(dir, e.Name()), fi.Size(), fi.ModTime()})
+		total += fi.Size()
+	}
+	sort.Slice(mods, func(i, j int) bool { return mods[i].mod.Before(mods[j].mod) })
+	for _, m := range mods {
+		if total <= max {
+			break
+		}
+		if m.path == keep {
+			continue
+		}
+		if os.Remove(m.path) == nil {
+			total -= m.size
+		}
+	}
 }

@@ -4,6 +4,7 @@ package devices
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
@@ -18,6 +19,9 @@ type Options struct {
 	// Threads is the CPU backend's worker count (0: one per core). The CUDA
 	// backend ignores it.
 	Threads int
+	// Log hears what opening a device takes time for (the CUDA kernels'
+	// first compile); nil: nothing is logged.
+	Log *slog.Logger
 }
 
 // Open returns the device named kind. For "auto" it returns the CUDA
@@ -28,13 +32,13 @@ func Open(kind string, o Options) (dev gpu.Device, note string, err error) {
 	case "cpu", "":
 		return cpu.New(o.Threads), "", nil
 	case "cuda":
-		d, err := cuda.New(cuda.Options{})
+		d, err := cuda.New(cuda.Options{Log: o.Log})
 		if err != nil {
 			return nil, "", err
 		}
 		return d, "", nil
 	case "auto":
-		d, err := cuda.New(cuda.Options{})
+		d, err := cuda.New(cuda.Options{Log: o.Log})
 		if err != nil {
 			return cpu.New(o.Threads), "cuda not used: " + err.Error(), nil
 		}
