@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 var splitSpecial = EncodeOptions{SplitSpecial: true}
@@ -165,15 +164,13 @@ func TestEncodeContextStops(t *testing.T) {
 				t.Errorf("cancelled at look %d of %d, the encode went on to look %d", full/2, full, looks)
 			}
 
-			// Cancelled before: nothing is done.
+			// Cancelled before: nothing is done (one look at the context,
+			// which the hook counts; no wall-clock bound, which a loaded
+			// machine could break).
 			looks = 0
-			start := time.Now()
 			ids, err = tok.EncodeContext(ctx, c.text, splitSpecial)
 			if !errors.Is(err, cause) || ids != nil || looks != 1 {
 				t.Fatalf("cancelled before: got %d ids, err %v after %d looks; want nil, %v after 1", len(ids), err, looks, cause)
-			}
-			if took := time.Since(start); took > 100*time.Millisecond {
-				t.Errorf("cancelled before: returned after %v", took)
 			}
 		})
 	}
