@@ -134,7 +134,7 @@ func runControl(f string) string {
 // (the contract's controls compile in parallel before their devices open).
 func (d *Device) precompile(cacheDir, fault string) error {
 	opts := compileOptions(d.arch, fault)
-	_, _, err := d.nv.Compile(kernelSource, opts, cachePath(cacheDir, cacheKey(kernelSource, opts, d.drvVer, d.nvVer)))
+	_, _, err := compileCached(d.nv, nil, d.arch, kernelSource, opts, cachePath(cacheDir, cacheKey(kernelSource, opts, d.drvVer, d.nvVer)))
 	return err
 }
 

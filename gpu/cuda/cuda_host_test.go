@@ -1004,49 +1004,38 @@ func TestKernelsFromFile(t *testing.T) {
 	}
 }
 
-// fakeCompiler counts compiles and writes the cache file as NVRTC's
-// Compile does.
+// fakeCompiler stands for NVRTC: it counts its compiles.
 type fakeCompiler struct{ calls int }
 
-func (f *fakeCompiler) Compile(source string, opts []string, cacheFile string) ([]byte, bool, error) {
+func (f *fakeCompiler) Compile(source string, opts []string) ([]byte, error) {
 	f.calls++
-	if b, err := os.ReadFile(cacheFile); err == nil && len(b) > 0 {
-		return b, true, nil
-	}
-	cubin := []byte("cubin of " + source)
-	if cacheFile != "" {
-		if err := os.WriteFile(cacheFile, cubin, 0o644); err != nil {
-			return nil, false, err
-		}
-	}
-	return cubin, false, nil
+	return []byte("cubin of " + source), nil
 }
 
-func TestCompileLoggedSaysWhenItCompiles(t *testing.T) {
+func TestCompileCachedSaysWhenItCompiles(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "k.cubin")
 	for _, tc := range []struct {
 		name, file string
+		compiles   int      // compiles through NVRTC
+		cached     bool     // fromCache
 		want       []string // messages logged, in order
 	}{
-		{"first use: compiles and says so", file, []string{"compiling CUDA kernels", "CUDA kernels compiled"}},
-		{"the cache holds it: quiet", file, nil},
-		{"no disk cache: every open compiles", "", []string{"compiling CUDA kernels", "CUDA kernels compiled"}},
+		{"first use: compiles, writes the cache and says so", file, 1, false, []string{"compiling CUDA kernels", "CUDA kernels compiled"}},
+		{"the cache holds it: read back, quiet", file, 0, true, nil},
+		{"no disk cache: every open compiles", "", 1, false, []string{"compiling CUDA kernels", "CUDA kernels compiled"}},
 	} {
 		var buf strings.Builder
 		log := slog.New(slog.NewTextHandler(&buf, nil))
 		nv := &fakeCompiler{}
-		cubin, _, err := compileLogged(nv, log, "sm_90", "src", nil, tc.file)
-		if err != nil || string(cubin) != "cubin of src" || nv.calls != 1 {
-			t.Fatalf("%s: %q, %v after %d compiles", tc.name, cubin, err, nv.calls)
+		cubin, cached, err := compileCached(nv, log, "sm_90", "src", nil, tc.file)
+		if err != nil || string(cubin) != "cubin of src" || nv.calls != tc.compiles || cached != tc.cached {
+			t.Fatalf("%s: %q, cached %v, %v after %d compiles; want %d, cached %v", tc.name, cubin, cached, err, nv.calls, tc.compiles, tc.cached)
 		}
 		var got []string
 		for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 			if _, m, ok := strings.Cut(l, `msg="`); ok {
-				got = append(got, m[:strings.IndexAny(m, "(\"")])
+				got = append(got, strings.TrimSpace(m[:strings.IndexAny(m, "(\"")]))
 			}
-		}
-		for i := range got {
-			got[i] = strings.TrimSpace(got[i])
 		}
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%s: logged %q, want %q:\n%s", tc.name, got, tc.want, buf.String())
@@ -1054,7 +1043,7 @@ func TestCompileLoggedSaysWhenItCompiles(t *testing.T) {
 	}
 	// Without a logger nothing is written and the compile still happens.
 	nv := &fakeCompiler{}
-	if _, _, err := compileLogged(nv, nil, "sm_90", "src", nil, ""); err != nil || nv.calls != 1 {
+	if _, _, err := compileCached(nv, nil, "sm_90", "src", nil, ""); err != nil || nv.calls != 1 {
 		t.Fatalf("without a logger: %v after %d compiles", err, nv.calls)
 	}
 }

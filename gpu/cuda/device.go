@@ -200,7 +200,7 @@ func (d *Device) init(o Options) error {
 			fmt.Fprintln(os.Stderr, msg)
 		}
 	}
-	cubin, cached, err := compileLogged(d.nv, o.Log, d.arch, src, opts, file)
+	cubin, cached, err := compileCached(d.nv, o.Log, d.arch, src, opts, file)
 	if err != nil {
 		return fmt.Errorf("cuda: compile kernels for %s: %w", d.arch, err)
 	}
@@ -213,7 +213,7 @@ func (d *Device) init(o Options) error {
 	}
 	if err := c.call("cuModuleLoadData", c.cuModuleLoadData, uintptr(unsafe.Pointer(&d.mod)), uintptr(unsafe.Pointer(&cubin[0]))); err != nil {
 		if cached { // a stale or damaged cache entry: compile afresh
-			cubin, _, err = d.nv.Compile(src, opts, "")
+			cubin, err = d.nv.Compile(src, opts)
 			if err == nil {
 				err = c.call("cuModuleLoadData", c.cuModuleLoadData, uintptr(unsafe.Pointer(&d.mod)), uintptr(unsafe.Pointer(&cubin[0])))
 			}

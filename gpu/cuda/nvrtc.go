@@ -158,49 +158,59 @@ func cachePath(dir, key string) string {
 	return filepath.Join(dir, key+".cubin")
 }
 
-// kernelCompiler is what compileLogged needs of NVRTC.
+// kernelCompiler compiles kernel source to a cubin (NVRTC; a fake in tests).
 type kernelCompiler interface {
-	Compile(source string, opts []string, cacheFile string) (cubin []byte, fromCache bool, err error)
+	Compile(source string, opts []string) ([]byte, error)
 }
 
-// compileLogged compiles through nv and, when log is set and cacheFile
-// holds no module yet, says so before (a first compile takes about a
-// minute) and how long it took after.
-func compileLogged(nv kernelCompiler, log *slog.Logger, arch, source string, opts []string, cacheFile string) ([]byte, bool, error) {
-	fresh := cacheFile == ""
-	if !fresh {
-		st, err := os.Stat(cacheFile)
-		fresh = err != nil || st.Size() == 0
-	}
-	if log == nil || !fresh {
-		return nv.Compile(source, opts, cacheFile)
-	}
-	log.Info("compiling CUDA kernels (first use of this build on this GPU and driver; about a minute)", "arch", arch, "cache", cacheFile)
-	start := time.Now()
-	cubin, cached, err := nv.Compile(source, opts, cacheFile)
-	if err == nil {
-		log.Info("CUDA kernels compiled", "arch", arch, "seconds", fmt.Sprintf("%.1f", time.Since(start).Seconds()), "bytes", len(cubin))
-	}
-	return cubin, cached, err
-}
-
-// Compile returns machine code (a cubin) for the kernels, from the disk
-// cache when present; fromCache says which.
-func (n *nvrtc) Compile(source string, opts []string, cacheFile string) (cubin []byte, fromCache bool, err error) {
+// compileCached returns the cubin for source under opts from cacheFile
+// when it holds one ("" means no disk cache; a hit refreshes the file's
+// time, so that pruning takes it last), else compiles it through nv —
+// telling log, when set, before (a first compile takes about a minute) and
+// how long it took after — and writes it there, pruning the cache to
+// maxCacheBytes. fromCache says which.
+func compileCached(nv kernelCompiler, log *slog.Logger, arch, source string, opts []string, cacheFile string) (cubin []byte, fromCache bool, err error) {
 	if cacheFile != "" {
 		if b, err := os.ReadFile(cacheFile); err == nil && len(b) > 0 {
 			now := time.Now()
-			os.Chtimes(cacheFile, now, now) // recently used: pruned last
+			os.Chtimes(cacheFile, now, now)
 			return b, true, nil
 		}
 	}
+	if log != nil {
+		log.Info("compiling CUDA kernels (first use of this build on this GPU and driver; about a minute)", "arch", arch, "cache", cacheFile)
+	}
+	start := time.Now()
+	cubin, err = nv.Compile(source, opts)
+	if err != nil {
+		return nil, false, err
+	}
+	if log != nil {
+		log.Info("CUDA kernels compiled", "arch", arch, "seconds", fmt.Sprintf("%.1f", time.Since(start).Seconds()), "bytes", len(cubin))
+	}
+	if cacheFile != "" {
+		// Best effort: write a temporary file and rename it into place so
+		// that concurrent processes never read a partial module.
+		if err := os.MkdirAll(filepath.Dir(cacheFile), 0o755); err == nil {
+			tmp := fmt.Sprintf("%s.%d.tmp", cacheFile, os.Getpid())
+			if os.WriteFile(tmp, cubin, 0o644) == nil && os.Rename(tmp, cacheFile) == nil {
+				pruneCache(filepath.Dir(cacheFile), cacheFile, maxCacheBytes)
+			}
+		}
+	}
+	return cubin, false, nil
+}
+
+// Compile returns machine code (a cubin) for the kernels (no cache:
+// compileCached adds it).
+func (n *nvrtc) Compile(source string, opts []string) ([]byte, error) {
 	src := cString(source)
 	name := cString("omni-pipe.cu")
 	var prog uintptr
 	r, _, _ := purego.SyscallN(n.create, uintptr(unsafe.Pointer(&prog)), uintptr(unsafe.Pointer(&src[0])),
 		uintptr(unsafe.Pointer(&name[0])), 0, 0, 0)
 	if err := n.check("nvrtcCreateProgram", r); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	defer purego.SyscallN(n.destroy, uintptr(unsafe.Pointer(&prog)))
 	cs := make([][]byte, len(opts))
@@ -216,31 +226,21 @@ func (n *nvrtc) Compile(source string, opts []string, cacheFile string) (cubin [
 		if ls > 1 {
 			log := make([]byte, ls)
 			purego.SyscallN(n.getLog, prog, uintptr(unsafe.Pointer(&log[0])))
-			return nil, false, fmt.Errorf("%w:\n%s", cerr, strings.TrimRight(string(log), "\x00\n"))
+			return nil, fmt.Errorf("%w:\n%s", cerr, strings.TrimRight(string(log), "\x00\n"))
 		}
-		return nil, false, cerr
+		return nil, cerr
 	}
 	var size uintptr
 	r, _, _ = purego.SyscallN(n.cubinSize, prog, uintptr(unsafe.Pointer(&size)))
 	if err := n.check("nvrtcGetCUBINSize", r); err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	cubin = make([]byte, size)
+	cubin := make([]byte, size)
 	r, _, _ = purego.SyscallN(n.getCubin, prog, uintptr(unsafe.Pointer(&cubin[0])))
 	if err := n.check("nvrtcGetCUBIN", r); err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	if cacheFile != "" {
-		// Best effort: write a temporary file and rename it into place so
-		// that concurrent processes never read a partial module.
-		if err := os.MkdirAll(filepath.Dir(cacheFile), 0o755); err == nil {
-			tmp := fmt.Sprintf("%s.%d.tmp", cacheFile, os.Getpid())
-			if os.WriteFile(tmp, cubin, 0o644) == nil && os.Rename(tmp, cacheFile) == nil {
-				pruneCache(filepath.Dir(cacheFile), cacheFile, maxCacheBytes)
-			}
-		}
-	}
-	return cubin, false, nil
+	return cubin, nil
 }
 
 // maxCacheBytes bounds the kernel cache on disk. Every build of the
