@@ -108,6 +108,10 @@ type Options struct {
 	// kernel then starts only after the one before it has ended; env
 	// OMNIPIPE_CUDA_PDL=off does the same). See launch.go.
 	NoPDL bool
+	// NoFusedBlock runs every gpu.Block as its op sequence (seven
+	// launches) instead of std_block_f32's one (for A/B measurements; env
+	// OMNIPIPE_CUDA_BLOCK=off does the same). See block.go.
+	NoFusedBlock bool
 	// MatMul selects the kernels of BF16-weight products: "mma" (the
 	// default: tensor cores, x split into three bf16 parts, the sums in
 	// one K-only order from one row to thousands) or "fma" (CUDA cores,
@@ -134,6 +138,9 @@ func New(o Options) (*Device, error) {
 	}
 	if os.Getenv("OMNIPIPE_CUDA_PDL") == "off" {
 		o.NoPDL = true
+	}
+	if os.Getenv("OMNIPIPE_CUDA_BLOCK") == "off" {
+		o.NoFusedBlock = true
 	}
 	if v := os.Getenv("OMNIPIPE_CUDA_PROFILE"); v != "" {
 		o.Profile, o.profilePath = true, v

@@ -52,6 +52,12 @@ type Device struct {
 	profPath  string
 	fnNames   map[uintptr]string // kernel names, for the profile
 	mmaMatMul bool               // BF16 weights on the tensor cores (Options.MatMul)
+	// blockOwner is the one queue that may launch std_block_f32 (see
+	// block.go: two such grids on two streams could wait on each other's
+	// multiprocessors); nil until a queue first fuses a block. noBlock:
+	// Options.NoFusedBlock.
+	blockOwner atomic.Pointer[Queue]
+	noBlock    bool
 
 	mod      uintptr
 	fns      map[string]uintptr
@@ -109,7 +115,7 @@ func openDevice(o Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", work: make(chan func()), exited: make(chan struct{})}
+	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, work: make(chan func()), exited: make(chan struct{})}
 	if o.Profile {
 		p, err := newProfiler(drv)
 		if err != nil {

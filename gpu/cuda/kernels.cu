@@ -1275,20 +1275,71 @@ struct head_item {
   float eps;
 };
 
-// rope_cs is rope_f32's cosine and sine of pair j of row r (bf16 mode
-// rounds them).
-__device__ __forceinline__ void rope_cs(const int* pos, const float* invf, int r, int j, int half, int bf16, float& c,
-                                        float& s) {
+// rope_cs is rope_f32's cosine and sine of pair j at position p (bf16
+// mode rounds them).
+__device__ __forceinline__ void rope_cs(int p, const float* invf, int j, int half, int bf16, float& c, float& s) {
 #ifdef FAULT_HEADROPE
-  float ang = (float)pos[r] * invf[half - 1 - j];
+  float ang = (float)p * invf[half - 1 - j];
 #else
-  float ang = (float)pos[r] * invf[j];
+  float ang = (float)p * invf[j];
 #endif
   c = (float)cos((double)ang);
   s = (float)sin((double)ang);
   if (bf16) {
     c = rbf16(c);
     s = rbf16(s);
+  }
+}
+
+// prep_head_pre reads what prep_head's thread needs first, from tables no
+// kernel writes (so before the PDL wait): its first norm weight w0 and its
+// first pair's cosine c0 and sine s0 (for a head to normalise and rotate).
+__device__ __forceinline__ void prep_head_pre(int copy, const void* nw, int nwdt, int hd, int p, const float* invf,
+                                              int bf16, float& w0, float& c0, float& s0) {
+  int j0 = threadIdx.x;
+  w0 = 1.0f, c0 = 0.0f, s0 = 0.0f;
+  if (!copy) {
+    if (nw && j0 < hd) w0 = load(nw, nwdt, j0);
+    if (j0 < hd / 2) rope_cs(p, invf, j0, hd / 2, bf16, c0, s0);
+  }
+}
+
+// prep_head is one head's work for prep_heads_f32 and std_block_f32: row =
+// x (hd floats) for a copy; otherwise x normalised as rmsnorm_f32 does one
+// row of hd (rms_inv, rms_scale with weights nw), then rotated as rope_f32
+// does at position p (a thread a pair; interleaved or half pairs; bf16
+// mode), rnd rounding the rotated fp32 values (a folded RoundBF16). The
+// head goes through shared y (hd floats) before it is written, so row may
+// be x itself; sh holds rms_inv's 8 partial sums. Any block of at least
+// 128 threads gives the same floats. w0, c0, s0: prep_head_pre's.
+__device__ __forceinline__ void prep_head(float* row, const float* x, int hd, int copy, const void* nw, int nwdt,
+                                          int nrnd, int nrnd1, float eps, int interleaved, int p, const float* invf,
+                                          int bf16, int rnd, float w0, float c0, float s0, float* y, float* sh) {
+  int nt = blockDim.x, j0 = threadIdx.x, half = hd / 2;
+  if (copy) {
+    for (int c = threadIdx.x; c < hd; c += nt) row[c] = x[c];
+    return;
+  }
+  float inv = rms_inv(x, hd, eps, sh);
+  for (int c = threadIdx.x; c < hd; c += nt) {
+    // rms_apply, with the weight read beforehand where c = j0.
+    float wv = c == j0 ? w0 : nw ? load(nw, nwdt, c) : 0.0f;
+    y[c] = rms_scale(x[c], inv, nrnd, nw != nullptr, wv, nrnd1);
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < half; j += nt) {
+    float c = c0, s = s0;
+    if (j != j0) rope_cs(p, invf, j, half, bf16, c, s);
+    int i0 = interleaved ? 2 * j : j;
+    int i1 = interleaved ? 2 * j + 1 : j + half;
+    float x0 = y[i0], x1 = y[i1];
+    if (bf16) {
+      row[i0] = rbf16(rbf16(x0 * c) - rbf16(x1 * s));
+      row[i1] = rbf16(rbf16(x1 * c) + rbf16(x0 * s));
+    } else {
+      row[i0] = OUT(x0 * c - x1 * s);
+      row[i1] = OUT(x1 * c + x0 * s);
+    }
   }
 }
 
@@ -1311,47 +1362,16 @@ __global__ void __launch_bounds__(128) prep_heads_f32(const head_item* items, in
                                                       const float* invf, const int* pos, int bf16, int rnd) {
   extern __shared__ float4 ys4[];
   __shared__ float sh[8];
-  float* y = (float*)ys4;
   int it = 0;
   while (it + 1 < nitems && (int)blockIdx.x >= items[it + 1].first) it++;
   const head_item a = items[it];
   int b = blockIdx.x - a.first;
-  int r = b / a.heads, hh = b % a.heads, hd = a.hd;
-  int half = hd / 2;
-  int j0 = threadIdx.x;
-  float w0 = 1.0f, c0 = 0.0f, s0 = 0.0f;
-  if (!a.copy) {
-    if (a.nw && j0 < hd) w0 = load(a.nw, a.nwdt, j0);
-    if (j0 < half) rope_cs(pos, invf, r, j0, half, bf16, c0, s0);
-  }
+  int r = b / a.heads, hh = b % a.heads;
+  float w0, c0, s0;
+  prep_head_pre(a.copy, a.nw, a.nwdt, a.hd, a.copy ? 0 : pos[r], invf, bf16, w0, c0, s0);
   PDL_ENTER();
-  const float* x = a.s + (i64)r * a.lds + (i64)hh * hd;
-  float* row = a.d + (i64)r * a.ldd + (i64)hh * hd;
-  if (a.copy) {
-    for (int c = threadIdx.x; c < hd; c += 128) row[c] = x[c];
-    return;
-  }
-  float inv = rms_inv(x, hd, a.eps, sh);
-  for (int c = threadIdx.x; c < hd; c += 128) {
-    // rms_apply, with the weight read before the wait where c = j0.
-    float wv = c == j0 ? w0 : a.nw ? load(a.nw, a.nwdt, c) : 0.0f;
-    y[c] = rms_scale(x[c], inv, a.nrnd, a.nw != nullptr, wv, a.nrnd1);
-  }
-  __syncthreads();
-  for (int j = threadIdx.x; j < half; j += 128) {
-    float c = c0, s = s0;
-    if (j != j0) rope_cs(pos, invf, r, j, half, bf16, c, s);
-    int i0 = interleaved ? 2 * j : j;
-    int i1 = interleaved ? 2 * j + 1 : j + half;
-    float x0 = y[i0], x1 = y[i1];
-    if (bf16) {
-      row[i0] = rbf16(rbf16(x0 * c) - rbf16(x1 * s));
-      row[i1] = rbf16(rbf16(x1 * c) + rbf16(x0 * s));
-    } else {
-      row[i0] = OUT(x0 * c - x1 * s);
-      row[i1] = OUT(x1 * c + x0 * s);
-    }
-  }
+  prep_head(a.d + (i64)r * a.ldd + (i64)hh * a.hd, a.s + (i64)r * a.lds + (i64)hh * a.hd, a.hd, a.copy, a.nw, a.nwdt,
+            a.nrnd, a.nrnd1, a.eps, interleaved, a.copy ? 0 : pos[r], invf, bf16, rnd, w0, c0, s0, (float*)ys4, sh);
 }
 
 // GEMVR(name, R, C, U): the one-row kernel's scheme for R rows of x at
@@ -1786,14 +1806,20 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
 // which changes no bit, so every output equals mma_tile's. pro() runs
 // once, by every thread, after the warp's first weights are requested and
 // before x is read (MMV_NORM's norm into shared memory).
+//
+// (bx, by) is the tile: weight rows from 16·NT·bx, rows of x from 8·MT·by
+// (a kernel's blockIdx, or a persistent kernel's work item). A caller
+// that runs several tiles in one block puts a __syncthreads between them
+// (the class sums' shared memory is reused).
 template <int W, int NT, int MT, class Pro>
 __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
-                                         const void* bias, int bdt, int M, int N, int K, Pro pro, EPI_PARAMS) {
+                                         const void* bias, int bdt, int M, int N, int K, Pro pro, int bx, int by,
+                                         EPI_PARAMS) {
   constexpr int CW = 16 / W;                  // classes a warp
   __shared__ float part[16][NT][MT][32][4];  // the class sums
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int g = lane >> 2, t = lane & 3;
-  int n0 = blockIdx.x * 16 * NT, m0 = blockIdx.y * 8 * MT;
+  int n0 = bx * 16 * NT, m0 = by * 8 * MT;
   float acc[CW][NT][MT][4];
 #pragma unroll
   for (int c = 0; c < CW; c++)
@@ -2221,7 +2247,8 @@ __global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16
                                                  EPI_PARAMS) {                                                           \
     if (blockIdx.y == 0) pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 16 * NT, min(N, (int)(blockIdx.x + 1) * 16 * NT)); \
     PDL_ENTER();                                                                                               \
-    mmv_tile<W, NT, MT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, EPI_ARGS);                  \
+    mmv_tile<W, NT, MT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, blockIdx.x, blockIdx.y,       \
+                        EPI_ARGS);                                                                         \
   }
 
 MMV(mmv_bf16_w4n1m1, 4, 1, 1)
@@ -2252,7 +2279,7 @@ MMV(mmv_bf16_w16n1m2, 16, 1, 2)
       }                                                                                                         \
       __syncthreads();                                                                                          \
     };                                                                                                          \
-    mmv_tile<W, 1, 1>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, EPI_ARGS);                                 \
+    mmv_tile<W, 1, 1>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, blockIdx.x, 0, EPI_ARGS);                  \
   }
 
 MMV_NORM(mmvn_bf16_w4, 4)
@@ -2276,17 +2303,19 @@ __device__ __forceinline__ i64 attn_row(const int* blocks, int brows, int j) {
 #endif
 }
 
-// attn_rows: query row i (at position pos) of head blockIdx.y over the keys
-// of k and v (nkeys of them, paged through blocks when not null).
+// attn_rows: query row i (at position pos) of head h over the keys of k
+// and v (nkeys of them, paged through blocks when not null), computed by
+// the block's first nthr threads as a block of nthr would (the others
+// only take part in the block's barriers and reductions, adding
+// identities: the same floats).
 __device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i64 ldq, const float* k, i64 ldk,
                                           const float* v, i64 ldv, float* sc, i64 maxL, int heads, int kvheads, int hd,
                                           float scale, int i, int pos, int causal, int window, int nkeys, int probBF16,
-                                          const int* blocks, int brows, int rnd) {
+                                          const int* blocks, int brows, int rnd, int h, int nthr) {
   extern __shared__ float shm[];  // hd floats of q, then 32 for reductions, then hd*groups partials
   float* qs = shm;
   float* red = shm + hd;
   float* part = red + 32;
-  int h = blockIdx.y;
   int kh = h / (heads / kvheads);
   int first = 0, last = causal ? min(nkeys - 1, pos) : nkeys - 1;
 #ifdef FAULT_ATTN_MASK
@@ -2305,7 +2334,8 @@ __device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i
   int L = last - first + 1;
   float* s = sc + ((i64)i * heads + h) * maxL;
   float m = NEG_INF;
-  for (int j = threadIdx.x; j < L; j += blockDim.x) {
+  int jt = (int)threadIdx.x < nthr ? (int)threadIdx.x : L;  // this thread's first key
+  for (int j = jt; j < L; j += nthr) {
     const float* kr = k + attn_row(blocks, brows, first + j) * ldk + (i64)kh * hd;
     float a = 0.0f;
     // Four independent chains (dims e ≡ 0..3 mod 4), added in order: the
@@ -2338,7 +2368,7 @@ __device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i
   }
   m = blockMax(m, red);
   float l = 0.0f;
-  for (int j = threadIdx.x; j < L; j += blockDim.x) {
+  for (int j = jt; j < L; j += nthr) {
     float p = expf(s[j] - m);
     l += p;
 #ifdef FAULT_ATTN_ROUND
@@ -2350,7 +2380,7 @@ __device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i
   l = blockSum(l, red);
   __syncthreads();  // every p is in s
   // Phase 3: groups of hd threads split the keys.
-  int groups = max(1, (int)blockDim.x / hd);
+  int groups = max(1, nthr / hd);
   int g = threadIdx.x / hd, e = threadIdx.x % hd;
   if (g < groups && e < hd) {
     float a = 0.0f;
@@ -2387,7 +2417,7 @@ __device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i
     a = (a + a1) + (a2 + a3);
     part[g * hd + e] = a;
   }
-  if (hd > (int)blockDim.x) {  // large heads: each thread loops over dims
+  if (hd > nthr) {  // large heads: each thread loops over dims
     for (int e2 = threadIdx.x; e2 < hd; e2 += blockDim.x) {
       float a = 0.0f;
       for (int j = 0; j < L; j++) a = fmaf(s[j], v[attn_row(blocks, brows, first + j) * ldv + (i64)kh * hd + e2], a);
@@ -2409,7 +2439,7 @@ __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, cons
                               int rnd) {
   PDL_ENTER();
   attn_rows(dst, ldd, q, ldq, k, ldk, v, ldv, sc, maxL, heads, kvheads, hd, scale, blockIdx.x, qpos0 + blockIdx.x,
-            causal, window, nkeys, probBF16, blocks, brows, rnd);
+            causal, window, nkeys, probBF16, blocks, brows, rnd, blockIdx.y, blockDim.x);
 }
 
 // attn_seq is one query row of attention_seqs_f32 (48 bytes; cuda's
@@ -2437,7 +2467,152 @@ __global__ void attention_seqs_f32(float* dst, i64 ldd, const float* q, i64 ldq,
 #endif
   PDL_ENTER();
   attn_rows(dst, ldd, q, ldq, r.k, r.ldk, r.v, r.ldv, sc, maxL, heads, kvheads, hd, scale, blockIdx.x, r.pos, causal,
-            window, r.nkeys, probBF16, r.blocks, brows, rnd);
+            window, r.nkeys, probBF16, r.blocks, brows, rnd, blockIdx.y, blockDim.x);
+}
+
+// ---- one transformer block a launch ---------------------------------------
+
+// grid_sync: no block of the grid leaves before every block has arrived,
+// and what the blocks wrote before it is visible to all of them after it.
+// ctr is a counter in device memory that only these barriers touch (a
+// multiple of gridDim.x between them, so each barrier's target follows
+// from the count it finds); the grid must be resident all at once.
+__device__ __forceinline__ void grid_sync(unsigned long long* ctr) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    unsigned long long G = gridDim.x;
+    unsigned long long target = (atomicAdd(ctr, 1ull) / G + 1) * G;
+    unsigned long long v;
+    do {
+#ifdef OMNI_EMU
+      v = *(volatile unsigned long long*)ctr;
+#else
+      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(ctr) : "memory");
+#endif
+    } while (v < target);
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+#define SB_PHASES 5
+
+// std_block_f32: one pre-norm transformer block (liquid-audio's
+// StandardBlock: GQA attention with per-head q/k norms and RoPE, then a
+// SwiGLU feed-forward, bf16 rounding points) on one row x [1, D], in place,
+// at position pos of its KV caches kc and vc (row stride ldk, ldv), in one
+// launch of at most one block per multiprocessor:
+//   0: h = n1(x), every block into shared memory; qkv = round(h·Wqkvᵀ)
+//      a unit at a time (the fewest whole heads of hd rows that fill whole
+//      16-row tiles), each head prepared at once (prep_head: q into qs; k
+//      to kc row pos; v copied to vc row pos);
+//   1: o = attention of qs over the cache rows 0 … pos (attn_rows as
+//      attention_f32's 128 threads compute it), rounded, a head at a time;
+//   2: a = round(round(o·Woᵀ) + x), 16 rows at a time;
+//   3: h = n2(a), every block; g1 = round(silu(round(h·W1ᵀ))) and g3 =
+//      round(round(h·W3ᵀ)·g1) for the same 16 rows in one block;
+//   4: x = round(round(g3·W2ᵀ) + a).
+// The phases' items go round the grid's blocks, grid_sync between phases.
+// A launch runs phases p0 … p1 − 1: a GPU all of them; the emulator, whose
+// blocks run one after another, one a launch. Every value is the one the
+// op sequence of the block computes (NormMatMul, PrepHeads, Attention and
+// the products with their folded epilogues), through the same device
+// functions in the same order (mmv_tile's sums depend on K alone), so the
+// two agree bit for bit (TestStdBlockEqualsSeq). qkv, qs, o, a, g1, g3 and
+// sc (the scores: H·(pos+1) floats) are scratch; bar is grid_sync's counter.
+__global__ void __launch_bounds__(512) std_block_f32(
+    float* x, int D, const void* n1w, int n1dt, float n1eps, int n1rnd, int n1rnd1, const u16* wqkv, i64 ldqkv,
+    int H, int KVH, int hd, const void* qnw, int qndt, float qneps, int qnrnd, int qnrnd1, const void* knw, int kndt,
+    float kneps, int knrnd, int knrnd1, const float* invf, int interleaved, int ropeBF16, int pos, float* kc, i64 ldk,
+    float* vc, i64 ldv, float scale, int probBF16, const u16* wo, i64 ldo, const void* n2w, int n2dt, float n2eps,
+    int n2rnd, int n2rnd1, const u16* w1, i64 ld1, const u16* w3, i64 ld3, int F, const u16* w2, i64 ld2, float* qkv,
+    float* qs, float* o, float* a, float* g1, float* g3, float* sc, unsigned long long* bar, int p0, int p1) {
+  extern __shared__ float4 sb4[];
+  __shared__ float sh[8];
+  float* xs = (float*)sb4;  // a normalised row (D floats), then one head (hd)
+  float* y = xs + D;
+  int Hq = H * hd, kvd = KVH * hd, Nqkv = Hq + 2 * kvd;
+  int G = gridDim.x;
+  if (p0 == 0) pdl_prefetch_rows(wqkv, ldqkv, 2, D, blockIdx.x * 16, min(Nqkv, (int)(blockIdx.x + 1) * 16));
+  PDL_ENTER();
+  // The products' prologue: normalise row nx (n1 or n2) into xs the first
+  // time (pmode 1 or 2), after the block's first weights are requested.
+  int pmode = 0;
+  auto pro = [&]() {
+    if (pmode == 0) return;
+    const float* nx = pmode == 1 ? x : a;
+    const void* nw = pmode == 1 ? n1w : n2w;
+    int ndt = pmode == 1 ? n1dt : n2dt, nr = pmode == 1 ? n1rnd : n2rnd, nr1 = pmode == 1 ? n1rnd1 : n2rnd1;
+    float inv = rms_inv(nx, D, pmode == 1 ? n1eps : n2eps, sh);
+    for (int c = threadIdx.x; c < D; c += blockDim.x) xs[c] = rms_apply(nx[c], inv, nr, nw, ndt, nr1, c);
+    __syncthreads();
+    pmode = 0;
+  };
+  for (int ph = p0; ph < p1; ph++) {
+    if (ph > p0) grid_sync(bar);
+    pmode = ph == 0 ? 1 : ph == 3 ? 2 : 0;  // a block without items skips the norm
+    if (ph == 0) {
+      // A unit is the fewest whole heads that fill whole 16-row tiles.
+      int ur = hd;
+      while (ur % 16) ur += hd;
+      int hpu = ur / hd, nh = H + 2 * KVH;
+      for (int u = blockIdx.x; u * hpu < nh; u += G) {
+        for (int r = 0; r < ur && u * ur + r < Nqkv; r += 16) {
+          mmv_tile<16, 1, 1>(qkv, 0, xs, 0, wqkv, ldqkv, nullptr, 0, 1, Nqkv, D, pro, (u * ur + r) / 16, 0, 1, 0, 0,
+                             nullptr, 0, 0, 0);
+          __syncthreads();
+        }
+        for (int hh = u * hpu; hh < min(nh, (u + 1) * hpu); hh++) {
+          int copy = hh >= H + KVH;
+          float* dst;
+          const void* nw = nullptr;
+          int ndt = 0, nr = 0, nr1 = 0;
+          float eps = 0.0f;
+          if (hh < H) {
+            dst = qs + (i64)hh * hd, nw = qnw, ndt = qndt, nr = qnrnd, nr1 = qnrnd1, eps = qneps;
+          } else if (hh < H + KVH) {
+            dst = kc + (i64)pos * ldk + (i64)(hh - H) * hd, nw = knw, ndt = kndt, nr = knrnd, nr1 = knrnd1, eps = kneps;
+          } else {
+            dst = vc + (i64)pos * ldv + (i64)(hh - H - KVH) * hd;
+          }
+          float w0, c0, s0;
+          prep_head_pre(copy, nw, ndt, hd, pos, invf, ropeBF16, w0, c0, s0);
+          prep_head(dst, qkv + (i64)hh * hd, hd, copy, nw, ndt, nr, nr1, eps, interleaved, pos, invf, ropeBF16, 1, w0,
+                    c0, s0, y, sh);
+          __syncthreads();
+        }
+      }
+    } else if (ph == 1) {
+      for (int u = blockIdx.x; u < H; u += G) {
+#ifdef FAULT_STDBLOCK
+        int np = pos;  // the current position's key and value unseen
+#else
+        int np = pos + 1;
+#endif
+        attn_rows(o, 0, qs, 0, kc, ldk, vc, ldv, sc, pos + 1, H, KVH, hd, scale, 0, pos, 1, 0, np, probBF16, nullptr, 1,
+                  1, u, 128);
+        __syncthreads();
+      }
+    } else if (ph == 2) {
+      for (int u = blockIdx.x; u < (D + 15) / 16; u += G) {
+        mmv_tile<16, 1, 1>(a, 0, o, 0, wo, ldo, nullptr, 0, 1, D, Hq, pro, u, 0, 1, 0, 0, x, 0, OP_ADD, 1);
+        __syncthreads();
+      }
+    } else if (ph == 3) {
+      for (int u = blockIdx.x; u < (F + 15) / 16; u += G) {
+        mmv_tile<16, 1, 1>(g1, 0, xs, 0, w1, ld1, nullptr, 0, 1, F, D, pro, u, 0, 1, ACT_SILU, 1, nullptr, 0, 0, 0);
+        __syncthreads();
+        mmv_tile<16, 1, 1>(g3, 0, xs, 0, w3, ld3, nullptr, 0, 1, F, D, pro, u, 0, 1, 0, 0, g1, 0, OP_MUL, 1);
+        __syncthreads();
+      }
+    } else if (ph == 4) {
+      for (int u = blockIdx.x; u < (D + 15) / 16; u += G) {
+        mmv_tile<16, 1, 1>(x, 0, g3, 0, w2, ld2, nullptr, 0, 1, D, F, pro, u, 0, 1, 0, 0, a, 0, OP_ADD, 1);
+        __syncthreads();
+      }
+    }
+  }
 }
 
 // ---- convolutions ----------------------------------------------------------

@@ -29,7 +29,7 @@ var kernelNames = []string{
 	"mmv_bf16_w4n1m1", "mmv_bf16_w16n1m1", "mmv_bf16_w16n2m1", "mmv_bf16_w16n4m1", "mmv_bf16_w16n1m2",
 	"mmvn_bf16_w4", "mmvn_bf16_w16",
 	"attention_f32", "attention_seqs_f32", "shortconv_seqs_f32", "copy_rows_u32", "copy_rows_u16", "copy_many_u32", "copy_many_u16", "conv1d_f32", "convtr1d_f32", "conv2d_f32",
-	"relpos_scores_f32", "heads_matmul_f32",
+	"relpos_scores_f32", "heads_matmul_f32", "std_block_f32",
 }
 
 // Kernel-side codes (kernels.cu).
@@ -133,11 +133,16 @@ type Queue struct {
 	unfused bool
 	stats   queueStats
 	split   *buffer // x split into bf16 parts for the tensor-core products
-	flags   *buffer // which parts each row of split needs
-	err     error   // sticky: the first failure, returned by Read and Sync
-	params  []unsafe.Pointer
-	graphs  graphCache // owner thread only
-	fuse    fused      // guarded by mu
+	// blk is std_block_f32's scratch, blkBar its grid barrier's counter;
+	// blockPhased launches the kernel a phase at a time on a GPU too
+	// (tests: the barriers against launch boundaries). See block.go.
+	blk, blkBar *buffer
+	blockPhased bool
+	flags       *buffer // which parts each row of split needs
+	err         error   // sticky: the first failure, returned by Read and Sync
+	params      []unsafe.Pointer
+	graphs      graphCache // owner thread only
+	fuse        fused      // guarded by mu
 }
 
 var _ gpu.Queue = (*Queue)(nil)

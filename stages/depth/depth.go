@@ -15,7 +15,6 @@ package depth
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -285,58 +284,19 @@ func (d *Depth) norm(c *nn.Ctx, w gpu.Tensor) gpu.RowNorm {
 }
 
 // block runs StandardBlock l on x [B, D] in place, for codebook position
-// pos, appending to the frame's caches.
+// pos, appending to the frame's caches (gpu.Block: one launch on a GPU
+// that fuses it).
 func (d *Depth) block(c *nn.Ctx, l int, x, kc, vc gpu.Tensor, pos int) {
 	mark := c.A.Mark()
 	defer c.A.Release(mark)
 	L := &d.Layers[l]
-	B, D := x.Rows, x.Cols
-	H, KVH, hd := d.Cfg.Heads(), d.Cfg.KVHeads(), d.Cfg.HeadDim()
-	kvd := KVH * hd
-	h := c.Tmp(B, D)
-	qkv := c.Tmp(B, D+2*kvd)
-	c.NormLinear(qkv, h, x, d.norm(c, L.OpNorm), L.QKV, gpu.Tensor{})
-	// k and v go straight to the frame's cache row pos (the B sessions'
-	// [B, kvd] rows are that row's [1, B·kvd]); q stays in qkv for one row
-	// and goes to a contiguous tensor for several (the attention reads it
-	// as one row of B·H heads). Each q/k head: its layernorm, then the fp32
-	// rotation, rounded; v copied (one PrepHeads: one launch on a GPU).
-	q := qkv.ColSlice(0, D)
-	if B > 1 {
-		q = c.Tmp(B, D)
-	}
-	k, v := kc.Row(pos).Reshape(B, kvd), vc.Row(pos).Reshape(B, kvd)
-	p := make([]int32, B)
-	for r := range p {
-		p[r] = int32(pos)
-	}
-	rp := gpu.RoPEParams{Style: gpu.Interleaved, HeadDim: hd, InvFreq: d.InvFreq, Pos: p}
-	gpu.PrepHeads(c.Q, rp, c.P == nn.BF16,
-		gpu.HeadPrep{Dst: q, Src: qkv.ColSlice(0, D), Norm: d.norm(c, L.QNorm)},
-		gpu.HeadPrep{Dst: k, Src: qkv.ColSlice(D, D+kvd), Norm: d.norm(c, L.KNorm)},
-		gpu.HeadPrep{Dst: v, Src: qkv.ColSlice(D+kvd, D+2*kvd), Copy: true})
-	o := c.Tmp(B, D)
-	c.Q.Attention(o.Reshape(1, B*D), q.Reshape(1, B*D), kc.Slice(0, pos+1), vc.Slice(0, pos+1), gpu.AttnParams{
-		Heads: B * H, KVHeads: B * KVH, HeadDim: hd,
-		Scale: float32(1 / math.Sqrt(float64(hd))),
-		QPos0: pos, Causal: true, ProbBF16: c.P == nn.BF16 && d.FlashAttention,
-	})
-	c.Round(o)
-	a := c.Tmp(B, D)
-	c.Linear(a, o, L.Out, gpu.Tensor{})
-	c.Q.Add(a, a, x) // h += x
-	c.Round(a)
-	F := L.W1.Rows
-	g1, g3 := c.Tmp(B, F), c.Tmp(B, F)
-	c.NormLinear(g1, h, a, d.norm(c, L.FFNNorm), L.W1, gpu.Tensor{})
-	c.Q.Act(g1, g1, gpu.SiLU)
-	c.Round(g1)
-	c.Linear(g3, h, L.W3, gpu.Tensor{})
-	// As in lfm2: g3 ⊙ g1 and the down projection straight into x, then
-	// x + a (the same floats, in the order a backend folds into products).
-	c.Q.Mul(g3, g3, g1)
-	c.Round(g3)
-	c.Linear(x, g3, L.W2, gpu.Tensor{})
-	c.Q.Add(x, x, a)
-	c.Round(x)
+	hd := d.Cfg.HeadDim()
+	bf16 := c.P == nn.BF16
+	gpu.RunBlock(c.Q, gpu.Block{
+		X: x, OpNorm: d.norm(c, L.OpNorm), FFNNorm: d.norm(c, L.FFNNorm), QNorm: d.norm(c, L.QNorm), KNorm: d.norm(c, L.KNorm),
+		QKV: L.QKV, Out: L.Out, W1: L.W1, W3: L.W3, W2: L.W2,
+		RoPE:  gpu.RoPEParams{Style: gpu.Interleaved, InvFreq: d.InvFreq},
+		Heads: d.Cfg.Heads(), KVHeads: d.Cfg.KVHeads(), HeadDim: hd, Scale: gpu.AttnScale(hd),
+		ProbBF16: bf16 && d.FlashAttention, K: kc, V: vc, Pos: pos, Round: bf16,
+	}, c.Tmp)
 }

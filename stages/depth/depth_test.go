@@ -183,47 +183,51 @@ func TestGreedyCodes(t *testing.T) {
 }
 
 // TestBatchIndependence: a frame computed for a batch of rows gives each
-// row the codes and logits it gets alone.
+// row the codes and logits it gets alone. On CUDA a row alone runs each
+// block as one fused kernel (gpu.BlockFuser) and a batch as the op
+// sequence: the two agree bit for bit.
 func TestBatchIndependence(t *testing.T) {
-	dev, d, cfg := load(t)
-	H := cfg.LFM.HiddenSize
-	hidden := floats(t, openFixture(t, "case1_question_16k.safetensors"), "step_hidden")
-	rows := []int{7, 8, 20}
-	c := nn.NewCtx(dev, dev.NewQueue("test"), nn.BF16)
-	h := c.Tmp(len(rows), H)
-	var batchLogits [][]float32
-	for r, s := range rows {
-		c.Q.Write(h.Row(r), hidden[s*H:(s+1)*H])
-	}
-	batchLogits = make([][]float32, len(rows)*d.Codebooks)
-	codes, err := d.Frame(c, h, func(r, i int, l []float32) int {
-		batchLogits[r*d.Codebooks+i] = slices.Clone(l)
-		return numcmp.Argmax(l)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for r, s := range rows {
-		c1 := nn.NewCtx(dev, dev.NewQueue("alone"), nn.BF16)
-		h1 := c1.Tmp(1, H)
-		c1.Q.Write(h1, hidden[s*H:(s+1)*H])
-		var alone [][]float32
-		one, err := d.Frame(c1, h1, func(_, i int, l []float32) int {
-			alone = append(alone, slices.Clone(l))
+	testdev.Run(t, func(t *testing.T, dev gpu.Device) {
+		d, cfg := loadOn(t, dev)
+		H := cfg.LFM.HiddenSize
+		hidden := floats(t, openFixture(t, "case1_question_16k.safetensors"), "step_hidden")
+		rows := []int{7, 8, 20}
+		c := nn.NewCtx(dev, dev.NewQueue("test"), nn.BF16)
+		h := c.Tmp(len(rows), H)
+		for r, s := range rows {
+			c.Q.Write(h.Row(r), hidden[s*H:(s+1)*H])
+		}
+		batchLogits := make([][]float32, len(rows)*d.Codebooks)
+		codes, err := d.Frame(c, h, func(r, i int, l []float32) int {
+			batchLogits[r*d.Codebooks+i] = slices.Clone(l)
 			return numcmp.Argmax(l)
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Equal(one[0], codes[r]) {
-			t.Errorf("row %d: batch codes %v, alone %v", r, codes[r], one[0])
-		}
-		for i := range alone {
-			if !slices.Equal(alone[i], batchLogits[r*d.Codebooks+i]) {
-				t.Errorf("row %d codebook %d: logits differ between batch and alone", r, i)
+		c1 := nn.NewCtx(dev, dev.NewQueue("alone"), nn.BF16)
+		for r, s := range rows {
+			c1.A.Reset()
+			h1 := c1.Tmp(1, H)
+			c1.Q.Write(h1, hidden[s*H:(s+1)*H])
+			var alone [][]float32
+			one, err := d.Frame(c1, h1, func(_, i int, l []float32) int {
+				alone = append(alone, slices.Clone(l))
+				return numcmp.Argmax(l)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(one[0], codes[r]) {
+				t.Errorf("row %d: batch codes %v, alone %v", r, codes[r], one[0])
+			}
+			for i := range alone {
+				if !slices.Equal(alone[i], batchLogits[r*d.Codebooks+i]) {
+					t.Errorf("row %d codebook %d: logits differ between batch and alone", r, i)
+				}
 			}
 		}
-	}
+	})
 }
 
 func TestInvFreq(t *testing.T) {

@@ -1,0 +1,156 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/omni-pipe/omni-pipe/gpu"
+)
+
+// A whole transformer block in one launch (gpu.BlockFuser).
+//
+// A one-session depthformer frame is 8 codebooks × 6 blocks, and each
+// block as ops is seven dependent kernels (the fused norm and qkv
+// product, the heads' norms and rotations, the attention, the out
+// product, the fused norm and w1, w3 with the GLU, w2): ≈ 340 of a frame's
+// ≈ 370 launches, 5–7 µs each on an H200 while their weights take
+// 0.5–1.5 µs of HBM time. std_block_f32 (kernels.cu) runs the block's five
+// dependent phases in one grid of at most one block per multiprocessor,
+// separated by grid-wide barriers on a counter in device memory, each
+// phase computing what the op sequence computes through the same device
+// functions, so the floats are the sequence's bit for bit.
+//
+// A grid barrier needs the whole grid resident at once. One grid of at
+// most one 512-thread block per multiprocessor is (the kernel's launch
+// bounds keep it to one multiprocessor's registers); but two such grids
+// on two streams could each hold part of the GPU and wait for the rest.
+// So one queue of a device fuses blocks: the first to ask (the engine's
+// depthformer); any other runs the sequence. The emulator runs a grid's
+// blocks one after another, so there each phase is a launch of its own:
+// the same floats, the barrier being the launch boundary.
+
+// blockMaxD and blockMaxHead bound what std_block_f32 keeps in shared
+// memory: a normalised row of D floats and one head, beside the products'
+// 8 KiB of class sums, within the 48 KiB a block may use without opting
+// in.
+const (
+	blockMaxD    = 8192
+	blockMaxHead = 256
+	blockThreads = 512
+	blockPhases  = 5 // kernels.cu SB_PHASES
+)
+
+// blockUnfusable says why std_block_f32 cannot run b on q ("" when it can).
+func (q *Queue) blockUnfusable(b gpu.Block) string {
+	B, D := b.X.Rows, b.X.Cols
+	_, _, kvd, F := b.Dims()
+	switch {
+	case q.d.noBlock || q.unfused:
+		return "turned off"
+	case !q.tensorCores() || q.tileForce || q.mmvForce != "":
+		return "not the tensor-core products"
+	case !b.Round:
+		return "not bf16 rounding"
+	case B != 1:
+		return fmt.Sprintf("%d rows", B)
+	case D > blockMaxD || b.HeadDim > blockMaxHead || b.HeadDim%2 != 0 || F == 0:
+		return fmt.Sprintf("width %d, heads of %d", D, b.HeadDim)
+	case b.X.DType() != gpu.F32 || b.K.DType() != gpu.F32 || b.V.DType() != gpu.F32 || b.K.Cols != kvd:
+		return "activations or caches not F32"
+	}
+	for _, w := range []gpu.Tensor{b.QKV, b.Out, b.W1, b.W3, b.W2} {
+		if w.DType() != gpu.BF16 || q.ptr(w)%16 != 0 || w.Stride%8 != 0 {
+			return fmt.Sprintf("weight %v not aligned BF16", w)
+		}
+	}
+	for _, n := range []struct {
+		n gpu.RowNorm
+		k int
+	}{{b.OpNorm, D}, {b.FFNNorm, D}, {b.QNorm, b.HeadDim}, {b.KNorm, b.HeadDim}} {
+		if !n.n.W.IsNil() && (n.n.W.Len() < n.k || dtCode(n.n.W.DType()) == 0) {
+			return fmt.Sprintf("norm weight %v for %d columns", n.n.W, n.k)
+		}
+	}
+	if _, ok := q.d.fns["std_block_f32"]; !ok {
+		return "no kernel"
+	}
+	if o := q.d.blockOwner.Load(); o != q && (o != nil || !q.d.blockOwner.CompareAndSwap(nil, q)) {
+		return "another queue fuses this device's blocks"
+	}
+	return ""
+}
+
+// blockGrid is std_block_f32's grid for b: one block per work item of its
+// largest phase, at most one per multiprocessor.
+func (q *Queue) blockGrid(b gpu.Block) int {
+	D, _, _, F := b.Dims()
+	ur := b.HeadDim // kernels.cu's unit of phase 0: whole heads, whole tiles
+	for ur%16 != 0 {
+		ur += b.HeadDim
+	}
+	hpu := ur / b.HeadDim
+	n := max((b.Heads+2*b.KVHeads+hpu-1)/hpu, b.Heads, (D+15)/16, (F+15)/16)
+	return max(1, min(n, q.d.sms))
+}
+
+// FuseBlock implements gpu.BlockFuser: one launch of std_block_f32 (one
+// a phase on the emulator) for a block of one row in bf16 on the tensor
+// cores; false, having done nothing, for anything else.
+func (q *Queue) FuseBlock(b gpu.Block) bool {
+	if q.blockUnfusable(b) != "" {
+		return false
+	}
+	q.fuseBlock(b, !q.d.drv.emulated && !q.blockPhased)
+	return true
+}
+
+// fuseBlock records std_block_f32 for b: all phases in one launch when
+// whole, else one launch a phase (the emulator; a test's reference).
+func (q *Queue) fuseBlock(b gpu.Block, whole bool) {
+	D, hq, kvd, F := b.Dims()
+	H, hd := b.Heads, b.HeadDim
+	seg := func(n int) int { return (n + 3) &^ 3 } // 16-byte aligned pieces
+	nqkv := hq + 2*kvd
+	offs := []int{seg(nqkv), seg(hq), seg(hq), seg(D), seg(F), seg(F), seg(H * (b.Pos + 1))}
+	need := 0
+	for j, n := range offs {
+		offs[j] = need
+		need += n
+	}
+	if q.blk == nil || q.blk.n < need {
+		q.grow(&q.blk, gpu.F32, need)
+	}
+	if q.blkBar == nil {
+		bar, err := q.d.alloc(gpu.I32, 2, nil) // a zeroed uint64
+		if err != nil {
+			panic(fmt.Sprintf("cuda: block barrier: %v", err))
+		}
+		q.blkBar = bar
+	}
+	scratch := func(j int) arg { return q.t(gpu.Tensor{Buf: q.blk, Off: offs[j], Rows: 1, Cols: 1, Stride: 1}) }
+	norm := func(n gpu.RowNorm) []arg {
+		return []arg{q.t(n.W), p(dtCode(n.W.DType())), f(n.Eps), b2i(n.Round), b2i(n.RoundW && !n.W.IsNil())}
+	}
+	args := []arg{q.t(b.X), i(D)}
+	args = append(args, norm(b.OpNorm)...)
+	args = append(args, q.t(b.QKV), ld(b.QKV), i(H), i(b.KVHeads), i(hd))
+	args = append(args, norm(b.QNorm)...)
+	args = append(args, norm(b.KNorm)...)
+	args = append(args, q.constant(b.RoPE.InvFreq), b2i(b.RoPE.Style == gpu.Interleaved), b2i(b.RoPE.BF16), i(b.Pos),
+		q.t(b.K), ld(b.K), q.t(b.V), ld(b.V), f(b.Scale), b2i(b.ProbBF16), q.t(b.Out), ld(b.Out))
+	args = append(args, norm(b.FFNNorm)...)
+	args = append(args, q.t(b.W1), ld(b.W1), q.t(b.W3), ld(b.W3), i(F), q.t(b.W2), ld(b.W2))
+	for j := range offs {
+		args = append(args, scratch(j))
+	}
+	args = append(args, q.t(gpu.Tensor{Buf: q.blkBar, Rows: 1, Cols: 2, Stride: 2}))
+	grid := [3]uint32{uint32(q.blockGrid(b)), 1, 1}
+	shm := 4 * max(D+hd, hd+32+max(128, hd))
+	block := [2]uint32{blockThreads, 1}
+	if whole {
+		q.launch("std_block_f32", grid, block, shm, append(args, i(0), i(blockPhases))...)
+		return
+	}
+	for ph := 0; ph < blockPhases; ph++ {
+		q.launch("std_block_f32", grid, block, shm, append(args[:len(args):len(args)], i(ph), i(ph+1))...)
+	}
+}
