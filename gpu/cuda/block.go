@@ -103,19 +103,36 @@ func (q *Queue) FuseBlock(b gpu.Block) bool {
 	return true
 }
 
-// fuseBlock records std_block_f32 for b: all phases in one launch when
+// blockScratch lays out std_block_f32's scratch for b: the offsets (in
+// floats, 16-byte aligned) of qkv, q, o, a, g1, g3 and the scores, and
+// the floats needed.
+func blockScratch(b gpu.Block) (offs [7]int, need int) {
+	D, hq, kvd, F := b.Dims()
+	for j, n := range [7]int{hq + 2*kvd, hq, hq, D, F, F, b.Heads * (b.Pos + 1)} {
+		offs[j] = need
+		need += (n + 3) &^ 3
+	}
+	return offs, need
+}
+
+// fuseBlock records std_block_f32 for b: every phase in one launch when
 // whole, else one launch a phase (the emulator; a test's reference).
 func (q *Queue) fuseBlock(b gpu.Block, whole bool) {
-	D, hq, kvd, F := b.Dims()
-	H, hd := b.Heads, b.HeadDim
-	seg := func(n int) int { return (n + 3) &^ 3 } // 16-byte aligned pieces
-	nqkv := hq + 2*kvd
-	offs := []int{seg(nqkv), seg(hq), seg(hq), seg(D), seg(F), seg(F), seg(H * (b.Pos + 1))}
-	need := 0
-	for j, n := range offs {
-		offs[j] = need
-		need += n
+	if whole {
+		q.blockLaunch(b, 0, blockPhases)
+		return
 	}
+	for ph := 0; ph < blockPhases; ph++ {
+		q.blockLaunch(b, ph, ph+1)
+	}
+}
+
+// blockLaunch records one launch of std_block_f32 for b's phases p0 …
+// p1 − 1 (the scratch persists between launches).
+func (q *Queue) blockLaunch(b gpu.Block, p0, p1 int) {
+	D, _, _, F := b.Dims()
+	H, hd := b.Heads, b.HeadDim
+	offs, need := blockScratch(b)
 	if q.blk == nil || q.blk.n < need {
 		q.grow(&q.blk, gpu.F32, need)
 	}
@@ -126,7 +143,6 @@ func (q *Queue) fuseBlock(b gpu.Block, whole bool) {
 		}
 		q.blkBar = bar
 	}
-	scratch := func(j int) arg { return q.t(gpu.Tensor{Buf: q.blk, Off: offs[j], Rows: 1, Cols: 1, Stride: 1}) }
 	norm := func(n gpu.RowNorm) []arg {
 		return []arg{q.t(n.W), p(dtCode(n.W.DType())), f(n.Eps), b2i(n.Round), b2i(n.RoundW && !n.W.IsNil())}
 	}
@@ -139,18 +155,10 @@ func (q *Queue) fuseBlock(b gpu.Block, whole bool) {
 		q.t(b.K), ld(b.K), q.t(b.V), ld(b.V), f(b.Scale), b2i(b.ProbBF16), q.t(b.Out), ld(b.Out))
 	args = append(args, norm(b.FFNNorm)...)
 	args = append(args, q.t(b.W1), ld(b.W1), q.t(b.W3), ld(b.W3), i(F), q.t(b.W2), ld(b.W2))
-	for j := range offs {
-		args = append(args, scratch(j))
+	for _, o := range offs {
+		args = append(args, q.t(gpu.Tensor{Buf: q.blk, Off: o, Rows: 1, Cols: 1, Stride: 1}))
 	}
-	args = append(args, q.t(gpu.Tensor{Buf: q.blkBar, Rows: 1, Cols: 2, Stride: 2}))
-	grid := [3]uint32{uint32(q.blockGrid(b)), 1, 1}
+	args = append(args, q.t(gpu.Tensor{Buf: q.blkBar, Rows: 1, Cols: 2, Stride: 2}), i(p0), i(p1))
 	shm := 4 * max(D+hd, hd+32+max(128, hd))
-	block := [2]uint32{blockThreads, 1}
-	if whole {
-		q.launch("std_block_f32", grid, block, shm, append(args, i(0), i(blockPhases))...)
-		return
-	}
-	for ph := 0; ph < blockPhases; ph++ {
-		q.launch("std_block_f32", grid, block, shm, append(args[:len(args):len(args)], i(ph), i(ph+1))...)
-	}
+	q.launch("std_block_f32", [3]uint32{uint32(q.blockGrid(b)), 1, 1}, [2]uint32{blockThreads, 1}, shm, args...)
 }

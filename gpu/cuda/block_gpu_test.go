@@ -17,6 +17,8 @@ type blockCase struct {
 	kc   []float32 // the caches' initial contents
 	vc   []float32
 	free []gpu.Tensor
+	// host holds every loaded weight's values (row-major), by its buffer.
+	host map[gpu.Buffer][]float32
 }
 
 // blockShape is a block's dimensions and position.
@@ -45,7 +47,7 @@ var blockShapes = []blockShape{
 
 func newBlockCase(d *Device, s blockShape, seed uint64) (*blockCase, error) {
 	rng := rand.New(rand.NewPCG(seed, 77))
-	c := &blockCase{}
+	c := &blockCase{host: map[gpu.Buffer][]float32{}}
 	vals := func(n int, scale float64) []float32 {
 		v := make([]float32, n)
 		for i := range v {
@@ -55,13 +57,16 @@ func newBlockCase(d *Device, s blockShape, seed uint64) (*blockCase, error) {
 	}
 	load := func(rows, cols int, scale, offset float64) (gpu.Tensor, error) {
 		b := make([]byte, 2*rows*cols)
-		for i, v := range vals(rows*cols, scale) {
+		hv := vals(rows*cols, scale)
+		for i, v := range hv {
 			h := gpu.F32ToBF16(v + float32(offset))
 			b[2*i], b[2*i+1] = byte(h), byte(h>>8)
+			hv[i] = gpu.BF16ToF32(h)
 		}
 		t, err := d.Load(gpu.BF16, rows, cols, b)
 		if err == nil {
 			c.free = append(c.free, t)
+			c.host[t.Buf] = hv
 		}
 		return t, err
 	}

@@ -41,6 +41,7 @@ var Faults = map[string]string{
 	"COPY_MANY":       "copymany",        // drops the last row of every copy of several rows
 	"RELPOS_SCORES":   "relposscores",    // the rows after the first take rel_shift one column on
 	"HEADS_MATMUL":    "headsmatmul",     // every head after the first reads vt one row early
+	"STDBLOCK":        "block",           // the fused block's attention leaves out the key and value at Pos
 }
 
 // testFaults are planted faults checked by a test of their own instead of

@@ -2528,14 +2528,14 @@ __global__ void __launch_bounds__(512) std_block_f32(
     float* vc, i64 ldv, float scale, int probBF16, const u16* wo, i64 ldo, const void* n2w, int n2dt, float n2eps,
     int n2rnd, int n2rnd1, const u16* w1, i64 ld1, const u16* w3, i64 ld3, int F, const u16* w2, i64 ld2, float* qkv,
     float* qs, float* o, float* a, float* g1, float* g3, float* sc, unsigned long long* bar, int p0, int p1) {
+  if (p0 == 0) pdl_prefetch_rows(wqkv, ldqkv, 2, D, blockIdx.x * 16, min((H + 2 * KVH) * hd, (int)(blockIdx.x + 1) * 16));
+  PDL_ENTER();
   extern __shared__ float4 sb4[];
   __shared__ float sh[8];
   float* xs = (float*)sb4;  // a normalised row (D floats), then one head (hd)
   float* y = xs + D;
   int Hq = H * hd, kvd = KVH * hd, Nqkv = Hq + 2 * kvd;
   int G = gridDim.x;
-  if (p0 == 0) pdl_prefetch_rows(wqkv, ldqkv, 2, D, blockIdx.x * 16, min(Nqkv, (int)(blockIdx.x + 1) * 16));
-  PDL_ENTER();
   // The products' prologue: normalise row nx (n1 or n2) into xs the first
   // time (pmode 1 or 2), after the block's first weights are requested.
   int pmode = 0;

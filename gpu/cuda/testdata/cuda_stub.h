@@ -22,5 +22,7 @@ double __shfl_xor_sync(unsigned, double, int); int __shfl_xor_sync(unsigned, int
 long long __double_as_longlong(double); double __longlong_as_double(long long);
 int __syncthreads_or(int); unsigned __ballot_sync(unsigned, int); int __popc(unsigned);
 unsigned atomicOr(unsigned*, unsigned); unsigned atomicAdd(unsigned*, unsigned);
+unsigned long long atomicAdd(unsigned long long*, unsigned long long);
+void __threadfence();
 using std::rint; using std::ldexp; using std::fmax;
 int __shfl_up_sync(unsigned, int, int); int __ffs(int);
