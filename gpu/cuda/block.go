@@ -30,10 +30,10 @@ import (
 
 // blockMaxD and blockMaxHead bound what std_block_f32 keeps in shared
 // memory: a normalised row of D floats and one head, beside the products'
-// 8 KiB of class sums, within the 48 KiB a block may use without opting
-// in.
+// 24 KiB of class sums (one and two tiles a pass), within the 48 KiB a
+// block may use without opting in.
 const (
-	blockMaxD    = 8192
+	blockMaxD    = 4096
 	blockMaxHead = 256
 	blockThreads = 512
 	blockPhases  = 5 // kernels.cu SB_PHASES
@@ -88,7 +88,7 @@ func (q *Queue) blockGrid(b gpu.Block) int {
 		ur += b.HeadDim
 	}
 	hpu := ur / b.HeadDim
-	n := max((b.Heads+2*b.KVHeads+hpu-1)/hpu, b.Heads, (D+15)/16, (F+15)/16)
+	n := max((b.Heads+2*b.KVHeads+hpu-1)/hpu, b.Heads, (D+15)/16, (F+31)/32)
 	return max(1, min(n, q.d.sms))
 }
 
@@ -137,7 +137,7 @@ func (q *Queue) blockLaunch(b gpu.Block, p0, p1 int) {
 		q.grow(&q.blk, gpu.F32, need)
 	}
 	if q.blkBar == nil {
-		bar, err := q.d.alloc(gpu.I32, 2, nil) // a zeroed uint64
+		bar, err := q.d.alloc(gpu.I32, 2, nil) // grid_sync's count and generation, zeroed
 		if err != nil {
 			panic(fmt.Sprintf("cuda: block barrier: %v", err))
 		}

@@ -101,14 +101,12 @@ __device__ __forceinline__ float rbf16(float v) {
 // prefetching all at once evicted its own lines from L2 before reading
 // them (the 256 MiB head's tile kernel fell from 3.38 to 2.79 TB/s). A
 // no-op before sm_90.
-__device__ __forceinline__ void pdl_prefetch_rows(const void* w, i64 ld, int es, int cols, int r0, int r1) {
+// pdl_prefetch_any is the prefetch itself, for any block (rows r0 … r1 − 1,
+// a row a thread, each row's 16-byte-aligned interior).
+__device__ __forceinline__ void pdl_prefetch_any(const void* w, i64 ld, int es, int cols, int r0, int r1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(OMNI_EMU)
-  u32 nsm;
-  asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
-  if (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z) >= nsm) return;
   i64 rb = (i64)cols * es;
   if (rb <= 0) return;
-  r1 = (int)min((i64)r1, (i64)r0 + max((i64)1, (i64)65536 / rb));
   unsigned long long base;
   asm("cvta.to.global.u64 %0, %1;" : "=l"(base) : "l"(w));
   for (int r = r0 + (int)threadIdx.x; r < r1; r += (int)blockDim.x) {
@@ -116,6 +114,17 @@ __device__ __forceinline__ void pdl_prefetch_rows(const void* w, i64 ld, int es,
     unsigned long long lo = (a + 15) & ~15ull, hi = (a + (unsigned long long)cols * es) & ~15ull;
     if (hi > lo) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"((u32)(hi - lo)) : "memory");
   }
+#endif
+}
+
+__device__ __forceinline__ void pdl_prefetch_rows(const void* w, i64 ld, int es, int cols, int r0, int r1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(OMNI_EMU)
+  u32 nsm;
+  asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
+  if (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z) >= nsm) return;
+  i64 rb = (i64)cols * es;
+  if (rb <= 0) return;
+  pdl_prefetch_any(w, ld, es, cols, r0, (int)min((i64)r1, (i64)r0 + max((i64)1, (i64)65536 / rb)));
 #endif
 }
 
@@ -2474,29 +2483,56 @@ __global__ void attention_seqs_f32(float* dst, i64 ldd, const float* q, i64 ldq,
 
 // grid_sync: no block of the grid leaves before every block has arrived,
 // and what the blocks wrote before it is visible to all of them after it.
-// ctr is a counter in device memory that only these barriers touch (a
-// multiple of gridDim.x between them, so each barrier's target follows
-// from the count it finds); the grid must be resident all at once.
-__device__ __forceinline__ void grid_sync(unsigned long long* ctr) {
+// bar[0] counts the arrivals, bar[1] the barriers passed: a block reads
+// the generation before it arrives, the last to arrive resets the count
+// and moves the generation on, the others wait for it to move. Only these
+// barriers touch bar (zeroed once; the count is 0 between barriers, so
+// grids of any size may use it one after another). The grid must be
+// resident all at once.
+__device__ __forceinline__ void grid_sync(unsigned* bar) {
   __syncthreads();
   if (threadIdx.x == 0) {
+    volatile unsigned* vb = bar;
+    unsigned gen = vb[1];
     __threadfence();
-    unsigned long long G = gridDim.x;
-    unsigned long long target = (atomicAdd(ctr, 1ull) / G + 1) * G;
-    unsigned long long v;
-    do {
-#ifdef OMNI_EMU
-      v = *(volatile unsigned long long*)ctr;
-#else
-      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(ctr) : "memory");
-#endif
-    } while (v < target);
+    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+      vb[0] = 0;
+      __threadfence();
+      atomicAdd(bar + 1, 1u);
+    } else {
+      while (vb[1] == gen) {
+      }
+    }
     __threadfence();
   }
   __syncthreads();
 }
 
+// prefetch_share asks L2 for this block's share (1/gridDim.x of the rows)
+// of a [rows, cols] matrix of es-byte elements with row stride ld (sm_90's
+// bulk prefetch of each row's 16-byte-aligned interior, a row a thread).
+// A prefetch only warms the cache, so it may run before the PDL wait.
+__device__ __forceinline__ void prefetch_share(const void* w, i64 ld, int es, int cols, int rows) {
+  int per = (rows + gridDim.x - 1) / gridDim.x;
+  int r0 = blockIdx.x * per;
+  pdl_prefetch_any(w, ld, es, cols, r0, min(rows, r0 + per));
+}
+
 #define SB_PHASES 5
+
+// block_prefetch starts a block's weights (≈ 22 MB in the depthformer,
+// which L2 holds) streaming into L2 at once, each block of the grid its
+// share of every matrix, so that the phases read them from L2 instead of
+// each waiting on DRAM in turn.
+__device__ __forceinline__ void block_prefetch(const u16* wqkv, i64 ldqkv, const u16* wo, i64 ldo, const u16* w1,
+                                               i64 ld1, const u16* w3, i64 ld3, const u16* w2, i64 ld2, int D,
+                                               int hq, int nqkv, int F) {
+  prefetch_share(wqkv, ldqkv, 2, D, nqkv);
+  prefetch_share(wo, ldo, 2, hq, D);
+  prefetch_share(w1, ld1, 2, D, F);
+  prefetch_share(w3, ld3, 2, D, F);
+  prefetch_share(w2, ld2, 2, F, D);
+}
 
 // std_block_f32: one pre-norm transformer block (liquid-audio's
 // StandardBlock: GQA attention with per-head q/k norms and RoPE, then a
@@ -2511,7 +2547,7 @@ __device__ __forceinline__ void grid_sync(unsigned long long* ctr) {
 //      attention_f32's 128 threads compute it), rounded, a head at a time;
 //   2: a = round(round(o·Woᵀ) + x), 16 rows at a time;
 //   3: h = n2(a), every block; g1 = round(silu(round(h·W1ᵀ))) and g3 =
-//      round(round(h·W3ᵀ)·g1) for the same 16 rows in one block;
+//      round(round(h·W3ᵀ)·g1) for the same 32 rows in one block;
 //   4: x = round(round(g3·W2ᵀ) + a).
 // The phases' items go round the grid's blocks, grid_sync between phases.
 // A launch runs phases p0 … p1 − 1: a GPU all of them; the emulator, whose
@@ -2527,8 +2563,8 @@ __global__ void __launch_bounds__(512) std_block_f32(
     float kneps, int knrnd, int knrnd1, const float* invf, int interleaved, int ropeBF16, int pos, float* kc, i64 ldk,
     float* vc, i64 ldv, float scale, int probBF16, const u16* wo, i64 ldo, const void* n2w, int n2dt, float n2eps,
     int n2rnd, int n2rnd1, const u16* w1, i64 ld1, const u16* w3, i64 ld3, int F, const u16* w2, i64 ld2, float* qkv,
-    float* qs, float* o, float* a, float* g1, float* g3, float* sc, unsigned long long* bar, int p0, int p1) {
-  if (p0 == 0) pdl_prefetch_rows(wqkv, ldqkv, 2, D, blockIdx.x * 16, min((H + 2 * KVH) * hd, (int)(blockIdx.x + 1) * 16));
+    float* qs, float* o, float* a, float* g1, float* g3, float* sc, unsigned* bar, int p0, int p1) {
+  if (p0 == 0) block_prefetch(wqkv, ldqkv, wo, ldo, w1, ld1, w3, ld3, w2, ld2, D, H * hd, (H + 2 * KVH) * hd, F);
   PDL_ENTER();
   extern __shared__ float4 sb4[];
   __shared__ float sh[8];
@@ -2559,8 +2595,14 @@ __global__ void __launch_bounds__(512) std_block_f32(
       int hpu = ur / hd, nh = H + 2 * KVH;
       for (int u = blockIdx.x; u * hpu < nh; u += G) {
         for (int r = 0; r < ur && u * ur + r < Nqkv; r += 16) {
-          mmv_tile<16, 1, 1>(qkv, 0, xs, 0, wqkv, ldqkv, nullptr, 0, 1, Nqkv, D, pro, (u * ur + r) / 16, 0, 1, 0, 0,
-                             nullptr, 0, 0, 0);
+          if (r + 32 <= ur && (u * ur + r) % 32 == 0) {  // two tiles at once
+            mmv_tile<16, 2, 1>(qkv, 0, xs, 0, wqkv, ldqkv, nullptr, 0, 1, Nqkv, D, pro, (u * ur + r) / 32, 0, 1, 0, 0,
+                               nullptr, 0, 0, 0);
+            r += 16;
+          } else {
+            mmv_tile<16, 1, 1>(qkv, 0, xs, 0, wqkv, ldqkv, nullptr, 0, 1, Nqkv, D, pro, (u * ur + r) / 16, 0, 1, 0,
+                               0, nullptr, 0, 0, 0);
+          }
           __syncthreads();
         }
         for (int hh = u * hpu; hh < min(nh, (u + 1) * hpu); hh++) {
@@ -2600,10 +2642,11 @@ __global__ void __launch_bounds__(512) std_block_f32(
         __syncthreads();
       }
     } else if (ph == 3) {
-      for (int u = blockIdx.x; u < (F + 15) / 16; u += G) {
-        mmv_tile<16, 1, 1>(g1, 0, xs, 0, w1, ld1, nullptr, 0, 1, F, D, pro, u, 0, 1, ACT_SILU, 1, nullptr, 0, 0, 0);
+      // 32 rows of w1 and then of w3 a unit (two tiles in one pass).
+      for (int u = blockIdx.x; u < (F + 31) / 32; u += G) {
+        mmv_tile<16, 2, 1>(g1, 0, xs, 0, w1, ld1, nullptr, 0, 1, F, D, pro, u, 0, 1, ACT_SILU, 1, nullptr, 0, 0, 0);
         __syncthreads();
-        mmv_tile<16, 1, 1>(g3, 0, xs, 0, w3, ld3, nullptr, 0, 1, F, D, pro, u, 0, 1, 0, 0, g1, 0, OP_MUL, 1);
+        mmv_tile<16, 2, 1>(g3, 0, xs, 0, w3, ld3, nullptr, 0, 1, F, D, pro, u, 0, 1, 0, 0, g1, 0, OP_MUL, 1);
         __syncthreads();
       }
     } else if (ph == 4) {
