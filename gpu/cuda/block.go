@@ -88,7 +88,7 @@ func (q *Queue) blockGrid(b gpu.Block) int {
 		ur += b.HeadDim
 	}
 	hpu := ur / b.HeadDim
-	n := max((b.Heads+2*b.KVHeads+hpu-1)/hpu, b.Heads, (D+15)/16, (F+31)/32)
+	n := max((b.Heads+2*b.KVHeads+hpu-1)/hpu, b.Heads, (D+15)/16, (F+15)/16)
 	return max(1, min(n, q.d.sms))
 }
 
@@ -99,16 +99,16 @@ func (q *Queue) FuseBlock(b gpu.Block) bool {
 	if q.blockUnfusable(b) != "" {
 		return false
 	}
-	q.fuseBlock(b, !q.d.drv.emulated && !q.blockPhased)
+	q.fuseBlock(b, !q.d.drv.emulated && !q.d.phasedBlock && !q.blockPhased)
 	return true
 }
 
 // blockScratch lays out std_block_f32's scratch for b: the offsets (in
-// floats, 16-byte aligned) of qkv, q, o, a, g1, g3 and the scores, and
-// the floats needed.
-func blockScratch(b gpu.Block) (offs [7]int, need int) {
+// floats, 16-byte aligned) of qkv, q, o, a, g3 and the scores, and the
+// floats needed.
+func blockScratch(b gpu.Block) (offs [6]int, need int) {
 	D, hq, kvd, F := b.Dims()
-	for j, n := range [7]int{hq + 2*kvd, hq, hq, D, F, F, b.Heads * (b.Pos + 1)} {
+	for j, n := range [6]int{hq + 2*kvd, hq, hq, D, F, b.Heads * (b.Pos + 1)} {
 		offs[j] = need
 		need += (n + 3) &^ 3
 	}

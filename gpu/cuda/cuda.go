@@ -112,6 +112,10 @@ type Options struct {
 	// launches) instead of std_block_f32's one (for A/B measurements; env
 	// OMNIPIPE_CUDA_BLOCK=off does the same). See block.go.
 	NoFusedBlock bool
+	// PhasedBlock launches std_block_f32 a phase at a time (five launches
+	// a block, the launch boundaries in place of its grid barriers), so
+	// that a profile times each phase (env OMNIPIPE_CUDA_BLOCK=phased).
+	PhasedBlock bool
 	// MatMul selects the kernels of BF16-weight products: "mma" (the
 	// default: tensor cores, x split into three bf16 parts, the sums in
 	// one K-only order from one row to thousands) or "fma" (CUDA cores,
@@ -139,8 +143,11 @@ func New(o Options) (*Device, error) {
 	if os.Getenv("OMNIPIPE_CUDA_PDL") == "off" {
 		o.NoPDL = true
 	}
-	if os.Getenv("OMNIPIPE_CUDA_BLOCK") == "off" {
+	switch os.Getenv("OMNIPIPE_CUDA_BLOCK") {
+	case "off":
 		o.NoFusedBlock = true
+	case "phased":
+		o.PhasedBlock = true
 	}
 	if v := os.Getenv("OMNIPIPE_CUDA_PROFILE"); v != "" {
 		o.Profile, o.profilePath = true, v

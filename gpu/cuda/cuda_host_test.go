@@ -910,8 +910,7 @@ var preWaitKernels = map[string]string{
 }
 
 // TestKernelsBeginWithPDLEnter checks that every kernel in kernels.cu
-// begins with PDL_ENTER (at most an L2 prefetch of weights before it,
-// pdl_prefetch_rows or std_block_f32's block_prefetch):
+// begins with PDL_ENTER (at most an L2 prefetch of weights before it):
 // a kernel that read or wrote memory before its griddepcontrol.wait could
 // race the kernel before it under programmatic launch. The kernels of
 // preWaitKernels read their uploaded tables first; their bodies (or the
@@ -938,7 +937,7 @@ func TestKernelsBeginWithPDLEnter(t *testing.T) {
 			continue
 		}
 		j := i + 1
-		for j < len(lines) && (strings.Contains(lines[j], "pdl_prefetch_rows(") || strings.Contains(lines[j], " block_prefetch(")) {
+		for j < len(lines) && strings.Contains(lines[j], "pdl_prefetch_rows(") {
 			j++
 		}
 		if j >= len(lines) || !strings.HasPrefix(strings.TrimSpace(lines[j]), "PDL_ENTER();") {

@@ -58,6 +58,8 @@ type Device struct {
 	// Options.NoFusedBlock.
 	blockOwner atomic.Pointer[Queue]
 	noBlock    bool
+	// phasedBlock: Options.PhasedBlock (and always on the emulator).
+	phasedBlock bool
 
 	mod      uintptr
 	fns      map[string]uintptr
@@ -115,7 +117,7 @@ func openDevice(o Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, work: make(chan func()), exited: make(chan struct{})}
+	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, phasedBlock: o.PhasedBlock, work: make(chan func()), exited: make(chan struct{})}
 	if o.Profile {
 		p, err := newProfiler(drv)
 		if err != nil {

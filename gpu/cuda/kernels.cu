@@ -101,22 +101,6 @@ __device__ __forceinline__ float rbf16(float v) {
 // prefetching all at once evicted its own lines from L2 before reading
 // them (the 256 MiB head's tile kernel fell from 3.38 to 2.79 TB/s). A
 // no-op before sm_90.
-// pdl_prefetch_any is the prefetch itself, for any block (rows r0 … r1 − 1,
-// a row a thread, each row's 16-byte-aligned interior).
-__device__ __forceinline__ void pdl_prefetch_any(const void* w, i64 ld, int es, int cols, int r0, int r1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(OMNI_EMU)
-  i64 rb = (i64)cols * es;
-  if (rb <= 0) return;
-  unsigned long long base;
-  asm("cvta.to.global.u64 %0, %1;" : "=l"(base) : "l"(w));
-  for (int r = r0 + (int)threadIdx.x; r < r1; r += (int)blockDim.x) {
-    unsigned long long a = base + (unsigned long long)((i64)r * ld * es);
-    unsigned long long lo = (a + 15) & ~15ull, hi = (a + (unsigned long long)cols * es) & ~15ull;
-    if (hi > lo) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"((u32)(hi - lo)) : "memory");
-  }
-#endif
-}
-
 __device__ __forceinline__ void pdl_prefetch_rows(const void* w, i64 ld, int es, int cols, int r0, int r1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(OMNI_EMU)
   u32 nsm;
@@ -124,7 +108,14 @@ __device__ __forceinline__ void pdl_prefetch_rows(const void* w, i64 ld, int es,
   if (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z) >= nsm) return;
   i64 rb = (i64)cols * es;
   if (rb <= 0) return;
-  pdl_prefetch_any(w, ld, es, cols, r0, (int)min((i64)r1, (i64)r0 + max((i64)1, (i64)65536 / rb)));
+  r1 = (int)min((i64)r1, (i64)r0 + max((i64)1, (i64)65536 / rb));
+  unsigned long long base;
+  asm("cvta.to.global.u64 %0, %1;" : "=l"(base) : "l"(w));
+  for (int r = r0 + (int)threadIdx.x; r < r1; r += (int)blockDim.x) {
+    unsigned long long a = base + (unsigned long long)((i64)r * ld * es);
+    unsigned long long lo = (a + 15) & ~15ull, hi = (a + (unsigned long long)cols * es) & ~15ull;
+    if (hi > lo) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"((u32)(hi - lo)) : "memory");
+  }
 #endif
 }
 
@@ -1820,15 +1811,21 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
 // (a kernel's blockIdx, or a persistent kernel's work item). A caller
 // that runs several tiles in one block puts a __syncthreads between them
 // (the class sums' shared memory is reused).
-template <int W, int NT, int MT, class Pro>
+//
+// DUAL (NT = 2) is a SwiGLU's two products at once: tile 0 the rows of w
+// from 16·bx, tile 1 the same rows of wb, and one output each, d = b with
+// a = epi(v_w) (rnd, act, rnd1) and b = epi(v_wb) (rnd, then ⊕ a by eop,
+// rnd2): the floats of the two products and their folded epilogues.
+template <int W, int NT, int MT, class Pro, int DUAL = 0>
 __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
                                          const void* bias, int bdt, int M, int N, int K, Pro pro, int bx, int by,
-                                         EPI_PARAMS) {
+                                         EPI_PARAMS, const u16* wb = nullptr, i64 ldwb = 0) {
+  static_assert(!DUAL || NT == 2, "a dual tile is two tiles");
   constexpr int CW = 16 / W;                  // classes a warp
   __shared__ float part[16][NT][MT][32][4];  // the class sums
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int g = lane >> 2, t = lane & 3;
-  int n0 = bx * 16 * NT, m0 = by * 8 * MT;
+  int n0 = bx * 16 * (DUAL ? 1 : NT), m0 = by * 8 * MT;
   float acc[CW][NT][MT][4];
 #pragma unroll
   for (int c = 0; c < CW; c++)
@@ -1839,10 +1836,14 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
   const u16* wr[NT][2];
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
-    wr[nt][0] = w + (i64)min(n0 + 16 * nt + g, N - 1) * ldw;
-    wr[nt][1] = w + (i64)min(n0 + 16 * nt + g + 8, N - 1) * ldw;
+    const u16* base = DUAL && nt == 1 ? wb : w;
+    i64 ld = DUAL && nt == 1 ? ldwb : ldw;
+    int r = n0 + (DUAL ? 0 : 16 * nt) + g;
+    wr[nt][0] = base + (i64)min(r, N - 1) * ld;
+    wr[nt][1] = base + (i64)min(r + 8, N - 1) * ld;
   }
-  bool wv = ((((unsigned long long)w) & 15) == 0) && (ldw % 8 == 0);
+  bool wv = ((((unsigned long long)w) & 15) == 0) && (ldw % 8 == 0) &&
+            (!DUAL || (((((unsigned long long)wb) & 15) == 0) && (ldwb % 8 == 0)));
   int nsb = (K + 63) / 64;
   u32 wa[CW][NT][2][8];
 #ifdef FAULT_MMV
@@ -1951,6 +1952,26 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
         for (int e = 0; e < 4; e++) part[warp + W * c][nt][mt][lane][e] = acc[c][nt][mt][e];
   __syncthreads();
   if (warp != 0) return;
+  if (DUAL) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        float v0 = part[0][0][mt][lane][q], v1 = part[0][NT - 1][mt][lane][q];
+#pragma unroll
+        for (int c = 1; c < 16; c++) {
+          v0 += part[c][0][mt][lane][q];
+          v1 += part[c][NT - 1][mt][lane][q];
+        }
+        int n = n0 + g + (q >> 1) * 8, m = m0 + 8 * mt + 2 * t + (q & 1);
+        if (n < N && m < M) {
+          float a = epi(v0, rnd, act, rnd1, nullptr, 0, 0, 0, m, n);
+          d[(i64)m * ldd + n] = epi(v1, rnd, 0, 0, &a, 0, eop, rnd2, 0, 0);
+        }
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
@@ -2508,31 +2529,7 @@ __device__ __forceinline__ void grid_sync(unsigned* bar) {
   __syncthreads();
 }
 
-// prefetch_share asks L2 for this block's share (1/gridDim.x of the rows)
-// of a [rows, cols] matrix of es-byte elements with row stride ld (sm_90's
-// bulk prefetch of each row's 16-byte-aligned interior, a row a thread).
-// A prefetch only warms the cache, so it may run before the PDL wait.
-__device__ __forceinline__ void prefetch_share(const void* w, i64 ld, int es, int cols, int rows) {
-  int per = (rows + gridDim.x - 1) / gridDim.x;
-  int r0 = blockIdx.x * per;
-  pdl_prefetch_any(w, ld, es, cols, r0, min(rows, r0 + per));
-}
-
 #define SB_PHASES 5
-
-// block_prefetch starts a block's weights (≈ 22 MB in the depthformer,
-// which L2 holds) streaming into L2 at once, each block of the grid its
-// share of every matrix, so that the phases read them from L2 instead of
-// each waiting on DRAM in turn.
-__device__ __forceinline__ void block_prefetch(const u16* wqkv, i64 ldqkv, const u16* wo, i64 ldo, const u16* w1,
-                                               i64 ld1, const u16* w3, i64 ld3, const u16* w2, i64 ld2, int D,
-                                               int hq, int nqkv, int F) {
-  prefetch_share(wqkv, ldqkv, 2, D, nqkv);
-  prefetch_share(wo, ldo, 2, hq, D);
-  prefetch_share(w1, ld1, 2, D, F);
-  prefetch_share(w3, ld3, 2, D, F);
-  prefetch_share(w2, ld2, 2, F, D);
-}
 
 // std_block_f32: one pre-norm transformer block (liquid-audio's
 // StandardBlock: GQA attention with per-head q/k norms and RoPE, then a
@@ -2546,8 +2543,9 @@ __device__ __forceinline__ void block_prefetch(const u16* wqkv, i64 ldqkv, const
 //   1: o = attention of qs over the cache rows 0 … pos (attn_rows as
 //      attention_f32's 128 threads compute it), rounded, a head at a time;
 //   2: a = round(round(o·Woᵀ) + x), 16 rows at a time;
-//   3: h = n2(a), every block; g1 = round(silu(round(h·W1ᵀ))) and g3 =
-//      round(round(h·W3ᵀ)·g1) for the same 32 rows in one block;
+//   3: h = n2(a), every block; g3 = round(round(h·W3ᵀ)·g1) with g1 =
+//      round(silu(round(h·W1ᵀ))), both products of 16 rows in one pass
+//      (mmv_tile's dual tile; g1 stays in registers);
 //   4: x = round(round(g3·W2ᵀ) + a).
 // The phases' items go round the grid's blocks, grid_sync between phases.
 // A launch runs phases p0 … p1 − 1: a GPU all of them; the emulator, whose
@@ -2555,16 +2553,16 @@ __device__ __forceinline__ void block_prefetch(const u16* wqkv, i64 ldqkv, const
 // op sequence of the block computes (NormMatMul, PrepHeads, Attention and
 // the products with their folded epilogues), through the same device
 // functions in the same order (mmv_tile's sums depend on K alone), so the
-// two agree bit for bit (TestStdBlockEqualsSeq). qkv, qs, o, a, g1, g3 and
-// sc (the scores: H·(pos+1) floats) are scratch; bar is grid_sync's counter.
+// two agree bit for bit (TestStdBlockEqualsSeq). qkv, qs, o, a, g3 and sc
+// (the scores: H·(pos+1) floats) are scratch; bar is grid_sync's.
 __global__ void __launch_bounds__(512) std_block_f32(
     float* x, int D, const void* n1w, int n1dt, float n1eps, int n1rnd, int n1rnd1, const u16* wqkv, i64 ldqkv,
     int H, int KVH, int hd, const void* qnw, int qndt, float qneps, int qnrnd, int qnrnd1, const void* knw, int kndt,
     float kneps, int knrnd, int knrnd1, const float* invf, int interleaved, int ropeBF16, int pos, float* kc, i64 ldk,
     float* vc, i64 ldv, float scale, int probBF16, const u16* wo, i64 ldo, const void* n2w, int n2dt, float n2eps,
     int n2rnd, int n2rnd1, const u16* w1, i64 ld1, const u16* w3, i64 ld3, int F, const u16* w2, i64 ld2, float* qkv,
-    float* qs, float* o, float* a, float* g1, float* g3, float* sc, unsigned* bar, int p0, int p1) {
-  if (p0 == 0) block_prefetch(wqkv, ldqkv, wo, ldo, w1, ld1, w3, ld3, w2, ld2, D, H * hd, (H + 2 * KVH) * hd, F);
+    float* qs, float* o, float* a, float* g3, float* sc, unsigned* bar, int p0, int p1) {
+  if (p0 == 0) pdl_prefetch_rows(wqkv, ldqkv, 2, D, blockIdx.x * 32, min((H + 2 * KVH) * hd, (int)blockIdx.x * 32 + 32));
   PDL_ENTER();
   extern __shared__ float4 sb4[];
   __shared__ float sh[8];
@@ -2642,11 +2640,10 @@ __global__ void __launch_bounds__(512) std_block_f32(
         __syncthreads();
       }
     } else if (ph == 3) {
-      // 32 rows of w1 and then of w3 a unit (two tiles in one pass).
-      for (int u = blockIdx.x; u < (F + 31) / 32; u += G) {
-        mmv_tile<16, 2, 1>(g1, 0, xs, 0, w1, ld1, nullptr, 0, 1, F, D, pro, u, 0, 1, ACT_SILU, 1, nullptr, 0, 0, 0);
-        __syncthreads();
-        mmv_tile<16, 2, 1>(g3, 0, xs, 0, w3, ld3, nullptr, 0, 1, F, D, pro, u, 0, 1, 0, 0, g1, 0, OP_MUL, 1);
+      // 16 rows of w1 and the same of w3 a unit, in one pass (a dual tile).
+      for (int u = blockIdx.x; u < (F + 15) / 16; u += G) {
+        mmv_tile<16, 2, 1, decltype(pro), 1>(g3, 0, xs, 0, w1, ld1, nullptr, 0, 1, F, D, pro, u, 0, 1, ACT_SILU, 1,
+                                             nullptr, 0, OP_MUL, 1, w3, ld3);
         __syncthreads();
       }
     } else if (ph == 4) {
