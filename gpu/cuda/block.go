@@ -42,7 +42,7 @@ const (
 // blockUnfusable says why std_block_f32 cannot run b on q ("" when it can).
 func (q *Queue) blockUnfusable(b gpu.Block) string {
 	B, D := b.X.Rows, b.X.Cols
-	_, hq, kvd, F := b.Dims()
+	_, _, kvd, F := b.Dims()
 	switch {
 	case q.d.noBlock || q.unfused:
 		return "turned off"
@@ -52,7 +52,7 @@ func (q *Queue) blockUnfusable(b gpu.Block) string {
 		return "not bf16 rounding"
 	case B != 1:
 		return fmt.Sprintf("%d rows", B)
-	case D > blockMaxD || b.HeadDim > blockMaxHead || b.HeadDim%2 != 0 || F == 0 || hq+blockThreads > blockMaxD+blockMaxHead:
+	case D > blockMaxD || b.HeadDim > blockMaxHead || b.HeadDim%2 != 0 || F == 0:
 		return fmt.Sprintf("width %d, heads of %d", D, b.HeadDim)
 	case b.X.DType() != gpu.F32 || b.K.DType() != gpu.F32 || b.V.DType() != gpu.F32 || b.K.Cols != kvd:
 		return "activations or caches not F32"
@@ -159,8 +159,6 @@ func (q *Queue) blockLaunch(b gpu.Block, p0, p1 int) {
 		args = append(args, q.t(gpu.Tensor{Buf: q.blk, Off: o, Rows: 1, Cols: 1, Stride: 1}))
 	}
 	args = append(args, q.t(gpu.Tensor{Buf: q.blkBar, Rows: 1, Cols: 2, Stride: 2}), i(p0), i(p1))
-	// A normalised row and one head; the heads and 32 scores a warp (the
-	// attention within the out product); attn_rows' q, reductions, parts.
-	shm := 4 * max(D+hd, H*hd+32*blockThreads/32, hd+32+max(128, hd))
+	shm := 4 * max(D+hd, hd+32+max(128, hd))
 	q.launch("std_block_f32", [3]uint32{uint32(q.blockGrid(b)), 1, 1}, [2]uint32{blockThreads, 1}, shm, args...)
 }

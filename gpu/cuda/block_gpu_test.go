@@ -35,8 +35,7 @@ func (s blockShape) String() string {
 // depthformer's head layout at a small width, ragged widths (D, F not
 // multiples of 16 or 64), a 64-wide head with rotate-half RoPE in bf16,
 // heads narrower and wider than a 16-row tile and not dividing it, the
-// first and later positions, and more keys than the attention inside the
-// out product takes.
+// first and later positions.
 var blockShapes = []blockShape{
 	{D: 128, H: 4, KVH: 1, hd: 32, F: 352, pos: 3},
 	{D: 200, H: 2, KVH: 2, hd: 64, F: 136, pos: 0, ropeBF16: true},
@@ -44,7 +43,6 @@ var blockShapes = []blockShape{
 	{D: 128, H: 32, KVH: 8, hd: 4, F: 352, pos: 5}, // the tiny fixture's depthformer: four heads a tile
 	{D: 144, H: 3, KVH: 1, hd: 48, F: 64, pos: 1},  // three tiles, one head
 	{D: 112, H: 5, KVH: 1, hd: 24, F: 40, pos: 2},  // two heads, three tiles; the last unit ragged
-	{D: 64, H: 2, KVH: 1, hd: 32, F: 48, pos: 40},  // past 32 keys: the attention a phase of its own
 }
 
 func newBlockCase(d *Device, s blockShape, seed uint64) (*blockCase, error) {

@@ -316,11 +316,8 @@ func (c *blockCase) replayPhases(q *Queue) ([]string, error) {
 			check(fmt.Sprintf("v head %d", h-H-KVH), vall[o:o+hd], want)
 		}
 	}
-	// Phases 1 and 2: the attention from q and the caches as written (a
-	// phase of its own, or up to 32 keys part of the next, whose block 0
-	// then writes o), and a = round(round(o·Woᵀ) + x).
+	// Phase 1: attention from q and the caches as written.
 	q.blockLaunch(b, 1, 2)
-	q.blockLaunch(b, 2, 3)
 	o := scr(2, hq)
 	for h := 0; h < H; h++ {
 		kh := h / (H / KVH)
@@ -331,6 +328,8 @@ func (c *blockCase) replayPhases(q *Queue) ([]string, error) {
 		}
 		check(fmt.Sprintf("o head %d", h), o[h*hd:(h+1)*hd], spanAttention(qs[h*hd:(h+1)*hd], ks, vs, float64(b.Scale), b.ProbBF16))
 	}
+	// Phase 2: a = round(round(o·Woᵀ) + x).
+	q.blockLaunch(b, 2, 3)
 	a := scr(3, D)
 	check("a", a, residual(spanProduct(exactSpans(o), w(b.Out), D), c.x))
 	// Phase 3: g3 = round(round(h·W3ᵀ)·g1), g1 = round(silu(round(h·W1ᵀ)))

@@ -2333,72 +2333,6 @@ __device__ __forceinline__ i64 attn_row(const int* blocks, int brows, int j) {
 #endif
 }
 
-// attn_score is one key's scaled score: four independent chains (dims e
-// ≡ 0..3 mod 4) added in order, so that the loads of a key row are in
-// flight together.
-__device__ __forceinline__ float attn_score(const float* qs, const float* kr, int hd, float scale) {
-  float a = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-  int e = 0;
-  if (hd == 64) {
-    // The models' head size, unrolled so that the row's 64 loads are in
-    // flight at once (the same four chains in the same order).
-#pragma unroll
-    for (int e4 = 0; e4 < 64; e4 += 4) {
-      a = fmaf(qs[e4], kr[e4], a);
-      a1 = fmaf(qs[e4 + 1], kr[e4 + 1], a1);
-      a2 = fmaf(qs[e4 + 2], kr[e4 + 2], a2);
-      a3 = fmaf(qs[e4 + 3], kr[e4 + 3], a3);
-    }
-    e = 64;
-  }
-  for (; e + 4 <= hd; e += 4) {
-    a = fmaf(qs[e], kr[e], a);
-    a1 = fmaf(qs[e + 1], kr[e + 1], a1);
-    a2 = fmaf(qs[e + 2], kr[e + 2], a2);
-    a3 = fmaf(qs[e + 3], kr[e + 3], a3);
-  }
-  for (; e < hd; e++) a = fmaf(qs[e], kr[e], a);
-  a = (a + a1) + (a2 + a3);
-  return a * scale;
-}
-
-// attn_pv is thread group g's part (of groups) of one output dimension:
-// Σ s_j·v_j over its keys j ≡ g (mod groups) of the L visible ones (key j
-// at row first + j, paged through blocks when not null; vb is the
-// dimension's column), in four independent chains added in order.
-__device__ __forceinline__ float attn_pv(const float* s, const float* vb, i64 ldv, const int* blocks, int brows,
-                                         int first, int L, int g, int groups) {
-#define VROW(jj) vb[attn_row(blocks, brows, first + (jj)) * ldv]
-  float a = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-  int j = g;
-  // Sixteen keys' values loaded before their products (four rounds of the
-  // four chains below, in their order), so the reads overlap.
-  for (; j + 15 * groups < L; j += 16 * groups) {
-    float vv[16], ss[16];
-#pragma unroll
-    for (int t = 0; t < 16; t++) {
-      vv[t] = VROW(j + t * groups);
-      ss[t] = s[j + t * groups];
-    }
-#pragma unroll
-    for (int t = 0; t < 16; t += 4) {
-      a = fmaf(ss[t], vv[t], a);
-      a1 = fmaf(ss[t + 1], vv[t + 1], a1);
-      a2 = fmaf(ss[t + 2], vv[t + 2], a2);
-      a3 = fmaf(ss[t + 3], vv[t + 3], a3);
-    }
-  }
-  for (; j + 3 * groups < L; j += 4 * groups) {
-    a = fmaf(s[j], VROW(j), a);
-    a1 = fmaf(s[j + groups], VROW(j + groups), a1);
-    a2 = fmaf(s[j + 2 * groups], VROW(j + 2 * groups), a2);
-    a3 = fmaf(s[j + 3 * groups], VROW(j + 3 * groups), a3);
-  }
-  for (; j < L; j += groups) a = fmaf(s[j], VROW(j), a);
-#undef VROW
-  return (a + a1) + (a2 + a3);
-}
-
 // attn_rows: query row i (at position pos) of head h over the keys of k
 // and v (nkeys of them, paged through blocks when not null), computed by
 // the block's first nthr threads as a block of nthr would (the others
@@ -2432,7 +2366,33 @@ __device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i
   float m = NEG_INF;
   int jt = (int)threadIdx.x < nthr ? (int)threadIdx.x : L;  // this thread's first key
   for (int j = jt; j < L; j += nthr) {
-    float a = attn_score(qs, k + attn_row(blocks, brows, first + j) * ldk + (i64)kh * hd, hd, scale);
+    const float* kr = k + attn_row(blocks, brows, first + j) * ldk + (i64)kh * hd;
+    float a = 0.0f;
+    // Four independent chains (dims e ≡ 0..3 mod 4), added in order: the
+    // loads of a key row are in flight together.
+    float a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    int e = 0;
+    if (hd == 64) {
+      // The models' head size, unrolled so that the row's 64 loads are in
+      // flight at once (the same four chains in the same order).
+#pragma unroll
+      for (int e4 = 0; e4 < 64; e4 += 4) {
+        a = fmaf(qs[e4], kr[e4], a);
+        a1 = fmaf(qs[e4 + 1], kr[e4 + 1], a1);
+        a2 = fmaf(qs[e4 + 2], kr[e4 + 2], a2);
+        a3 = fmaf(qs[e4 + 3], kr[e4 + 3], a3);
+      }
+      e = 64;
+    }
+    for (; e + 4 <= hd; e += 4) {
+      a = fmaf(qs[e], kr[e], a);
+      a1 = fmaf(qs[e + 1], kr[e + 1], a1);
+      a2 = fmaf(qs[e + 2], kr[e + 2], a2);
+      a3 = fmaf(qs[e + 3], kr[e + 3], a3);
+    }
+    for (; e < hd; e++) a = fmaf(qs[e], kr[e], a);
+    a = (a + a1) + (a2 + a3);
+    a *= scale;
     s[j] = a;
     m = fmaxf(m, a);
   }
@@ -2452,7 +2412,41 @@ __device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i
   // Phase 3: groups of hd threads split the keys.
   int groups = max(1, nthr / hd);
   int g = threadIdx.x / hd, e = threadIdx.x % hd;
-  if (g < groups && e < hd) part[g * hd + e] = attn_pv(s, v + (i64)kh * hd + e, ldv, blocks, brows, first, L, g, groups);
+  if (g < groups && e < hd) {
+    float a = 0.0f;
+    // Four independent chains over the group's keys, added in order.
+    const float* vb = v + (i64)kh * hd + e;
+#define VROW(jj) vb[attn_row(blocks, brows, first + (jj)) * ldv]
+    float a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    int j = g;
+    // Sixteen keys' values loaded before their products (four rounds of
+    // the four chains below, in their order), so the reads overlap.
+    for (; j + 15 * groups < L; j += 16 * groups) {
+      float vv[16], ss[16];
+#pragma unroll
+      for (int t = 0; t < 16; t++) {
+        vv[t] = VROW(j + t * groups);
+        ss[t] = s[j + t * groups];
+      }
+#pragma unroll
+      for (int t = 0; t < 16; t += 4) {
+        a = fmaf(ss[t], vv[t], a);
+        a1 = fmaf(ss[t + 1], vv[t + 1], a1);
+        a2 = fmaf(ss[t + 2], vv[t + 2], a2);
+        a3 = fmaf(ss[t + 3], vv[t + 3], a3);
+      }
+    }
+    for (; j + 3 * groups < L; j += 4 * groups) {
+      a = fmaf(s[j], VROW(j), a);
+      a1 = fmaf(s[j + groups], VROW(j + groups), a1);
+      a2 = fmaf(s[j + 2 * groups], VROW(j + 2 * groups), a2);
+      a3 = fmaf(s[j + 3 * groups], VROW(j + 3 * groups), a3);
+    }
+    for (; j < L; j += groups) a = fmaf(s[j], VROW(j), a);
+#undef VROW
+    a = (a + a1) + (a2 + a3);
+    part[g * hd + e] = a;
+  }
   if (hd > nthr) {  // large heads: each thread loops over dims
     for (int e2 = threadIdx.x; e2 < hd; e2 += blockDim.x) {
       float a = 0.0f;
@@ -2467,43 +2461,6 @@ __device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i
     for (int g2 = 0; g2 < groups; g2++) a += part[g2 * hd + e2];
     out[e2] = OUT(a / l);
   }
-}
-
-// attn_warp is attn_rows's result for one query head (of a row at position
-// L − 1 over its keys 0 … L − 1, L ≤ 32, no window, no pages) from one warp
-// instead of a block of 128 threads, with the same floats: lane j scores
-// key j as thread j does there (attn_score), the maximum is exact, and the
-// sum of the p_j is the warp's butterfly, which is blockSum's over 128
-// threads here (the other warps hold no key: they add exact zeros); each
-// lane then takes its dimensions' group parts (attn_pv) in group order.
-// s: 32 floats of shared memory for the warp; q is the head, out hd floats.
-__device__ __forceinline__ void attn_warp(float* out, const float* q, const float* k, i64 ldk, const float* v,
-                                          i64 ldv, int hd, float scale, int L, int probBF16, float* s) {
-  int lane = threadIdx.x & 31;
-  float sc = NEG_INF;
-  if (lane < L) sc = attn_score(q, k + (i64)lane * ldk, hd, scale);
-  float m = sc;
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  float p = lane < L ? expf(sc - m) : 0.0f;
-  float l = p;
-  for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-#ifdef FAULT_ATTN_ROUND
-  if (lane < L) s[lane] = p;
-#else
-  if (lane < L) s[lane] = probBF16 ? rbf16(p) : p;
-#endif
-  __syncwarp();
-  int groups = max(1, 128 / hd);
-  for (int e = lane; e < hd; e += 32) {
-    float a = 0.0f;
-    if (hd > 128) {
-      for (int j = 0; j < L; j++) a = fmaf(s[j], v[(i64)j * ldv + e], a);
-    } else {
-      for (int g = 0; g < groups; g++) a += attn_pv(s, v + e, ldv, nullptr, 1, 0, L, g, groups);
-    }
-    out[e] = rbf16(a / l);
-  }
-  __syncwarp();
 }
 
 __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, const float* k, i64 ldk, const float* v,
@@ -2585,9 +2542,6 @@ __device__ __forceinline__ void grid_sync(unsigned* bar) {
 //      to kc row pos; v copied to vc row pos);
 //   1: o = attention of qs over the cache rows 0 … pos (attn_rows as
 //      attention_f32's 128 threads compute it), rounded, a head at a time;
-//      up to 32 keys it is part of phase 2 instead: every block computes
-//      all the heads (attn_warp, a warp a head, the same floats) while its
-//      first weights load, one barrier fewer;
 //   2: a = round(round(o·Woᵀ) + x), 16 rows at a time;
 //   3: h = n2(a), every block; g3 = round(round(h·W3ᵀ)·g1) with g1 =
 //      round(silu(round(h·W1ᵀ))), both products of 16 rows in one pass
@@ -2616,34 +2570,11 @@ __global__ void __launch_bounds__(512) std_block_f32(
   float* y = xs + D;
   int Hq = H * hd, kvd = KVH * hd, Nqkv = Hq + 2 * kvd;
   int G = gridDim.x;
-#ifdef FAULT_STDBLOCK
-  int L = pos;  // the current position's key and value unseen
-#else
-  int L = pos + 1;
-#endif
-  // Up to 32 keys, the attention runs inside the out product's phase:
-  // every block computes all heads (a warp a head, attn_warp) into shared
-  // memory while its first weights load, one phase and barrier fewer.
-  bool merged = L <= 32;
-  // The products' prologue, once a phase after the block's first weights
-  // are requested: normalise row nx (n1 or n2) into xs (pmode 1 or 2), or
-  // the attention's heads into xs (pmode 3).
+  // The products' prologue: normalise row nx (n1 or n2) into xs the first
+  // time (pmode 1 or 2), after the block's first weights are requested.
   int pmode = 0;
   auto pro = [&]() {
     if (pmode == 0) return;
-    if (pmode == 3) {
-      int warp = threadIdx.x >> 5;
-      for (int h = warp; h < H; h += blockDim.x >> 5) {
-        int kh = h / (H / KVH);
-        attn_warp(xs + h * hd, qs + (i64)h * hd, kc + (i64)kh * hd, ldk, vc + (i64)kh * hd, ldv, hd, scale, L,
-                  probBF16, xs + H * hd + 32 * warp);
-      }
-      __syncthreads();
-      if (blockIdx.x == 0)  // o for the tests' replay of the phase
-        for (int c = threadIdx.x; c < H * hd; c += blockDim.x) o[c] = xs[c];
-      pmode = 0;
-      return;
-    }
     const float* nx = pmode == 1 ? x : a;
     const void* nw = pmode == 1 ? n1w : n2w;
     int ndt = pmode == 1 ? n1dt : n2dt, nr = pmode == 1 ? n1rnd : n2rnd, nr1 = pmode == 1 ? n1rnd1 : n2rnd1;
@@ -2653,9 +2584,8 @@ __global__ void __launch_bounds__(512) std_block_f32(
     pmode = 0;
   };
   for (int ph = p0; ph < p1; ph++) {
-    if (ph == 1 && merged) continue;
     if (ph > p0) grid_sync(bar);
-    pmode = ph == 0 ? 1 : ph == 3 ? 2 : ph == 2 && merged ? 3 : 0;  // a block without items skips it
+    pmode = ph == 0 ? 1 : ph == 3 ? 2 : 0;  // a block without items skips the norm
     if (ph == 0) {
       // A unit is the fewest whole heads that fill whole 16-row tiles.
       int ur = hd;
@@ -2695,13 +2625,18 @@ __global__ void __launch_bounds__(512) std_block_f32(
       }
     } else if (ph == 1) {
       for (int u = blockIdx.x; u < H; u += G) {
-        attn_rows(o, 0, qs, 0, kc, ldk, vc, ldv, sc, pos + 1, H, KVH, hd, scale, 0, pos, 1, 0, L, probBF16, nullptr, 1,
+#ifdef FAULT_STDBLOCK
+        int np = pos;  // the current position's key and value unseen
+#else
+        int np = pos + 1;
+#endif
+        attn_rows(o, 0, qs, 0, kc, ldk, vc, ldv, sc, pos + 1, H, KVH, hd, scale, 0, pos, 1, 0, np, probBF16, nullptr, 1,
                   1, u, 128);
         __syncthreads();
       }
     } else if (ph == 2) {
       for (int u = blockIdx.x; u < (D + 15) / 16; u += G) {
-        mmv_tile<16, 1, 1>(a, 0, merged ? xs : o, 0, wo, ldo, nullptr, 0, 1, D, Hq, pro, u, 0, 1, 0, 0, x, 0, OP_ADD, 1);
+        mmv_tile<16, 1, 1>(a, 0, o, 0, wo, ldo, nullptr, 0, 1, D, Hq, pro, u, 0, 1, 0, 0, x, 0, OP_ADD, 1);
         __syncthreads();
       }
     } else if (ph == 3) {

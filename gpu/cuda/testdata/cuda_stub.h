@@ -24,6 +24,5 @@ int __syncthreads_or(int); unsigned __ballot_sync(unsigned, int); int __popc(uns
 unsigned atomicOr(unsigned*, unsigned); unsigned atomicAdd(unsigned*, unsigned);
 unsigned long long atomicAdd(unsigned long long*, unsigned long long);
 void __threadfence();
-void __syncwarp(unsigned mask = 0xffffffffu);
 using std::rint; using std::ldexp; using std::fmax;
 int __shfl_up_sync(unsigned, int, int); int __ffs(int);
