@@ -43,6 +43,7 @@ var blockShapes = []blockShape{
 	{D: 128, H: 32, KVH: 8, hd: 4, F: 352, pos: 5}, // the tiny fixture's depthformer: four heads a tile
 	{D: 144, H: 3, KVH: 1, hd: 48, F: 64, pos: 1},  // three tiles, one head
 	{D: 112, H: 5, KVH: 1, hd: 24, F: 40, pos: 2},  // two heads, three tiles; the last unit ragged
+	{D: 64, H: 2, KVH: 1, hd: 32, F: 48, pos: 40},  // a long cache: attn_rows' keys beyond its first 32 threads
 }
 
 func newBlockCase(d *Device, s blockShape, seed uint64) (*blockCase, error) {

@@ -21,8 +21,8 @@ import (
 
 // blockCases are the block checks' shapes: the depthformer's layout at a
 // small width (four heads of 4 to a 16-row tile), ragged widths, heads
-// wider than a tile and not dividing it, rotate-half RoPE in bf16, and the
-// first and later positions.
+// wider than a tile and not dividing it, rotate-half RoPE in bf16, the
+// first and later positions, and a cache of 41 keys.
 var blockCases = []struct {
 	D, H, KVH, hd, F, pos int
 	style                 gpu.RoPEStyle
@@ -32,6 +32,7 @@ var blockCases = []struct {
 	{128, 4, 1, 32, 352, 3, gpu.Interleaved, false},
 	{200, 2, 2, 64, 136, 0, gpu.RotateHalf, true},
 	{112, 5, 1, 24, 40, 2, gpu.Interleaved, false},
+	{64, 2, 1, 32, 48, 40, gpu.Interleaved, false},
 }
 
 func checkBlock(h *harness) {
