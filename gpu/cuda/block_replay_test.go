@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
+	"github.com/omni-pipe/omni-pipe/gpu/gputest"
 )
 
 // std_block_f32's float64 replay, a phase at a time: the kernel runs one
@@ -31,27 +32,9 @@ func (s span) widen(e float64) span { return span{s.lo - e, s.hi + e} }
 
 func (s span) abs() float64 { return max(math.Abs(s.lo), math.Abs(s.hi)) }
 
-// down and up are the float32 values next to x on either side (the device
-// holds float32s: a value ≥ x is ≥ down(x)).
-func down(x float64) float32 {
-	f := float32(x)
-	if float64(f) > x {
-		f = math.Nextafter32(f, float32(math.Inf(-1)))
-	}
-	return f
-}
-
-func up(x float64) float32 {
-	f := float32(x)
-	if float64(f) < x {
-		f = math.Nextafter32(f, float32(math.Inf(1)))
-	}
-	return f
-}
-
 // rnd is a bf16 rounding point.
 func (s span) rnd() span {
-	return span{float64(gpu.RoundBF16(down(s.lo))), float64(gpu.RoundBF16(up(s.hi)))}
+	return span{float64(gpu.RoundBF16(gputest.Floor32(s.lo))), float64(gpu.RoundBF16(gputest.Ceil32(s.hi)))}
 }
 
 func (s span) add(o span) span {

@@ -32,7 +32,7 @@ var relPosCases = []relPosCase{
 
 // checkRelPosScores holds every score to an interval replay: each dot
 // product is known within γ_hd·Σ|terms| of its float64 value, so its
-// float32 result lies in [floor32(s − b), ceil32(s + b)]; every later
+// float32 result lies in [Floor32(s − b), Ceil32(s + b)]; every later
 // step (the bf16 roundings when Round, the float32 sum and the product
 // with Scale) is monotone, so applying it to both ends bounds its result.
 // The check then asks for the middle of the final interval within half
@@ -78,7 +78,7 @@ func relPosReplay(c relPosCase, qu, qv, k, p []float32, scale float32) (want, bo
 			a += math.Abs(t)
 		}
 		b := gamma(hd)*a*(1+0x1p-40) + 0x1p-149
-		return floor32(s - b), ceil32(s + b)
+		return Floor32(s - b), Ceil32(s + b)
 	}
 	for h := range c.heads {
 		for i := range T {
@@ -96,9 +96,9 @@ func relPosReplay(c relPosCase, qu, qv, k, p []float32, scale float32) (want, bo
 	return want, bound
 }
 
-// floor32 and ceil32 return the float32 values next to x below and above
+// Floor32 and Ceil32 return the float32 values next to x below and above
 // (x itself when it is one).
-func floor32(x float64) float32 {
+func Floor32(x float64) float32 {
 	f := float32(x)
 	if float64(f) > x {
 		f = math.Nextafter32(f, float32(math.Inf(-1)))
@@ -106,7 +106,7 @@ func floor32(x float64) float32 {
 	return f
 }
 
-func ceil32(x float64) float32 {
+func Ceil32(x float64) float32 {
 	f := float32(x)
 	if float64(f) < x {
 		f = math.Nextafter32(f, float32(math.Inf(1)))
