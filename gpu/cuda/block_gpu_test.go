@@ -239,3 +239,82 @@ func TestStdBlockEqualsSeq(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkStdBlock times a one-session depthformer frame's blocks at
+// the released sizes (D 1024, 32 heads of 32, 8 KV heads, F 2816): six
+// layers' weights (135 MB, beyond L2) through positions 0 … 7, 48 blocks
+// a frame as the depthformer runs them, replayed as graphs. Modes: fused
+// (std_block_f32, one launch a block), phased (a launch a phase) and ops
+// (the op sequence). It reports µs a block. GPU only: the emulator's time
+// means nothing.
+func BenchmarkStdBlock(b *testing.B) {
+	openGPU(b)
+	d, err := New(Options{MatMul: "mma"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	if d.Emulated() {
+		b.Skip("timing a kernel needs a GPU")
+	}
+	s := blockShape{D: 1024, H: 32, KVH: 8, hd: 32, F: 2816, pos: 7}
+	var layers []*blockCase
+	for l := range 6 {
+		c, err := newBlockCase(d, s, uint64(l))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.close(d)
+		layers = append(layers, c)
+	}
+	q := d.NewQueue("blocks").(*Queue) // one queue: a device fuses blocks on one
+	x := layers[0].b.X
+	q.Write(x, layers[0].x)
+	var tmps []gpu.Tensor
+	next := 0
+	tmp := func(rows, cols int) gpu.Tensor { // the sequence's scratch, the same tensors every block
+		if next == len(tmps) {
+			tmps = append(tmps, d.Alloc(gpu.F32, 1, 4096))
+		}
+		t := tmps[next]
+		next++
+		return gpu.Tensor{Buf: t.Buf, Rows: rows, Cols: cols, Stride: cols}
+	}
+	defer func() {
+		for _, t := range tmps {
+			d.Free(t)
+		}
+	}()
+	frame := func(ops bool) error {
+		for pos := 0; pos <= s.pos; pos++ {
+			for _, c := range layers {
+				blk := c.b
+				blk.X, blk.Pos = x, pos
+				next = 0
+				if ops { // the sequence as the engine runs it without the fused block
+					gpu.BlockSeq(q, blk, tmp)
+				} else {
+					gpu.RunBlock(q, blk, tmp)
+				}
+			}
+		}
+		return q.Sync()
+	}
+	for _, mode := range []string{"fused", "phased", "ops"} {
+		b.Run(mode, func(b *testing.B) {
+			q.blockPhased = mode == "phased"
+			for range 3 { // graphs are built on the second sight
+				if err := frame(mode == "ops"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for range b.N {
+				if err := frame(mode == "ops"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*len(layers)*(s.pos+1)), "µs/block")
+		})
+	}
+}
