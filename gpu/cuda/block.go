@@ -28,16 +28,29 @@ import (
 // blocks one after another, so there each phase is a launch of its own:
 // the same floats, the barrier being the launch boundary.
 
-// blockMaxD and blockMaxHead bound what std_block_f32 keeps in shared
-// memory: a normalised row of D floats and one head, beside the products'
-// 24 KiB of class sums (one and two tiles a pass), within the 48 KiB a
-// block may use without opting in.
+// std_block_f32's shared memory: its static arrays are the products'
+// class sums, one set per mmv_tile instantiation (one tile a pass: 8 KiB;
+// two tiles, and the dual tile: 16 KiB each) and rms_inv's 8 floats,
+// 40,992 bytes; its dynamic part is blockShm's. A block may use 48 KiB
+// without opting in, so the dynamic part must stay within the rest, less
+// a margin: a normalised row and a head of up to 1,912 floats (the
+// depthformer's 1,024 + 32 take 44.3 KiB in all). Wider blocks run as
+// their op sequence.
 const (
-	blockMaxD    = 4096
-	blockMaxHead = 256
-	blockThreads = 512
-	blockPhases  = 5 // kernels.cu SB_PHASES
+	blockStaticShm = 40992
+	blockMaxShm    = 48 << 10
+	blockShmMargin = 512
+	blockMaxHead   = 256
+	blockThreads   = 512
+	blockPhases    = 5 // kernels.cu SB_PHASES
 )
+
+// blockShm is std_block_f32's dynamic shared memory for b: a normalised
+// row and one head, or attn_rows' q, reductions and parts.
+func blockShm(b gpu.Block) int {
+	D, hd := b.X.Cols, b.HeadDim
+	return 4 * max(D+hd, hd+32+max(128, hd))
+}
 
 // blockUnfusable says why std_block_f32 cannot run b on q ("" when it can).
 func (q *Queue) blockUnfusable(b gpu.Block) string {
@@ -52,8 +65,10 @@ func (q *Queue) blockUnfusable(b gpu.Block) string {
 		return "not bf16 rounding"
 	case B != 1:
 		return fmt.Sprintf("%d rows", B)
-	case D > blockMaxD || b.HeadDim > blockMaxHead || b.HeadDim%2 != 0 || F == 0:
-		return fmt.Sprintf("width %d, heads of %d", D, b.HeadDim)
+	case b.HeadDim > blockMaxHead || b.HeadDim%2 != 0 || F == 0:
+		return fmt.Sprintf("heads of %d, feed-forward %d", b.HeadDim, F)
+	case blockStaticShm+blockShm(b)+blockShmMargin > blockMaxShm:
+		return fmt.Sprintf("width %d: %d bytes of shared memory", D, blockStaticShm+blockShm(b))
 	case b.X.DType() != gpu.F32 || b.K.DType() != gpu.F32 || b.V.DType() != gpu.F32 || b.K.Cols != kvd:
 		return "activations or caches not F32"
 	}
@@ -159,6 +174,6 @@ func (q *Queue) blockLaunch(b gpu.Block, p0, p1 int) {
 		args = append(args, q.t(gpu.Tensor{Buf: q.blk, Off: o, Rows: 1, Cols: 1, Stride: 1}))
 	}
 	args = append(args, q.t(gpu.Tensor{Buf: q.blkBar, Rows: 1, Cols: 2, Stride: 2}), i(p0), i(p1))
-	shm := 4 * max(D+hd, hd+32+max(128, hd))
+	shm := blockShm(b)
 	q.launch("std_block_f32", [3]uint32{uint32(q.blockGrid(b)), 1, 1}, [2]uint32{blockThreads, 1}, shm, args...)
 }
