@@ -114,7 +114,13 @@ func (q *Queue) FuseBlock(b gpu.Block) bool {
 	if q.blockUnfusable(b) != "" {
 		return false
 	}
-	q.fuseBlock(b, !q.d.drv.emulated && !q.d.phasedBlock && !q.blockPhased)
+	if !q.d.drv.emulated && !q.d.phasedBlock {
+		q.blockLaunch(b, 0, blockPhases)
+		return true
+	}
+	for ph := 0; ph < blockPhases; ph++ { // the launch boundaries in place of the barriers
+		q.blockLaunch(b, ph, ph+1)
+	}
 	return true
 }
 
@@ -128,18 +134,6 @@ func blockScratch(b gpu.Block) (offs [6]int, need int) {
 		need += (n + 3) &^ 3
 	}
 	return offs, need
-}
-
-// fuseBlock records std_block_f32 for b: every phase in one launch when
-// whole, else one launch a phase (the emulator; a test's reference).
-func (q *Queue) fuseBlock(b gpu.Block, whole bool) {
-	if whole {
-		q.blockLaunch(b, 0, blockPhases)
-		return
-	}
-	for ph := 0; ph < blockPhases; ph++ {
-		q.blockLaunch(b, ph, ph+1)
-	}
 }
 
 // blockLaunch records one launch of std_block_f32 for b's phases p0 …

@@ -185,12 +185,7 @@ func sameBits(a, b []float32) int {
 // kernel launched a phase at a time, and counts the launches: one for
 // the block where the sequence takes seven or more.
 func TestStdBlockEqualsSeq(t *testing.T) {
-	openGPU(t)
-	d, err := New(Options{MatMul: "mma"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTestDevice(t, Options{MatMul: "mma"})
 	fq := d.NewQueue("fused").(*Queue)
 	sq := d.NewQueue("seq").(*Queue)
 	sq.unfused = true
@@ -210,7 +205,7 @@ func TestStdBlockEqualsSeq(t *testing.T) {
 				modes = append(modes, true)
 			}
 			for _, phased := range modes {
-				fq.blockPhased = phased
+				d.phasedBlock = phased
 				x, k, v, n, err := c.run(fq, true)
 				if err != nil {
 					t.Fatal(err)
@@ -248,12 +243,7 @@ func TestStdBlockEqualsSeq(t *testing.T) {
 // (the op sequence). It reports µs a block. GPU only: the emulator's time
 // means nothing.
 func BenchmarkStdBlock(b *testing.B) {
-	openGPU(b)
-	d, err := New(Options{MatMul: "mma"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer d.Close()
+	d := openTestDevice(b, Options{MatMul: "mma"})
 	if d.Emulated() {
 		b.Skip("timing a kernel needs a GPU")
 	}
@@ -302,7 +292,7 @@ func BenchmarkStdBlock(b *testing.B) {
 	}
 	for _, mode := range []string{"fused", "phased", "ops"} {
 		b.Run(mode, func(b *testing.B) {
-			q.blockPhased = mode == "phased"
+			d.phasedBlock = mode == "phased"
 			for range 3 { // graphs are built on the second sight
 				if err := frame(mode == "ops"); err != nil {
 					b.Fatal(err)

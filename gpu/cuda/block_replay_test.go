@@ -198,12 +198,8 @@ func spanSiLU(x span) span {
 // with the planted fault STDBLOCK, which the attention's phase must
 // catch.
 func TestStdBlockPhasesReplay(t *testing.T) {
-	openGPU(t)
 	for _, fault := range []string{"", "STDBLOCK"} {
-		d, err := New(Options{MatMul: "mma", Fault: fault})
-		if err != nil {
-			t.Fatal(err)
-		}
+		d := openTestDevice(t, Options{MatMul: "mma", Fault: fault})
 		q := d.NewQueue("replay").(*Queue)
 		bad := 0
 		for i, s := range blockShapes {
@@ -226,7 +222,6 @@ func TestStdBlockPhasesReplay(t *testing.T) {
 		if fault != "" && bad == 0 {
 			t.Errorf("the planted fault %s passed the replay", fault)
 		}
-		d.Close()
 	}
 }
 

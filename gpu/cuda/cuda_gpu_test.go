@@ -37,6 +37,19 @@ func openGPU(t testing.TB) *Device {
 	return gpuDev
 }
 
+// openTestDevice opens a device of its own with o for t (skipping t where
+// openGPU does), closed when t ends.
+func openTestDevice(t testing.TB, o Options) *Device {
+	t.Helper()
+	openGPU(t)
+	d, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
 func TestDeviceOpens(t *testing.T) {
 	d := openGPU(t)
 	in := d.Info()
@@ -210,12 +223,7 @@ func TestFusedOpsEqualSeparate(t *testing.T) {
 // has none) with full fp32 rows. Every row alone must equal the same row in
 // the batch, bit for bit.
 func TestMMAInvarianceMixedRows(t *testing.T) {
-	openGPU(t)
-	d, err := New(Options{MatMul: "mma"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openTestDevice(t, Options{MatMul: "mma"})
 	rng := rand.New(rand.NewPCG(7, 8))
 	const M, K, N = 19, 333, 40
 	wb := make([]byte, 2*N*K)

@@ -58,7 +58,8 @@ type Device struct {
 	// Options.NoFusedBlock.
 	blockOwner atomic.Pointer[Queue]
 	noBlock    bool
-	// phasedBlock: Options.PhasedBlock (and always on the emulator).
+	// phasedBlock: Options.PhasedBlock (tests set it on devices of their
+	// own; the emulator always launches a phase at a time).
 	phasedBlock bool
 
 	mod      uintptr

@@ -133,11 +133,9 @@ type Queue struct {
 	unfused bool
 	stats   queueStats
 	split   *buffer // x split into bf16 parts for the tensor-core products
-	// blk is std_block_f32's scratch, blkBar its grid barrier's counter;
-	// blockPhased launches the kernel a phase at a time on a GPU too
-	// (tests: the barriers against launch boundaries). See block.go.
+	// blk is std_block_f32's scratch, blkBar its grid barrier's counter
+	// (block.go).
 	blk, blkBar *buffer
-	blockPhased bool
 	flags       *buffer // which parts each row of split needs
 	err         error   // sticky: the first failure, returned by Read and Sync
 	params      []unsafe.Pointer
