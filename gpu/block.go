@@ -50,7 +50,7 @@ type BlockFuser interface {
 }
 
 // RunBlock runs b: fused where q can (BlockFuser), else as BlockSeq with
-// temporaries from tmp (zero-free scratch of [rows, cols], F32).
+// temporaries from tmp (F32 scratch of [rows, cols], its contents any).
 func RunBlock(q Queue, b Block, tmp func(rows, cols int) Tensor) {
 	b.check()
 	if f, ok := q.(BlockFuser); ok && f.FuseBlock(b) {
