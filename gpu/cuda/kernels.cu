@@ -2547,7 +2547,9 @@ __device__ __forceinline__ void grid_sync(unsigned* bar) {
 //      round(silu(round(h·W1ᵀ))), both products of 16 rows in one pass
 //      (mmv_tile's dual tile; g1 stays in registers);
 //   4: x = round(round(g3·W2ᵀ) + a).
-// The phases' items go round the grid's blocks, grid_sync between phases.
+// The phases' items go round the grid's blocks, grid_sync between phases
+// (a block waits there with its first weights of the next phase already
+// requested: pro below).
 // A launch runs phases p0 … p1 − 1: a GPU all of them; the emulator, whose
 // blocks run one after another, one a launch. Every value is the one the
 // op sequence of the block computes (NormMatMul, PrepHeads, Attention and
@@ -2570,10 +2572,20 @@ __global__ void __launch_bounds__(512) std_block_f32(
   float* y = xs + D;
   int Hq = H * hd, kvd = KVH * hd, Nqkv = Hq + 2 * kvd;
   int G = gridDim.x;
-  // The products' prologue: normalise row nx (n1 or n2) into xs the first
-  // time (pmode 1 or 2), after the block's first weights are requested.
+  // The products' prologue, run after the block's first weights of a phase
+  // are requested (mmv_tile loads them before calling it): first the grid
+  // barrier the phase owes (owe), so that the weights' trip from memory,
+  // which no phase's writes can change, overlaps the wait for the other
+  // blocks; then, the first time (pmode 1 or 2), row nx (n1 or n2)
+  // normalised into xs. A block without a tile in a phase pays its barrier
+  // after the phase's loop.
   int pmode = 0;
+  bool owe = false;
   auto pro = [&]() {
+    if (owe) {
+      grid_sync(bar);
+      owe = false;
+    }
     if (pmode == 0) return;
     const float* nx = pmode == 1 ? x : a;
     const void* nw = pmode == 1 ? n1w : n2w;
@@ -2584,8 +2596,12 @@ __global__ void __launch_bounds__(512) std_block_f32(
     pmode = 0;
   };
   for (int ph = p0; ph < p1; ph++) {
-    if (ph > p0) grid_sync(bar);
+    owe = ph > p0;
     pmode = ph == 0 ? 1 : ph == 3 ? 2 : 0;  // a block without items skips the norm
+    if (ph == 1 && owe) {  // the attention loads no weights first
+      grid_sync(bar);
+      owe = false;
+    }
     if (ph == 0) {
       // A unit is the fewest whole heads that fill whole 16-row tiles.
       int ur = hd;
@@ -2651,6 +2667,10 @@ __global__ void __launch_bounds__(512) std_block_f32(
         mmv_tile<16, 1, 1>(x, 0, g3, 0, w2, ld2, nullptr, 0, 1, D, F, pro, u, 0, 1, 0, 0, a, 0, OP_ADD, 1);
         __syncthreads();
       }
+    }
+    if (owe) {  // no tile of this phase came to this block
+      grid_sync(bar);
+      owe = false;
     }
   }
 }
