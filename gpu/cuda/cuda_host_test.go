@@ -634,10 +634,14 @@ func TestPagedAttentionArguments(t *testing.T) {
 		}
 		cm := q.rec.cmds[0]
 		args := q.rec.slots[cm.a0 : cm.a0+cm.na]
-		// … window, nkeys, probBF16, blocks, brows, then the fused rounding.
+		// … window, nkeys, probBF16, blocks, brows, shs, then the fused
+		// rounding; the scores of so few keys in shared memory.
 		n := len(args)
-		if int(args[n-5]) != c.nkeys || uintptr(args[n-3]) != c.table || int(args[n-2]) != c.brows {
-			t.Errorf("%s: nkeys %d, table %#x, block rows %d; want %d, %#x, %d", c.name, args[n-5], args[n-3], args[n-2], c.nkeys, c.table, c.brows)
+		if int(args[n-6]) != c.nkeys || uintptr(args[n-4]) != c.table || int(args[n-3]) != c.brows {
+			t.Errorf("%s: nkeys %d, table %#x, block rows %d; want %d, %#x, %d", c.name, args[n-6], args[n-4], args[n-3], c.nkeys, c.table, c.brows)
+		}
+		if want, _ := attnShm(hd, c.nkeys); args[n-2] != 1 || int(cm.shm) != want {
+			t.Errorf("%s: scores in shared memory %d, %d bytes of it; want 1, %d", c.name, args[n-2], cm.shm, want)
 		}
 	}
 	bad := ap
@@ -1080,5 +1084,28 @@ func TestPruneCacheKeepsRecentWithinBytes(t *testing.T) {
 	pruneCache(dir, kept, 1<<20)
 	if _, err := os.Stat(newer); err != nil {
 		t.Errorf("within the bound: %v", err)
+	}
+}
+
+// TestAttnShmSteps: the attention kernels' shared memory holds the scores
+// and key rows of up to attnShmKeys keys, in a few power-of-two steps (a
+// decode step's launch keeps its graph's shape as the keys grow by one),
+// and none beyond.
+func TestAttnShmSteps(t *testing.T) {
+	base := 4 * (64 + 32 + 128)
+	for _, c := range []struct {
+		maxL, bytes int
+		shs         bool
+	}{
+		{1, base + 8*512, true}, {512, base + 8*512, true}, {513, base + 8*1024, true},
+		{4096, base + 8*4096, true}, {4097, base, false}, {1 << 15, base, false},
+	} {
+		bytes, shs := attnShm(64, c.maxL)
+		if bytes != c.bytes || shs != c.shs {
+			t.Errorf("attnShm(64, %d) = %d, %v; want %d, %v", c.maxL, bytes, shs, c.bytes, c.shs)
+		}
+	}
+	if b, _ := attnShm(256, attnShmKeys); b > 48<<10 {
+		t.Errorf("attnShm(256, %d) = %d bytes, beyond 48 KiB", attnShmKeys, b)
 	}
 }

@@ -2337,15 +2337,21 @@ __device__ __forceinline__ i64 attn_row(const int* blocks, int brows, int j) {
 // and v (nkeys of them, paged through blocks when not null), computed by
 // the block's first nthr threads as a block of nthr would (the others
 // only take part in the block's barriers and reductions, adding
-// identities: the same floats).
+// identities: the same floats). With shs the scores and the keys' rows
+// (attn_row, looked up once in phase 1) stay in shared memory, after the
+// partials (attnShm: maxL floats and maxL ints), instead of in sc and the
+// table: the same floats, without phase 2's and 3's trips to memory.
 __device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i64 ldq, const float* k, i64 ldk,
                                           const float* v, i64 ldv, float* sc, i64 maxL, int heads, int kvheads, int hd,
                                           float scale, int i, int pos, int causal, int window, int nkeys, int probBF16,
-                                          const int* blocks, int brows, int rnd, int h, int nthr) {
-  extern __shared__ float shm[];  // hd floats of q, then 32 for reductions, then hd*groups partials
+                                          const int* blocks, int brows, int rnd, int h, int nthr, int shs) {
+  // hd floats of q, then 32 for reductions, then hd*groups partials (at
+  // most max(nthr, hd)), then with shs maxL scores and maxL key rows.
+  extern __shared__ float shm[];
   float* qs = shm;
   float* red = shm + hd;
   float* part = red + 32;
+  int* rows = nullptr;
   int kh = h / (heads / kvheads);
   int first = 0, last = causal ? min(nkeys - 1, pos) : nkeys - 1;
 #ifdef FAULT_ATTN_MASK
@@ -2363,10 +2369,16 @@ __device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i
   }
   int L = last - first + 1;
   float* s = sc + ((i64)i * heads + h) * maxL;
+  if (shs) {
+    s = part + max(nthr, hd);
+    rows = (int*)(s + maxL);
+  }
   float m = NEG_INF;
   int jt = (int)threadIdx.x < nthr ? (int)threadIdx.x : L;  // this thread's first key
   for (int j = jt; j < L; j += nthr) {
-    const float* kr = k + attn_row(blocks, brows, first + j) * ldk + (i64)kh * hd;
+    i64 row = attn_row(blocks, brows, first + j);
+    if (rows) rows[j] = (int)row;
+    const float* kr = k + row * ldk + (i64)kh * hd;
     float a = 0.0f;
     // Four independent chains (dims e ≡ 0..3 mod 4), added in order: the
     // loads of a key row are in flight together.
@@ -2416,11 +2428,27 @@ __device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i
     float a = 0.0f;
     // Four independent chains over the group's keys, added in order.
     const float* vb = v + (i64)kh * hd + e;
-#define VROW(jj) vb[attn_row(blocks, brows, first + (jj)) * ldv]
+#define VROW(jj) vb[(rows ? (i64)rows[jj] : attn_row(blocks, brows, first + (jj))) * ldv]
     float a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
     int j = g;
-    // Sixteen keys' values loaded before their products (four rounds of
-    // the four chains below, in their order), so the reads overlap.
+    // 32, then 16 keys' values loaded before their products (rounds of the
+    // four chains below, in their order: key j + t·groups goes to chain t
+    // mod 4 whichever loop takes it), so the reads overlap.
+    for (; j + 31 * groups < L; j += 32 * groups) {
+      float vv[32], ss[32];
+#pragma unroll
+      for (int t = 0; t < 32; t++) {
+        vv[t] = VROW(j + t * groups);
+        ss[t] = s[j + t * groups];
+      }
+#pragma unroll
+      for (int t = 0; t < 32; t += 4) {
+        a = fmaf(ss[t], vv[t], a);
+        a1 = fmaf(ss[t + 1], vv[t + 1], a1);
+        a2 = fmaf(ss[t + 2], vv[t + 2], a2);
+        a3 = fmaf(ss[t + 3], vv[t + 3], a3);
+      }
+    }
     for (; j + 15 * groups < L; j += 16 * groups) {
       float vv[16], ss[16];
 #pragma unroll
@@ -2466,10 +2494,10 @@ __device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i
 __global__ void attention_f32(float* dst, i64 ldd, const float* q, i64 ldq, const float* k, i64 ldk, const float* v,
                               i64 ldv, float* sc, i64 maxL, int heads, int kvheads, int hd, float scale, int qpos0,
                               int causal, int window, int nkeys, int probBF16, const int* blocks, int brows,
-                              int rnd) {
+                              int shs, int rnd) {
   PDL_ENTER();
   attn_rows(dst, ldd, q, ldq, k, ldk, v, ldv, sc, maxL, heads, kvheads, hd, scale, blockIdx.x, qpos0 + blockIdx.x,
-            causal, window, nkeys, probBF16, blocks, brows, rnd, blockIdx.y, blockDim.x);
+            causal, window, nkeys, probBF16, blocks, brows, rnd, blockIdx.y, blockDim.x, shs);
 }
 
 // attn_seq is one query row of attention_seqs_f32 (48 bytes; cuda's
@@ -2488,7 +2516,7 @@ struct attn_seq {
 // blockIdx.x reading its own sequence's keys through rows[blockIdx.x].
 __global__ void attention_seqs_f32(float* dst, i64 ldd, const float* q, i64 ldq, const attn_seq* rows, float* sc,
                                    i64 maxL, int heads, int kvheads, int hd, float scale, int causal, int window,
-                                   int probBF16, int brows, int rnd) {
+                                   int probBF16, int brows, int shs, int rnd) {
   // The row list is uploaded (never written by a kernel): read before the wait.
 #ifdef FAULT_ATTN_SEQS
   attn_seq r = rows[0];  // every row attends as the first row does
@@ -2497,7 +2525,7 @@ __global__ void attention_seqs_f32(float* dst, i64 ldd, const float* q, i64 ldq,
 #endif
   PDL_ENTER();
   attn_rows(dst, ldd, q, ldq, r.k, r.ldk, r.v, r.ldv, sc, maxL, heads, kvheads, hd, scale, blockIdx.x, r.pos, causal,
-            window, r.nkeys, probBF16, r.blocks, brows, rnd, blockIdx.y, blockDim.x);
+            window, r.nkeys, probBF16, r.blocks, brows, rnd, blockIdx.y, blockDim.x, shs);
 }
 
 // ---- one transformer block a launch ---------------------------------------
@@ -2647,7 +2675,7 @@ __global__ void __launch_bounds__(512) std_block_f32(
         int np = pos + 1;
 #endif
         attn_rows(o, 0, qs, 0, kc, ldk, vc, ldv, sc, pos + 1, H, KVH, hd, scale, 0, pos, 1, 0, np, probBF16, nullptr, 1,
-                  1, u, 128);
+                  1, u, 128, 0);
         __syncthreads();
       }
     } else if (ph == 2) {

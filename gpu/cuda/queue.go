@@ -991,11 +991,35 @@ func (q *Queue) Attention(dst, qt, k, v gpu.Tensor, ap gpu.AttnParams) {
 		q.grow(&q.scores, gpu.F32, need)
 	}
 	sc := gpu.Tensor{Buf: q.scores, Rows: 1, Cols: need, Stride: need}
-	shm := 4 * (hd + 32 + max(128, hd))
+	shm, shs := attnShm(hd, maxL)
 	q.launchOut(dst, "attention_f32", [3]uint32{uint32(qt.Rows), uint32(ap.Heads), 1}, blk128, shm,
 		q.t(dst), ld(dst), q.t(qt), ld(qt), q.t(k), ld(k), q.t(v), ld(v), q.t(sc), i(maxL),
 		i(ap.Heads), i(ap.KVHeads), i(hd), f(ap.Scale), i(ap.QPos0), b2i(ap.Causal), i(ap.Window), i(nkeys), b2i(ap.ProbBF16),
-		q.t(blocks), i(brows))
+		q.t(blocks), i(brows), b2i(shs))
+}
+
+// attnShmKeys is the most keys whose scores and rows attn_rows keeps in
+// shared memory (8 bytes a key, 32 KiB; beyond it they go through the
+// scores scratch and the block table in device memory).
+const attnShmKeys = 4096
+
+// attnShm returns the dynamic shared memory of attention_f32 and
+// attention_seqs_f32 (128 threads) for heads of hd and at most maxL keys
+// a row — q, the reductions, the partials and, where maxL ≤ attnShmKeys,
+// the scores and the keys' rows — and whether the scores are in it. The
+// keys' part is sized for a power of two from 512 keys up, not for maxL:
+// a launch's shared memory is part of its graph's key (graph.go), and a
+// size that grew with every decode step would make every step a new graph.
+func attnShm(hd, maxL int) (bytes int, shs bool) {
+	bytes = 4 * (hd + 32 + max(128, hd))
+	if maxL > attnShmKeys {
+		return bytes, false
+	}
+	keys := 512
+	for keys < maxL {
+		keys <<= 1
+	}
+	return bytes + 8*keys, true
 }
 
 // maxScores bounds the attention scratch in floats (256 MiB).

@@ -108,10 +108,10 @@ func (q *Queue) AttentionSeqs(dst, qt gpu.Tensor, ap gpu.AttnParams, seqs []gpu.
 	if paged {
 		brows = ap.BlockRows
 	}
-	shm := 4 * (hd + 32 + max(128, hd))
+	shm, shs := attnShm(hd, maxL)
 	q.launchOut(dst, "attention_seqs_f32", [3]uint32{uint32(qt.Rows), uint32(ap.Heads), 1}, blk128, shm,
 		q.t(dst), ld(dst), q.t(qt), ld(qt), upload(off), q.t(sc), i(maxL),
-		i(ap.Heads), i(ap.KVHeads), i(hd), f(ap.Scale), b2i(ap.Causal), i(ap.Window), b2i(ap.ProbBF16), i(brows))
+		i(ap.Heads), i(ap.KVHeads), i(hd), f(ap.Scale), b2i(ap.Causal), i(ap.Window), b2i(ap.ProbBF16), i(brows), b2i(shs))
 }
 
 // attnSeqKeys checks one sequence of AttentionSeqs as Attention checks its

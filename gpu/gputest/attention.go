@@ -44,6 +44,10 @@ var attnCases = []attnCase{
 	{name: "paged=1/noncausal/gqa", heads: 4, kvheads: 2, hd: 2, nq: 5, nk: 11, qpos0: 0, strided: true, paged: 1},
 	{name: "paged=64/causal/qpos0=300/long", heads: 2, kvheads: 1, hd: 64, nq: 2, nk: 302, qpos0: 300, causal: true, paged: 64},
 	{name: "paged=8/causal/qpos0=18/wide-head", heads: 2, kvheads: 1, hd: 136, nq: 2, nk: 20, qpos0: 18, causal: true, paged: 8},
+	// More keys than a GPU block keeps scores for in shared memory (4,096
+	// on CUDA: then they go through memory and the table).
+	{name: "paged=64/causal/qpos0=4200/beyond-shared", heads: 2, kvheads: 1, hd: 6, nq: 1, nk: 4201, qpos0: 4200, causal: true, paged: 64},
+	{name: "causal/qpos0=4150/beyond-shared", heads: 1, kvheads: 1, hd: 2, nq: 1, nk: 4151, qpos0: 4150, causal: true, strided: true},
 }
 
 func checkAttention(h *harness) {

@@ -598,7 +598,11 @@ func TestFaults(t *testing.T) {
 			return strings.Contains(c.Case, "/bias=") && !strings.Contains(c.Case, "bias=none") && !strings.Contains(c.Case, "/N=1/")
 		}},
 		{fault: "matmul/batch-variant", mustFail: contains("batch-invariance")},
-		{fault: "attention/prob-not-rounded", mustFail: contains("prob=bf16")},
+		// Over thousands of keys p's rounding errors average out below the
+		// bound (about 2⁻⁹·|v|/√L): the long cases need not catch it.
+		{fault: "attention/prob-not-rounded", mustFail: func(c Check) bool {
+			return strings.Contains(c.Case, "prob=bf16") && !strings.Contains(c.Case, "beyond-shared")
+		}},
 		{fault: "attention/window+1", mustFail: contains("window=")},
 		{fault: "attention/table-ignored", mustFail: contains("paged=")},
 		{fault: "conv1d/shift", mustFail: func(c Check) bool { return !strings.Contains(c.Case, "pad=0") }},

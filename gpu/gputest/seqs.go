@@ -31,6 +31,12 @@ var attnSeqsCases = []struct {
 		{heads: 2, kvheads: 1, hd: 6, nq: 1, nk: 4, qpos0: 3, window: 7, causal: true, paged: 3},
 		{heads: 2, kvheads: 1, hd: 6, nq: 2, nk: 20, qpos0: 18, window: 7, causal: true, paged: 3, strided: true},
 	}},
+	// A batch whose longest sequence has more keys than a GPU block keeps
+	// scores for in shared memory (4,096 on CUDA).
+	{"decode/paged/beyond-shared", []attnCase{
+		{heads: 2, kvheads: 1, hd: 6, nq: 1, nk: 4201, qpos0: 4200, causal: true, paged: 64},
+		{heads: 2, kvheads: 1, hd: 6, nq: 1, nk: 10, qpos0: 9, causal: true, paged: 64},
+	}},
 	{"noncausal/contiguous", []attnCase{
 		{heads: 4, kvheads: 2, hd: 2, nq: 5, nk: 11},
 		{heads: 4, kvheads: 2, hd: 2, nq: 2, nk: 3, strided: true},
