@@ -155,19 +155,32 @@ func (q *Queue) blockLaunch(b gpu.Block, p0, p1 int) {
 	norm := func(n gpu.RowNorm) []arg {
 		return []arg{q.t(n.W), p(dtCode(n.W.DType())), f(n.Eps), b2i(n.Round), b2i(n.RoundW && !n.W.IsNil())}
 	}
+	// The tiled instance where every weight has its tiled copy (tiled.go).
+	name, ws := "std_blockt_f32", make([]arg, 0, 5)
+	for _, w := range []gpu.Tensor{b.QKV, b.Out, b.W1, b.W3, b.W2} {
+		a, ok := q.tiled(w)
+		if !ok {
+			name, ws = "std_block_f32", nil
+			break
+		}
+		ws = append(ws, p(a))
+	}
+	if ws == nil {
+		ws = []arg{q.t(b.QKV), q.t(b.Out), q.t(b.W1), q.t(b.W3), q.t(b.W2)}
+	}
 	args := []arg{q.t(b.X), i(D)}
 	args = append(args, norm(b.OpNorm)...)
-	args = append(args, q.t(b.QKV), ld(b.QKV), i(H), i(b.KVHeads), i(hd))
+	args = append(args, ws[0], ld(b.QKV), i(H), i(b.KVHeads), i(hd))
 	args = append(args, norm(b.QNorm)...)
 	args = append(args, norm(b.KNorm)...)
 	args = append(args, q.constant(b.RoPE.InvFreq), b2i(b.RoPE.Style == gpu.Interleaved), b2i(b.RoPE.BF16), i(b.Pos),
-		q.t(b.K), ld(b.K), q.t(b.V), ld(b.V), f(b.Scale), b2i(b.ProbBF16), q.t(b.Out), ld(b.Out))
+		q.t(b.K), ld(b.K), q.t(b.V), ld(b.V), f(b.Scale), b2i(b.ProbBF16), ws[1], ld(b.Out))
 	args = append(args, norm(b.FFNNorm)...)
-	args = append(args, q.t(b.W1), ld(b.W1), q.t(b.W3), ld(b.W3), i(F), q.t(b.W2), ld(b.W2))
+	args = append(args, ws[2], ld(b.W1), ws[3], ld(b.W3), i(F), ws[4], ld(b.W2))
 	for _, o := range offs {
 		args = append(args, q.t(gpu.Tensor{Buf: q.blk, Off: o, Rows: 1, Cols: 1, Stride: 1}))
 	}
 	args = append(args, q.t(gpu.Tensor{Buf: q.blkBar, Rows: 1, Cols: 2, Stride: 2}), i(p0), i(p1))
 	shm := blockShm(b)
-	q.launch("std_block_f32", [3]uint32{uint32(q.blockGrid(b)), 1, 1}, [2]uint32{blockThreads, 1}, shm, args...)
+	q.launch(name, [3]uint32{uint32(q.blockGrid(b)), 1, 1}, [2]uint32{blockThreads, 1}, shm, args...)
 }

@@ -183,12 +183,15 @@ func sameBits(a, b []float32) int {
 // and both caches, on every shape of blockShapes. On a GPU it also holds
 // the one-launch kernel (grid barriers between its phases) to the same
 // kernel launched a phase at a time, and counts the launches: one for
-// the block where the sequence takes seven or more.
+// the block where the sequence takes seven or more. The sequence reads
+// the weights' rows; the block runs on their tiled copies
+// (std_blockt_f32) and on the rows (std_block_f32).
 func TestStdBlockEqualsSeq(t *testing.T) {
 	d := openTestDevice(t, Options{MatMul: "mma"})
 	fq := d.NewQueue("fused").(*Queue)
 	sq := d.NewQueue("seq").(*Queue)
 	sq.unfused = true
+	sq.untiled = true // the sequence on the weights' rows; the block on both (tiled.go)
 	for i, s := range blockShapes {
 		t.Run(s.String(), func(t *testing.T) {
 			c, err := newBlockCase(d, s, uint64(i))
@@ -204,8 +207,9 @@ func TestStdBlockEqualsSeq(t *testing.T) {
 			if !d.Emulated() {
 				modes = append(modes, true)
 			}
-			for _, phased := range modes {
-				d.phasedBlock = phased
+			for m := range 2 * len(modes) {
+				phased := modes[m/2]
+				d.phasedBlock, fq.untiled = phased, m%2 == 1
 				x, k, v, n, err := c.run(fq, true)
 				if err != nil {
 					t.Fatal(err)
@@ -215,20 +219,20 @@ func TestStdBlockEqualsSeq(t *testing.T) {
 					want = blockPhases
 				}
 				if n != want || seqN < 7 {
-					t.Errorf("phased=%v: %d launches (the sequence %d), want %d", phased, n, seqN, want)
+					t.Errorf("phased=%v untiled=%v: %d launches (the sequence %d), want %d", phased, fq.untiled, n, seqN, want)
 				}
 				for _, o := range []struct {
 					name      string
 					got, want []float32
 				}{{"x", x, wx}, {"k", k, wk}, {"v", v, wv}} {
 					if j := sameBits(o.got, o.want); j >= 0 {
-						t.Errorf("phased=%v: %s[%d] = %v, the sequence %v", phased, o.name, j, o.got[j], o.want[j])
+						t.Errorf("phased=%v untiled=%v: %s[%d] = %v, the sequence %v", phased, fq.untiled, o.name, j, o.got[j], o.want[j])
 					}
 				}
 				// The cache row past pos is the input's (untouched).
 				kvd := s.KVH * s.hd
 				if j := sameBits(k[(s.pos+1)*kvd:], c.kc[(s.pos+1)*kvd:]); j >= 0 {
-					t.Errorf("phased=%v: k row %d written", phased, s.pos+1)
+					t.Errorf("phased=%v untiled=%v: k row %d written", phased, fq.untiled, s.pos+1)
 				}
 			}
 		})

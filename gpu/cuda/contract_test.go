@@ -152,6 +152,7 @@ func forcedOnlyVariants() map[string]bool {
 	}
 	for _, v := range mmvVariants {
 		all[v.name] = true
+		all[mmvTiledName(v.name)] = true
 	}
 	for _, v := range mmvNormVariants {
 		all[v.name] = true
@@ -173,6 +174,7 @@ func forcedOnlyVariants() map[string]bool {
 	}
 	for _, N := range []int{1, 2048, 2049, mmvMaxN} {
 		delete(all, mmvVariant(N).name)
+		delete(all, mmvTiledName(mmvVariant(N).name))
 	}
 	delete(all, mmvNormDefault.name)
 	return all

@@ -116,6 +116,11 @@ type Options struct {
 	// a block, the launch boundaries in place of its grid barriers), so
 	// that a profile times each phase (env OMNIPIPE_CUDA_BLOCK=phased).
 	PhasedBlock bool
+	// NoTiledWeights keeps no tiled copy of the bf16 weights (tiled.go):
+	// the few-row tensor-core products then read their rows (for A/B
+	// measurements and on a GPU short of memory: the copies take as much
+	// again as the matrices they copy; env OMNIPIPE_CUDA_TILED=off).
+	NoTiledWeights bool
 	// MatMul selects the kernels of BF16-weight products: "mma" (the
 	// default: tensor cores, x split into three bf16 parts, the sums in
 	// one K-only order from one row to thousands) or "fma" (CUDA cores,
@@ -142,6 +147,9 @@ func New(o Options) (*Device, error) {
 	}
 	if os.Getenv("OMNIPIPE_CUDA_PDL") == "off" {
 		o.NoPDL = true
+	}
+	if os.Getenv("OMNIPIPE_CUDA_TILED") == "off" {
+		o.NoTiledWeights = true
 	}
 	switch os.Getenv("OMNIPIPE_CUDA_BLOCK") {
 	case "off":

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 
@@ -328,14 +329,16 @@ func TestGemvrVariantsBitIdentical(t *testing.T) {
 // (superblock tails, clamped weight rows), row counts that leave a tile
 // part-empty, fp32 rows and exact-bf16 rows mixed (the parts skipped per
 // superblock against per row) — so a row's bits do not depend on the
-// kernel, nor on the batch.
+// kernel, nor on the batch. Each runs on the weights' tiled copy (Load's,
+// where the weight has 16 rows or more: tiled.go) and, "/rows", on their
+// rows.
 func TestMmvVariantsBitIdentical(t *testing.T) {
 	d := openGPU(t)
 	d.mmaMatMul = true
 	defer func() { d.mmaMatMul = false }()
-	names := []string{""}
+	names := []string{"", "/rows"}
 	for _, v := range mmvVariants {
-		names = append(names, v.name)
+		names = append(names, v.name, v.name+"/rows")
 	}
 	everyOtherRowBF16 := func(xs []float32, M, K int) {
 		for r := 0; r < M; r += 2 {
@@ -346,7 +349,9 @@ func TestMmvVariantsBitIdentical(t *testing.T) {
 	}
 	variantsEqualTile(t, d, rand.New(rand.NewPCG(14, 15)), "",
 		[]struct{ N, K int }{{1024, 1024}, {2816, 1024}, {1024, 2816}, {777, 1000}, {3, 4104}, {1536, 264}, {65, 2056}, {40, 7}},
-		[]int{1, 2, 3, 5, 8, 11, 17, 32}, names, func(q *Queue, name string) { q.mmvForce = name }, everyOtherRowBF16)
+		[]int{1, 2, 3, 5, 8, 11, 17, 32}, names, func(q *Queue, name string) {
+			q.mmvForce, q.untiled = strings.CutSuffix(name, "/rows")
+		}, everyOtherRowBF16)
 }
 
 // TestMmaBigBitIdentical: the 64 × 64 tensor-core tile kernel (K walked

@@ -61,6 +61,8 @@ type Device struct {
 	// phasedBlock: Options.PhasedBlock (tests set it on devices of their
 	// own; the emulator always launches a phase at a time).
 	phasedBlock bool
+	// noTiled: Options.NoTiledWeights (Load keeps no tiled copies).
+	noTiled bool
 
 	mod      uintptr
 	fns      map[string]uintptr
@@ -104,6 +106,10 @@ type buffer struct {
 	// queues the release behind that queue's work (stream-ordered).
 	last  atomic.Pointer[Queue]
 	freed atomic.Bool
+	// tiled is Load's copy of a bf16 matrix of tiledK columns in the
+	// few-row products' tiled layout (tiled.go), freed with the buffer.
+	tiled  *buffer
+	tiledK int
 }
 
 func (b *buffer) DType() gpu.DType { return b.dt }
@@ -118,7 +124,7 @@ func openDevice(o Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, phasedBlock: o.PhasedBlock, work: make(chan func()), exited: make(chan struct{})}
+	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, phasedBlock: o.PhasedBlock, noTiled: o.NoTiledWeights, work: make(chan func()), exited: make(chan struct{})}
 	if o.Profile {
 		p, err := newProfiler(drv)
 		if err != nil {
@@ -341,6 +347,13 @@ func (d *Device) Load(dt gpu.DType, rows, cols int, data []byte) (gpu.Tensor, er
 	if err != nil {
 		return gpu.Tensor{}, fmt.Errorf("cuda: load %v[%d,%d]: %w", dt, rows, cols, err)
 	}
+	if dt == gpu.BF16 && d.mmaMatMul && !d.noTiled && tileable(rows, cols) {
+		// The few-row products' copy (tiled.go). Without it (no memory
+		// left for it) they read the rows, as slower but the same bits.
+		if tb, err := d.alloc(gpu.BF16, tiledLen(rows, cols), tileBF16(data, rows, cols)); err == nil {
+			b.tiled, b.tiledK = tb, cols
+		}
+	}
 	return gpu.Tensor{Buf: b, Rows: rows, Cols: cols, Stride: cols}, nil
 }
 
@@ -352,12 +365,18 @@ func (d *Device) Free(t gpu.Tensor) {
 	if !ok || b == nil || b.freed.Swap(true) {
 		return
 	}
-	d.used.Add(-b.bytes)
-	if q := b.last.Load(); q != nil && q.enqueueFree(b) {
-		return
+	q := b.last.Load()
+	for _, fb := range []*buffer{b, b.tiled} {
+		if fb == nil {
+			continue
+		}
+		d.used.Add(-fb.bytes)
+		if q != nil && q.enqueueFree(fb) {
+			continue
+		}
+		c := d.drv
+		d.do(func() error { return c.call("cuMemFreeAsync", c.cuMemFreeAsync, fb.ptr, d.allocS) })
 	}
-	c := d.drv
-	d.do(func() error { return c.call("cuMemFreeAsync", c.cuMemFreeAsync, b.ptr, d.allocS) })
 }
 
 // NewQueue implements gpu.Device: a CUDA stream.

@@ -34,10 +34,17 @@ func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tens
 		q.MatMul(dst, h, w, bias)
 		return
 	}
+	wp := q.t(w)
+	if tw, ok := q.tiled(w); ok && name == mmvNormDefault.name {
+		name, wp = mmvNormTiled, p(tw)
+	}
 	q.launchEpi(epiProduct, dst, name, [3]uint32{uint32((N + rows - 1) / rows), 1, 1}, block, 4*K,
 		q.t(dst), q.t(h), q.t(x), i(K), f(n.Eps), b2i(n.Round), q.t(n.W), p(dtCode(n.W.DType())), b2i(n.RoundW && !n.W.IsNil()),
-		q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(N))
+		wp, ld(w), q.t(bias), p(dtCode(bias.DType())), i(N))
 }
+
+// mmvNormTiled is mmvNormDefault on weights in the tiled layout.
+const mmvNormTiled = "mmvnt_bf16_w16"
 
 // gemvnKernels names the FMA fused kernel by the one-row product's rows
 // per warp (a table: NormMatMul runs a few times a layer).

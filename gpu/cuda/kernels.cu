@@ -1816,7 +1816,13 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
 // from 16·bx, tile 1 the same rows of wb, and one output each, d = b with
 // a = epi(v_w) (rnd, act, rnd1) and b = epi(v_wb) (rnd, then ⊕ a by eop,
 // rnd2): the floats of the two products and their folded epilogues.
-template <int W, int NT, int MT, class Pro, int DUAL = 0>
+//
+// TL: w (and wb) are in the tiled layout (tile_bf16) instead of rows of
+// ldw: a warp's weights of one superblock are 2 KiB in one place, each of
+// its four 16-byte loads a thread 512 contiguous bytes of the warp, where
+// the rows put them in 16 pieces of 128 bytes a row apart. The same values
+// reach the same registers, so the same MMAs give the same bits.
+template <int W, int NT, int MT, class Pro, int DUAL = 0, int TL = 0>
 __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
                                          const void* bias, int bdt, int M, int N, int K, Pro pro, int bx, int by,
                                          EPI_PARAMS, const u16* wb = nullptr, i64 ldwb = 0) {
@@ -1845,6 +1851,13 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
   bool wv = ((((unsigned long long)w) & 15) == 0) && (ldw % 8 == 0) &&
             (!DUAL || (((((unsigned long long)wb) & 15) == 0) && (ldwb % 8 == 0)));
   int nsb = (K + 63) / 64;
+  const u16* wt[NT];  // TL: the warp's first tile's pieces, lane's offset in
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+    const u16* base = DUAL && nt == 1 ? wb : w;
+    int tt = min(n0 / 16 + (DUAL ? 0 : nt), (N - 1) / 16);  // a tile past N: its outputs are not stored
+    wt[nt] = base + (i64)tt * nsb * 1024 + 8 * lane;
+  }
   u32 wa[CW][NT][2][8];
 #ifdef FAULT_MMV
   int s0 = warp + 16;  // drops the first superblock of each of the warp's first classes
@@ -1858,8 +1871,17 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
       if (s < nsb) {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-          mma_wload(wa[c][nt][0], wr[nt][0], 64 * s + 8 * t, K, wv);
-          mma_wload(wa[c][nt][1], wr[nt][1], 64 * s + 8 * t, K, wv);
+          if (TL) {
+#pragma unroll
+            for (int p = 0; p < 4; p++) {  // piece p: rows g + 8·(p >> 1), k half p & 1
+              uint4 v = __ldg((const uint4*)(wt[nt] + (i64)s * 1024 + 256 * p));
+              u32* o = &wa[c][nt][p >> 1][4 * (p & 1)];
+              o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+            }
+          } else {
+            mma_wload(wa[c][nt][0], wr[nt][0], 64 * s + 8 * t, K, wv);
+            mma_wload(wa[c][nt][1], wr[nt][1], 64 * s + 8 * t, K, wv);
+          }
         }
       }
     }
@@ -2287,15 +2309,63 @@ MMV(mmv_bf16_w16n2m1, 16, 2, 1)
 MMV(mmv_bf16_w16n4m1, 16, 4, 1)
 MMV(mmv_bf16_w16n1m2, 16, 1, 2)
 
-// MMV_NORM(name, W): one row h = rmsnorm(x) (rmsnorm_f32's floats, block
-// 0 writes h) and d = h·wᵀ (+ bias) with mmv_tile's sums (so mma_tile's):
-// GEMV_NORM for the tensor-core order. Every block normalises x into
-// shared memory itself (K ≤ 8192 floats beside the class sums).
-#define MMV_NORM(name, W)                                                                                     \
+// MMVT(name, W, NT, MT): MMV on weights in the tiled layout (w from
+// tile_bf16; ldw unused). The first wave asks L2 for its tiles' bytes, as
+// MMV's rows (one contiguous run a block here).
+#define MMVT(name, W, NT, MT)                                                                                 \
+  __global__ void __launch_bounds__(32 * W) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w,      \
+                                                 i64 ldw, const void* bias, int bdt, int M, int N, int K,       \
+                                                 EPI_PARAMS) {                                                  \
+    int nsb = (K + 63) / 64, tiles = (N + 15) / 16;                                                             \
+    if (blockIdx.y == 0)                                                                                        \
+      pdl_prefetch_rows(w, (i64)nsb * 1024, 2, nsb * 1024, blockIdx.x * NT, min(tiles, (int)(blockIdx.x + 1) * NT)); \
+    PDL_ENTER();                                                                                                \
+    mmv_tile<W, NT, MT, no_prologue, 0, 1>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, blockIdx.x, \
+                                           blockIdx.y, EPI_ARGS);                                               \
+  }
+
+MMVT(mmvt_bf16_w4n1m1, 4, 1, 1)
+MMVT(mmvt_bf16_w16n1m1, 16, 1, 1)
+MMVT(mmvt_bf16_w16n2m1, 16, 2, 1)
+MMVT(mmvt_bf16_w16n4m1, 16, 4, 1)
+MMVT(mmvt_bf16_w16n1m2, 16, 1, 2)
+
+// tile_bf16 writes the bf16 weights w [N, K] (rows of ldw) in mmv_tile's
+// tiled layout: for each 16-row tile t and 64-wide superblock s (nsb =
+// ⌈K/64⌉ of them) 1,024 values at (t·nsb + s)·1024, piece p of lane
+// l = 4g + q (16 bytes) at 8·(32p + l): row 16t + g + 8·(p >> 1), columns
+// 64s + 8q + 32·(p & 1) … +7 — what mma_wload gives the lane. Rows past N
+// and columns past K are zeros. One thread a piece.
+__global__ void tile_bf16(u16* out, const u16* w, i64 ldw, int N, int K) {
+  PDL_ENTER();
+  int nsb = (K + 63) / 64;
+  i64 pieces = (i64)((N + 15) / 16) * nsb * 128;
+  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < pieces; i += (i64)gridDim.x * blockDim.x) {
+    int pl = (int)(i % 128), p = pl / 32, lane = pl % 32;
+    i64 ts = i / 128;
+    int s = (int)(ts % nsb);
+    i64 t = ts / nsb;
+    i64 r = 16 * t + (lane >> 2) + 8 * (p >> 1);
+    int k = 64 * s + 8 * (lane & 3) + 32 * (p & 1);
+    u16* o = out + i * 8;
+#pragma unroll
+    for (int e = 0; e < 8; e++) o[e] = r < N && k + e < K ? w[r * ldw + k + e] : (u16)0;
+  }
+}
+
+// MMV_NORM(name, W, TL): one row h = rmsnorm(x) (rmsnorm_f32's floats,
+// block 0 writes h) and d = h·wᵀ (+ bias) with mmv_tile's sums (so
+// mma_tile's): GEMV_NORM for the tensor-core order. Every block normalises
+// x into shared memory itself (K ≤ 8192 floats beside the class sums). TL:
+// w in the tiled layout (tile_bf16; ldw unused).
+#define MMV_NORM(name, W, TL)                                                                                   \
   __global__ void __launch_bounds__(32 * W) name(float* d, float* h, const float* x, int K, float eps, int nrnd, \
                                                  const void* nw, int nwdt, int nrnd1, const u16* w, i64 ldw,    \
                                                  const void* bias, int bdt, int N, EPI_PARAMS) {                \
-    pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 16, min(N, (int)(blockIdx.x + 1) * 16));                       \
+    if (TL)                                                                                                     \
+      pdl_prefetch_rows(w, (i64)((K + 63) / 64) * 1024, 2, ((K + 63) / 64) * 1024, blockIdx.x, blockIdx.x + 1);  \
+    else                                                                                                        \
+      pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 16, min(N, (int)(blockIdx.x + 1) * 16));                     \
     PDL_ENTER();                                                                                                \
     extern __shared__ float4 xs4[];                                                                             \
     __shared__ float sh[8];                                                                                     \
@@ -2309,11 +2379,12 @@ MMV(mmv_bf16_w16n1m2, 16, 1, 2)
       }                                                                                                         \
       __syncthreads();                                                                                          \
     };                                                                                                          \
-    mmv_tile<W, 1, 1>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, blockIdx.x, 0, EPI_ARGS);                  \
+    mmv_tile<W, 1, 1, decltype(norm), 0, TL>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, blockIdx.x, 0, EPI_ARGS); \
   }
 
-MMV_NORM(mmvn_bf16_w4, 4)
-MMV_NORM(mmvn_bf16_w16, 16)
+MMV_NORM(mmvn_bf16_w4, 4, 0)
+MMV_NORM(mmvn_bf16_w16, 16, 0)
+MMV_NORM(mmvnt_bf16_w16, 16, 1)  // on tiled weights (tile_bf16)
 
 // ---- attention -------------------------------------------------------------
 
@@ -2585,14 +2656,22 @@ __device__ __forceinline__ void grid_sync(unsigned* bar) {
 // functions in the same order (mmv_tile's sums depend on K alone), so the
 // two agree bit for bit (TestStdBlockEqualsSeq). qkv, qs, o, a, g3 and sc
 // (the scores: H·(pos+1) floats) are scratch; bar is grid_sync's.
-__global__ void __launch_bounds__(512) std_block_f32(
+}  // extern "C"
+
+template <int TL>
+__device__ __forceinline__ void std_block(
     float* x, int D, const void* n1w, int n1dt, float n1eps, int n1rnd, int n1rnd1, const u16* wqkv, i64 ldqkv,
     int H, int KVH, int hd, const void* qnw, int qndt, float qneps, int qnrnd, int qnrnd1, const void* knw, int kndt,
     float kneps, int knrnd, int knrnd1, const float* invf, int interleaved, int ropeBF16, int pos, float* kc, i64 ldk,
     float* vc, i64 ldv, float scale, int probBF16, const u16* wo, i64 ldo, const void* n2w, int n2dt, float n2eps,
     int n2rnd, int n2rnd1, const u16* w1, i64 ld1, const u16* w3, i64 ld3, int F, const u16* w2, i64 ld2, float* qkv,
     float* qs, float* o, float* a, float* g3, float* sc, unsigned* bar, int p0, int p1) {
-  if (p0 == 0) pdl_prefetch_rows(wqkv, ldqkv, 2, D, blockIdx.x * 32, min((H + 2 * KVH) * hd, (int)blockIdx.x * 32 + 32));
+  if (p0 == 0 && TL) {
+    int L = (D + 63) / 64 * 1024;  // a tile's elements
+    pdl_prefetch_rows(wqkv, L, 2, L, blockIdx.x * 2, min(((H + 2 * KVH) * hd + 15) / 16, (int)blockIdx.x * 2 + 2));
+  } else if (p0 == 0) {
+    pdl_prefetch_rows(wqkv, ldqkv, 2, D, blockIdx.x * 32, min((H + 2 * KVH) * hd, (int)blockIdx.x * 32 + 32));
+  }
   PDL_ENTER();
   extern __shared__ float4 sb4[];
   __shared__ float sh[8];
@@ -2638,11 +2717,11 @@ __global__ void __launch_bounds__(512) std_block_f32(
       for (int u = blockIdx.x; u * hpu < nh; u += G) {
         for (int r = 0; r < ur && u * ur + r < Nqkv; r += 16) {
           if (r + 32 <= ur && (u * ur + r) % 32 == 0) {  // two tiles at once
-            mmv_tile<16, 2, 1>(qkv, 0, xs, 0, wqkv, ldqkv, nullptr, 0, 1, Nqkv, D, pro, (u * ur + r) / 32, 0, 1, 0, 0,
+            mmv_tile<16, 2, 1, decltype(pro), 0, TL>(qkv, 0, xs, 0, wqkv, ldqkv, nullptr, 0, 1, Nqkv, D, pro, (u * ur + r) / 32, 0, 1, 0, 0,
                                nullptr, 0, 0, 0);
             r += 16;
           } else {
-            mmv_tile<16, 1, 1>(qkv, 0, xs, 0, wqkv, ldqkv, nullptr, 0, 1, Nqkv, D, pro, (u * ur + r) / 16, 0, 1, 0,
+            mmv_tile<16, 1, 1, decltype(pro), 0, TL>(qkv, 0, xs, 0, wqkv, ldqkv, nullptr, 0, 1, Nqkv, D, pro, (u * ur + r) / 16, 0, 1, 0,
                                0, nullptr, 0, 0, 0);
           }
           __syncthreads();
@@ -2680,19 +2759,19 @@ __global__ void __launch_bounds__(512) std_block_f32(
       }
     } else if (ph == 2) {
       for (int u = blockIdx.x; u < (D + 15) / 16; u += G) {
-        mmv_tile<16, 1, 1>(a, 0, o, 0, wo, ldo, nullptr, 0, 1, D, Hq, pro, u, 0, 1, 0, 0, x, 0, OP_ADD, 1);
+        mmv_tile<16, 1, 1, decltype(pro), 0, TL>(a, 0, o, 0, wo, ldo, nullptr, 0, 1, D, Hq, pro, u, 0, 1, 0, 0, x, 0, OP_ADD, 1);
         __syncthreads();
       }
     } else if (ph == 3) {
       // 16 rows of w1 and the same of w3 a unit, in one pass (a dual tile).
       for (int u = blockIdx.x; u < (F + 15) / 16; u += G) {
-        mmv_tile<16, 2, 1, decltype(pro), 1>(g3, 0, xs, 0, w1, ld1, nullptr, 0, 1, F, D, pro, u, 0, 1, ACT_SILU, 1,
+        mmv_tile<16, 2, 1, decltype(pro), 1, TL>(g3, 0, xs, 0, w1, ld1, nullptr, 0, 1, F, D, pro, u, 0, 1, ACT_SILU, 1,
                                              nullptr, 0, OP_MUL, 1, w3, ld3);
         __syncthreads();
       }
     } else if (ph == 4) {
       for (int u = blockIdx.x; u < (D + 15) / 16; u += G) {
-        mmv_tile<16, 1, 1>(x, 0, g3, 0, w2, ld2, nullptr, 0, 1, D, F, pro, u, 0, 1, 0, 0, a, 0, OP_ADD, 1);
+        mmv_tile<16, 1, 1, decltype(pro), 0, TL>(x, 0, g3, 0, w2, ld2, nullptr, 0, 1, D, F, pro, u, 0, 1, 0, 0, a, 0, OP_ADD, 1);
         __syncthreads();
       }
     }
@@ -2701,6 +2780,34 @@ __global__ void __launch_bounds__(512) std_block_f32(
       owe = false;
     }
   }
+}
+
+extern "C" {
+
+// std_block_f32 on weights in rows; std_blockt_f32 on the weights' tiled
+// copies (tiled.go), the same floats.
+__global__ void __launch_bounds__(512) std_block_f32(
+    float* x, int D, const void* n1w, int n1dt, float n1eps, int n1rnd, int n1rnd1, const u16* wqkv, i64 ldqkv,
+    int H, int KVH, int hd, const void* qnw, int qndt, float qneps, int qnrnd, int qnrnd1, const void* knw, int kndt,
+    float kneps, int knrnd, int knrnd1, const float* invf, int interleaved, int ropeBF16, int pos, float* kc, i64 ldk,
+    float* vc, i64 ldv, float scale, int probBF16, const u16* wo, i64 ldo, const void* n2w, int n2dt, float n2eps,
+    int n2rnd, int n2rnd1, const u16* w1, i64 ld1, const u16* w3, i64 ld3, int F, const u16* w2, i64 ld2, float* qkv,
+    float* qs, float* o, float* a, float* g3, float* sc, unsigned* bar, int p0, int p1) {
+  std_block<0>(x, D, n1w, n1dt, n1eps, n1rnd, n1rnd1, wqkv, ldqkv, H, KVH, hd, qnw, qndt, qneps, qnrnd, qnrnd1, knw,
+               kndt, kneps, knrnd, knrnd1, invf, interleaved, ropeBF16, pos, kc, ldk, vc, ldv, scale, probBF16, wo, ldo,
+               n2w, n2dt, n2eps, n2rnd, n2rnd1, w1, ld1, w3, ld3, F, w2, ld2, qkv, qs, o, a, g3, sc, bar, p0, p1);
+}
+
+__global__ void __launch_bounds__(512) std_blockt_f32(
+    float* x, int D, const void* n1w, int n1dt, float n1eps, int n1rnd, int n1rnd1, const u16* wqkv, i64 ldqkv,
+    int H, int KVH, int hd, const void* qnw, int qndt, float qneps, int qnrnd, int qnrnd1, const void* knw, int kndt,
+    float kneps, int knrnd, int knrnd1, const float* invf, int interleaved, int ropeBF16, int pos, float* kc, i64 ldk,
+    float* vc, i64 ldv, float scale, int probBF16, const u16* wo, i64 ldo, const void* n2w, int n2dt, float n2eps,
+    int n2rnd, int n2rnd1, const u16* w1, i64 ld1, const u16* w3, i64 ld3, int F, const u16* w2, i64 ld2, float* qkv,
+    float* qs, float* o, float* a, float* g3, float* sc, unsigned* bar, int p0, int p1) {
+  std_block<1>(x, D, n1w, n1dt, n1eps, n1rnd, n1rnd1, wqkv, ldqkv, H, KVH, hd, qnw, qndt, qneps, qnrnd, qnrnd1, knw,
+               kndt, kneps, knrnd, knrnd1, invf, interleaved, ropeBF16, pos, kc, ldk, vc, ldv, scale, probBF16, wo, ldo,
+               n2w, n2dt, n2eps, n2rnd, n2rnd1, w1, ld1, w3, ld3, F, w2, ld2, qkv, qs, o, a, g3, sc, bar, p0, p1);
 }
 
 // ---- convolutions ----------------------------------------------------------

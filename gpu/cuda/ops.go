@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 )
@@ -154,8 +155,12 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		if q.mmvForce != "" {
 			v = mmvByName(q.mmvForce)
 		}
-		q.launchEpi(epiProduct, dst, v.name, v.grid(M, N), v.block(), 0,
-			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
+		name, wp := v.name, q.t(w)
+		if tw, ok := q.tiled(w); ok {
+			name, wp = mmvTiledName(name), p(tw)
+		}
+		q.launchEpi(epiProduct, dst, name, v.grid(M, N), v.block(), 0,
+			q.t(dst), ld(dst), q.t(x), ld(x), wp, ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
 	if w.DType() == gpu.BF16 && q.tensorCores() {
@@ -361,6 +366,10 @@ func mmvVariant(N int) mmvKernel {
 	}
 	return mmvVariants[3] // mmv_bf16_w16n4m1
 }
+
+// mmvTiledName names the MMVT twin of MMV kernel name: the same kernel
+// on weights in the tiled layout (tiled.go).
+func mmvTiledName(name string) string { return "mmvt" + strings.TrimPrefix(name, "mmv") }
 
 // mmvNormVariants are the one-row tensor-core kernels with the row norm
 // fused before the product (kernels.cu: MMV_NORM; gpu.NormFuser).

@@ -28,8 +28,9 @@ var kernelNames = []string{
 	"gemvr_bf16_r4c8u2", "gemvr_bf16_r4c8u1", "gemvr_bf16_r8c4u2", "split_bf16", "sample_f32", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32", "mma_bf16_big",
 	"mmv_bf16_w4n1m1", "mmv_bf16_w16n1m1", "mmv_bf16_w16n2m1", "mmv_bf16_w16n4m1", "mmv_bf16_w16n1m2",
 	"mmvn_bf16_w4", "mmvn_bf16_w16",
+	"mmvt_bf16_w4n1m1", "mmvt_bf16_w16n1m1", "mmvt_bf16_w16n2m1", "mmvt_bf16_w16n4m1", "mmvt_bf16_w16n1m2", "mmvnt_bf16_w16",
 	"attention_f32", "attention_seqs_f32", "shortconv_seqs_f32", "copy_rows_u32", "copy_rows_u16", "copy_many_u32", "copy_many_u16", "conv1d_f32", "convtr1d_f32", "conv2d_f32",
-	"relpos_scores_f32", "heads_matmul_f32", "std_block_f32",
+	"relpos_scores_f32", "heads_matmul_f32", "std_block_f32", "std_blockt_f32",
 }
 
 // Kernel-side codes (kernels.cu).
@@ -125,6 +126,9 @@ type Queue struct {
 	// mmvForce, when set, is the few-row tensor-core kernel MatMul uses
 	// on the tensor cores whatever the shape (tests and benchmarks).
 	mmvForce string
+	// untiled keeps the few-row products on the weights' rows even where
+	// a tiled copy exists (tests: tiled == rows, bit for bit).
+	untiled bool
 	// fp32 keeps the queue's products on the FMA kernels whatever
 	// Options.MatMul says (gpu.FP32Products).
 	fp32 bool
@@ -193,6 +197,19 @@ func b2i(b bool) arg {
 	return i(0)
 }
 func (q *Queue) t(t gpu.Tensor) arg { return p(q.ptr(t)) }
+
+// tiled returns the address of w's tiled copy for the few-row products
+// (tiled.go), having recorded the use of w's buffer (q.ptr), or false.
+func (q *Queue) tiled(w gpu.Tensor) (int64, bool) {
+	if q.untiled {
+		return 0, false
+	}
+	a, ok := tiledView(w)
+	if ok {
+		q.ptr(w)
+	}
+	return a, ok
+}
 
 // fused is the output of the last recorded launch whose kernel can apply
 // the ops that follow it on its output itself (kernels.cu: OUT, rmsnorm's
