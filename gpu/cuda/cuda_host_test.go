@@ -1109,3 +1109,40 @@ func TestAttnShmSteps(t *testing.T) {
 		t.Errorf("attnShm(256, %d) = %d bytes, beyond 48 KiB", attnShmKeys, b)
 	}
 }
+
+// TestSampleKeepsScratchOnChipWhereItFits: sample_f32 gets the row's ew
+// and cand in dynamic shared memory (its last argument set, 12 bytes an
+// entry beside the two bitmaps) while that stays within sampleSharedBytes
+// (the audio vocabulary, 2,049, does; 3,343 is the largest that does),
+// and only the bitmaps, with the global scratch, beyond (the text
+// vocabulary, 65,536).
+func TestSampleKeepsScratchOnChipWhereItFits(t *testing.T) {
+	for _, c := range []struct {
+		V, shm   int
+		inShared bool
+	}{
+		{1, 8 + 12, true},
+		{2049, 2*65*4 + 12*2049, true},
+		{3343, 2*105*4 + 12*3343, true},
+		{3344, 2 * 105 * 4, false},
+		{6007, 2 * 188 * 4, false},
+		{65536, 2 * 2048 * 4, false},
+	} {
+		q := hostQueue()
+		q.sampleBuf = &buffer{ptr: 1 << 40, dt: gpu.F32, n: 1 << 30}
+		logits, ids := fakeTensor(gpu.F32, 2, c.V), fakeTensor(gpu.I32, 2, 1)
+		q.Sample(ids, logits, []gpu.SampleRow{{Temperature: 1, TopK: 4}, {}})
+		if len(q.rec.cmds) != 1 || q.rec.cmds[0].fn != q.d.fns["sample_f32"] {
+			t.Fatalf("V %d: %+v, want one sample_f32 launch", c.V, q.rec.cmds)
+		}
+		cm := q.rec.cmds[0]
+		args := q.rec.slots[cm.a0 : cm.a0+cm.na]
+		if len(args) != 13 {
+			t.Fatalf("V %d: %d arguments, want sample_f32's 13", c.V, len(args))
+		}
+		sh := args[12] != 0
+		if int(cm.shm) != c.shm || sh != c.inShared || cm.shm > sampleSharedBytes {
+			t.Errorf("V %d: %d bytes of dynamic shared memory, scratch there %v; want %d, %v (at most %d)", c.V, cm.shm, sh, c.shm, c.inShared, sampleSharedBytes)
+		}
+	}
+}

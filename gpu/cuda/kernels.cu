@@ -526,18 +526,18 @@ __device__ int block_argmax(int n, F val, double* shd, int* shi) {
   return r < 0 ? 0 : r;
 }
 
-// block_max returns max(v) over the block to every thread.
+// block_max returns max(v) over the block to every thread, with one
+// barrier: each warp's maximum goes to shd[wid] and every thread folds
+// shd[0], shd[1], … in that order itself (one fold, the same for all,
+// instead of thread 0's and a broadcast). The caller keeps shd untouched
+// from its last barrier before the call to its next barrier after it.
 __device__ double block_max(double v, double* shd) {
   for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
   int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  __syncthreads();
   if (lane == 0) shd[wid] = v;
   __syncthreads();
-  if (threadIdx.x == 0)
-    for (int k = 1; k < nw; k++) shd[0] = fmax(shd[0], shd[k]);
-  __syncthreads();
   double r = shd[0];
-  __syncthreads();
+  for (int k = 1; k < nw; k++) r = fmax(r, shd[k]);
   return r;
 }
 
@@ -580,35 +580,50 @@ extern "C" {
 // pick of gpu.SampleHost with args[r] (histories in hist). Scratch, per
 // row: ew (V doubles, by token id), cand (V ints), skey/sidx (P = the
 // power of two ≥ V). Dynamic shared memory: the penalty's bitmap of V bits,
-// then the suppressed ids' bitmap.
+// then the suppressed ids' bitmap, then, when sh is set (the host's
+// choice where they fit: sample.go's sampleShared), the row's ew and cand
+// in place of the global ones: ew is read back in every radix pass and in
+// the compaction, cand in the serial sums, and shared memory answers those
+// reads in a fraction of a global load's latency.
 __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float* logits, i64 ldl, int V,
                                                   const sample_arg* args, const int* hist, double* ew, int* cand,
-                                                  double* skey, int* sidx, int P) {
-  extern __shared__ u32 bm[];
+                                                  double* skey, int* sidx, int P, int sh) {
+  extern __shared__ double dsm[];  // declared double for ew's alignment
+  u32* bm = (u32*)dsm;
   __shared__ double shd[32];
   __shared__ int shi[32];
-  __shared__ u32 bins[256];
+  __shared__ int wcount[2][32];
+  __shared__ u32 bins[2][256];
   __shared__ int shc[2];
   const int row = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
+  const int lane = tid & 31, wid = tid >> 5, nw = nt >> 5;
   const sample_arg a = args[row];
   const float* L = logits + (i64)row * ldl;
-  ew += (i64)row * V;
-  cand += (i64)row * V;
+  const int nwords = (V + 31) >> 5;
+  u32* sup = bm + nwords;
+  if (sh) {
+    // After the two bitmaps (8·nwords bytes: ew stays 8-byte aligned).
+    ew = (double*)(bm + 2 * nwords);
+    cand = (int*)(ew + V);
+  } else {
+    ew += (i64)row * V;
+    cand += (i64)row * V;
+  }
   skey += (i64)row * P;
   sidx += (i64)row * P;
   int* out = ids + (i64)row * ldi;
   const bool greedy = a.temp <= 0.0 || a.top_k == 1;
   const bool pen = a.penalty > 0.0 && a.penalty != 1.0 && a.h_len > 0;
-  const int nwords = (V + 31) >> 5;
-  u32* sup = bm + nwords;
   // The arguments and the histories are the launch's uploaded bytes (never
   // written by a kernel): both bitmaps are built from them before
-  // PDL_ENTER, while the kernel before (the logits) still runs; shared
-  // memory only, nothing global is written before the wait.
+  // PDL_ENTER, while the kernel before (the logits) still runs, and the
+  // first radix pass's bins are zeroed; shared memory only, nothing global
+  // is written before the wait.
   for (int w = tid; w < nwords; w += nt) {
     sup[w] = 0u;
     bm[w] = 0u;
   }
+  for (int b = tid; b < 256; b += nt) bins[0][b] = 0u;
   __syncthreads();
   for (int j = tid; j < a.s_len; j += nt) {
     int id = hist[a.s_off + j];
@@ -662,6 +677,13 @@ __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float
     return;
   }
   // Step 5: the top_k-th largest q by radix selection on 8-bit digits.
+  // Pass n counts into bins[n & 1] (bins[0] was zeroed in the prologue)
+  // and zeroes bins[(n + 1) & 1] for the next pass: that buffer was last
+  // read by warp 0 in pass n − 1, before a barrier every thread passed.
+  // So a pass needs two barriers: the counts complete before warp 0 scans
+  // them, and shc written before everyone reads it (warp 0 writes shc
+  // again only after the next pass's first barrier, which every thread
+  // reaches after its read).
   double th = NEG_INF_D;
   if (a.top_k > 0 && a.top_k < V) {
     unsigned long long prefix = 0ull, mask = 0ull;
@@ -670,24 +692,24 @@ __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float
 #else
     int k = a.top_k;
 #endif
-    for (int shift = 56; shift >= 0; shift -= 8) {
-      for (int b = tid; b < 256; b += nt) bins[b] = 0u;
-      __syncthreads();
+    for (int shift = 56, n = 0; shift >= 0; shift -= 8, n++) {
+      u32* cur = bins[n & 1];
+      if (shift > 0)
+        for (int b = tid; b < 256; b += nt) bins[(n + 1) & 1][b] = 0u;
       for (int i = tid; i < V; i += nt) {
         unsigned long long key = okey(qval(i));
-        if ((key & mask) == prefix) atomicAdd(&bins[(key >> shift) & 255ull], 1u);
+        if ((key & mask) == prefix) atomicAdd(&cur[(key >> shift) & 255ull], 1u);
       }
       __syncthreads();
-      if (tid < 32) shc_bin(bins, k, shc);
+      if (tid < 32) shc_bin(cur, k, shc);
       __syncthreads();
       prefix |= (unsigned long long)shc[0] << shift;
       mask |= 255ull << shift;
       k = shc[1];
-      __syncthreads();
     }
     th = okey_value(prefix);
   }
-  // Step 6: m over the kept entries.
+  // Step 6: m over the kept entries (shd is first used here).
   double m = th;
   for (int i = tid; i < V; i += nt) {
     double q = qval(i);
@@ -699,46 +721,72 @@ __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float
     if (tid == 0) *out = b;
     return;
   }
-  // The candidates (q ≥ th and q > −∞) in index order.
+  // The candidates (q ≥ th and q > −∞) in index order, nt ids a chunk:
+  // each warp counts its flags by ballot into wcount, and every warp scans
+  // the chunk's counts itself (no serial scan, no broadcast), so a chunk
+  // needs one barrier. Chunk c uses wcount[c & 1]: its last readers, in
+  // chunk c − 2, read it before chunk c − 1's barrier, which the writers
+  // of chunk c have passed.
   int C = 0;
-  for (int b0 = 0; b0 < V; b0 += nt) {
+  for (int b0 = 0, c = 0; b0 < V; b0 += nt, c++) {
     int i = b0 + tid;
     double q = i < V ? qval(i) : 0.0;
     bool f = i < V && q >= th && q > NEG_INF_D;
     u32 bal = __ballot_sync(0xffffffffu, f);
-    int lane = tid & 31, wid = tid >> 5;
-    if (lane == 0) shi[wid] = __popc(bal);
+    int* cnt = wcount[c & 1];
+    if (lane == 0) cnt[wid] = __popc(bal);
     __syncthreads();
-    if (tid == 0) {
-      int s = 0;
-      for (int w = 0; w < (nt >> 5); w++) {
-        int c = shi[w];
-        shi[w] = s;
-        s += c;
-      }
-      shc[0] = s;
+    int own = lane < nw ? cnt[lane] : 0, incl = own;  // lane w: warp w's count
+    for (int o = 1; o < 32; o <<= 1) {
+      int t = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += t;
     }
-    __syncthreads();
+    int before = __shfl_sync(0xffffffffu, incl - own, wid);  // the warps before this one
+    int total = __shfl_sync(0xffffffffu, incl, 31);
     if (f) {
-      cand[C + shi[wid] + __popc(bal & ((1u << lane) - 1u))] = i;
+      cand[C + before + __popc(bal & ((1u << lane) - 1u))] = i;
       ew[i] = sample_exp(q - m);
     }
-    C += shc[0];
-    __syncthreads();
+    C += total;
   }
-  // Step 7: the sum in index order, then p = e / sum.
+  __syncthreads();  // every candidate's cand and e written
+  // Step 9 (below): the inverse CDF in index order over p = ew[i] / sum
+  // when div is set, else over ew[i] as it stands.
+  auto inverse_cdf = [&](bool div, double sum) {
+    double acc = 0.0;
+    int last = -1, pick = -1;
+    for (int j = 0; j < C; j++) {
+      int i = cand[j];
+      double v = div ? ew[i] / sum : ew[i];
+      if (v <= 0.0) continue;
+      acc += v;
+      last = i;
+      if (a.u < acc) {
+        pick = i;
+        break;
+      }
+    }
+    return pick >= 0 ? pick : last;
+  };
+  // Step 7: the sum in index order, then p = e / sum. Without top-p only
+  // step 9 reads p: thread 0 divides as it goes there (the same e / sum),
+  // with no pass over the candidates and no barrier between.
+  const bool topp = a.top_p > 0.0 && a.top_p < 1.0;
   if (tid == 0) {
     double sum = 0.0;
     for (int j = 0; j < C; j++) sum += ew[cand[j]];
-    shd[0] = sum;
+    if (topp)
+      shd[0] = sum;
+    else
+      *out = inverse_cdf(true, sum);
   }
+  if (!topp) return;
   __syncthreads();
   double sum = shd[0];
-  __syncthreads();
   for (int j = tid; j < C; j += nt) ew[cand[j]] = ew[cand[j]] / sum;
   __syncthreads();
   // Step 8: top-p over the candidates sorted by (p descending, index).
-  if (a.top_p > 0.0 && a.top_p < 1.0) {
+  {
     int Pc = 1;
     while (Pc < C) Pc <<= 1;
     for (int j = tid; j < Pc; j += nt) {
@@ -787,22 +835,7 @@ __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float
     __syncthreads();
   }
   // Step 9: the inverse CDF in index order.
-  if (tid == 0) {
-    double acc = 0.0;
-    int last = -1, pick = -1;
-    for (int j = 0; j < C; j++) {
-      int i = cand[j];
-      double v = ew[i];
-      if (v <= 0.0) continue;
-      acc += v;
-      last = i;
-      if (a.u < acc) {
-        pick = i;
-        break;
-      }
-    }
-    *out = pick >= 0 ? pick : last;
-  }
+  if (tid == 0) *out = inverse_cdf(false, 0.0);
 }
 
 // ---- LFM2 short convolution ------------------------------------------------

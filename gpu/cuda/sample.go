@@ -59,6 +59,26 @@ func packSampleArgs(rows []gpu.SampleRow) (args []byte, hist []int32) {
 	return args, hist
 }
 
+// sampleSharedBytes bounds sample_f32's dynamic shared memory when it
+// keeps a row's ew (8V bytes) and cand (4V) there beside the two bitmaps:
+// 40 KiB leaves the kernel's static shared memory (about 2.6 KiB) under
+// the 48 KiB a launch gets without opting in. It holds V up to 3,343,
+// the audio vocabulary (2,049) among them; the text vocabulary (65,536)
+// takes the global scratch.
+const sampleSharedBytes = 40 << 10
+
+// sampleShared returns sample_f32's dynamic shared memory for V entries
+// and whether ew and cand live there (the kernel's sh argument): the
+// penalty's and the suppressed ids' bitmaps (V bits each, in 32-bit
+// words), then ew and cand where all of it fits in sampleSharedBytes.
+func sampleShared(V int) (shm int, inShared bool) {
+	bitmaps := 2 * ((V + 31) / 32) * 4
+	if all := bitmaps + 12*V; all <= sampleSharedBytes {
+		return all, true
+	}
+	return bitmaps, false
+}
+
 // sampleScratch returns the byte offsets of sample_f32's per-row scratch
 // arrays in one buffer for B rows of V entries, and the buffer's size:
 // ew (8V), skey (8P), cand (4V), sidx (4P), P the power of two ≥ V.
@@ -96,8 +116,8 @@ func (q *Queue) Sample(ids, logits gpu.Tensor, rows []gpu.SampleRow) {
 		q.grow(&q.sampleBuf, gpu.F32, (total+3)/4)
 	}
 	base := q.ptr(gpu.Tensor{Buf: q.sampleBuf, Rows: 1, Cols: 1, Stride: 1})
-	shm := 2 * ((V + 31) / 32) * 4
+	shm, inShared := sampleShared(V)
 	q.launch("sample_f32", [3]uint32{uint32(B), 1, 1}, [2]uint32{sampleThreads, 1}, shm,
 		q.t(ids), ld(ids), q.t(logits), ld(logits), i(V), upload(ao), upload(ho),
-		p(base+int64(ew)), p(base+int64(cand)), p(base+int64(skey)), p(base+int64(sidx)), i(P))
+		p(base+int64(ew)), p(base+int64(cand)), p(base+int64(skey)), p(base+int64(sidx)), i(P), b2i(inShared))
 }

@@ -42,6 +42,12 @@ func checkSample(h *harness) {
 		{name: "suppress-greedy", B: 4, V: 2049, row: gpu.SampleRow{}, scale: 2, ties: true, suppress: true},
 		{name: "suppress-topk4", B: 32, V: 2049, row: gpu.SampleRow{Temperature: 1, TopK: 4}, scale: 2, suppress: true},
 		{name: "text-topk50", B: 4, V: 65536, row: gpu.SampleRow{Temperature: 0.8, TopK: 50, TopP: 0.95}, scale: 2},
+		// Vocabularies on either side of where a backend may keep a row's
+		// scratch on chip (cuda: up to 3,343 entries in shared memory),
+		// ragged against a 512-thread block.
+		{name: "wide-topk4", B: 8, V: 3343, row: gpu.SampleRow{Temperature: 1, TopK: 4, Penalty: 1.2}, histLen: 16, scale: 2, suppress: true},
+		{name: "wider-topk4", B: 8, V: 6007, row: gpu.SampleRow{Temperature: 1, TopK: 4, Penalty: 1.2}, histLen: 16, scale: 2, suppress: true, strided: true},
+		{name: "wider-topp", B: 4, V: 6007, row: gpu.SampleRow{Temperature: 0.9, TopP: 0.7}, scale: 3},
 	} {
 		h.sampleCase(c)
 	}

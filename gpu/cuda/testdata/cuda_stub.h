@@ -25,4 +25,4 @@ unsigned atomicOr(unsigned*, unsigned); unsigned atomicAdd(unsigned*, unsigned);
 unsigned long long atomicAdd(unsigned long long*, unsigned long long);
 void __threadfence();
 using std::rint; using std::ldexp; using std::fmax;
-int __shfl_up_sync(unsigned, int, int); int __ffs(int);
+int __shfl_up_sync(unsigned, int, int); int __shfl_sync(unsigned, int, int); int __ffs(int);
