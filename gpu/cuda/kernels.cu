@@ -2349,9 +2349,7 @@ MMV(mmv_bf16_w16n1m2, 16, 1, 2)
   __global__ void __launch_bounds__(32 * W) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w,      \
                                                  i64 ldw, const void* bias, int bdt, int M, int N, int K,       \
                                                  EPI_PARAMS) {                                                  \
-    int nsb = (K + 63) / 64, tiles = (N + 15) / 16;                                                             \
-    if (blockIdx.y == 0)                                                                                        \
-      pdl_prefetch_rows(w, (i64)nsb * 1024, 2, nsb * 1024, blockIdx.x * NT, min(tiles, (int)(blockIdx.x + 1) * NT)); \
+    if (blockIdx.y == 0) pdl_prefetch_rows(w, (K + 63) / 64 * 1024LL, 2, (K + 63) / 64 * 1024, blockIdx.x * NT, min((N + 15) / 16, (int)(blockIdx.x + 1) * NT)); \
     PDL_ENTER();                                                                                                \
     mmv_tile<W, NT, MT, no_prologue, 0, 1>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, blockIdx.x, \
                                            blockIdx.y, EPI_ARGS);                                               \
@@ -2395,10 +2393,7 @@ __global__ void tile_bf16(u16* out, const u16* w, i64 ldw, int N, int K) {
   __global__ void __launch_bounds__(32 * W) name(float* d, float* h, const float* x, int K, float eps, int nrnd, \
                                                  const void* nw, int nwdt, int nrnd1, const u16* w, i64 ldw,    \
                                                  const void* bias, int bdt, int N, EPI_PARAMS) {                \
-    if (TL)                                                                                                     \
-      pdl_prefetch_rows(w, (i64)((K + 63) / 64) * 1024, 2, ((K + 63) / 64) * 1024, blockIdx.x, blockIdx.x + 1);  \
-    else                                                                                                        \
-      pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 16, min(N, (int)(blockIdx.x + 1) * 16));                     \
+    pdl_prefetch_rows(w, TL ? (K + 63) / 64 * 1024LL : ldw, 2, TL ? (K + 63) / 64 * 1024 : K, TL ? (int)blockIdx.x : (int)blockIdx.x * 16, TL ? (int)blockIdx.x + 1 : min(N, (int)(blockIdx.x + 1) * 16)); \
     PDL_ENTER();                                                                                                \
     extern __shared__ float4 xs4[];                                                                             \
     __shared__ float sh[8];                                                                                     \
@@ -2699,13 +2694,6 @@ __device__ __forceinline__ void std_block(
     float* vc, i64 ldv, float scale, int probBF16, const u16* wo, i64 ldo, const void* n2w, int n2dt, float n2eps,
     int n2rnd, int n2rnd1, const u16* w1, i64 ld1, const u16* w3, i64 ld3, int F, const u16* w2, i64 ld2, float* qkv,
     float* qs, float* o, float* a, float* g3, float* sc, unsigned* bar, int p0, int p1) {
-  if (p0 == 0 && TL) {
-    int L = (D + 63) / 64 * 1024;  // a tile's elements
-    pdl_prefetch_rows(wqkv, L, 2, L, blockIdx.x * 2, min(((H + 2 * KVH) * hd + 15) / 16, (int)blockIdx.x * 2 + 2));
-  } else if (p0 == 0) {
-    pdl_prefetch_rows(wqkv, ldqkv, 2, D, blockIdx.x * 32, min((H + 2 * KVH) * hd, (int)blockIdx.x * 32 + 32));
-  }
-  PDL_ENTER();
   extern __shared__ float4 sb4[];
   __shared__ float sh[8];
   float* xs = (float*)sb4;  // a normalised row (D floats), then one head (hd)
@@ -2826,6 +2814,8 @@ __global__ void __launch_bounds__(512) std_block_f32(
     float* vc, i64 ldv, float scale, int probBF16, const u16* wo, i64 ldo, const void* n2w, int n2dt, float n2eps,
     int n2rnd, int n2rnd1, const u16* w1, i64 ld1, const u16* w3, i64 ld3, int F, const u16* w2, i64 ld2, float* qkv,
     float* qs, float* o, float* a, float* g3, float* sc, unsigned* bar, int p0, int p1) {
+  if (p0 == 0) pdl_prefetch_rows(wqkv, ldqkv, 2, D, blockIdx.x * 32, min((H + 2 * KVH) * hd, (int)blockIdx.x * 32 + 32));
+  PDL_ENTER();
   std_block<0>(x, D, n1w, n1dt, n1eps, n1rnd, n1rnd1, wqkv, ldqkv, H, KVH, hd, qnw, qndt, qneps, qnrnd, qnrnd1, knw,
                kndt, kneps, knrnd, knrnd1, invf, interleaved, ropeBF16, pos, kc, ldk, vc, ldv, scale, probBF16, wo, ldo,
                n2w, n2dt, n2eps, n2rnd, n2rnd1, w1, ld1, w3, ld3, F, w2, ld2, qkv, qs, o, a, g3, sc, bar, p0, p1);
@@ -2838,6 +2828,8 @@ __global__ void __launch_bounds__(512) std_blockt_f32(
     float* vc, i64 ldv, float scale, int probBF16, const u16* wo, i64 ldo, const void* n2w, int n2dt, float n2eps,
     int n2rnd, int n2rnd1, const u16* w1, i64 ld1, const u16* w3, i64 ld3, int F, const u16* w2, i64 ld2, float* qkv,
     float* qs, float* o, float* a, float* g3, float* sc, unsigned* bar, int p0, int p1) {
+  if (p0 == 0) pdl_prefetch_rows(wqkv, (D + 63) / 64 * 1024LL, 2, (D + 63) / 64 * 1024, blockIdx.x * 2, min(((H + 2 * KVH) * hd + 15) / 16, (int)blockIdx.x * 2 + 2));
+  PDL_ENTER();
   std_block<1>(x, D, n1w, n1dt, n1eps, n1rnd, n1rnd1, wqkv, ldqkv, H, KVH, hd, qnw, qndt, qneps, qnrnd, qnrnd1, knw,
                kndt, kneps, knrnd, knrnd1, invf, interleaved, ropeBF16, pos, kc, ldk, vc, ldv, scale, probBF16, wo, ldo,
                n2w, n2dt, n2eps, n2rnd, n2rnd1, w1, ld1, w3, ld3, F, w2, ld2, qkv, qs, o, a, g3, sc, bar, p0, p1);
