@@ -248,6 +248,10 @@ type harness struct {
 	owned  []gpu.Tensor // buffers to free when the op's checks end
 	keep   [][]byte     // bytes of Load'ed tensors (the CPU backend aliases them)
 	opts   Options
+	// top, when not 0, fixes the poisoned rows above an unstrided view at
+	// top − 1 instead of drawing 0 or 1 (a backend may treat a weight that
+	// starts at its buffer's first row apart: package cuda's tiled copies).
+	top int
 }
 
 // run calls fn, turning a panic into a failed Check, and frees every buffer
@@ -359,6 +363,9 @@ func (h *harness) layout(rows, cols int, strided bool) (wr, wc, off, stride int)
 		return wr, wc, top*wc + l, wc
 	}
 	top := h.rng.IntN(2)
+	if h.top != 0 {
+		top = h.top - 1
+	}
 	return rows + top + 1, cols, top * cols, cols
 }
 
