@@ -156,9 +156,6 @@ func forcedOnlyVariants() map[string]bool {
 	}
 	for _, v := range mmvNormVariants {
 		all[v.name] = true
-		if v.w == 16 {
-			all[mmvTiledName(v.name)] = true
-		}
 	}
 	for _, n := range gemvnKernels {
 		if n != "" {
@@ -180,7 +177,6 @@ func forcedOnlyVariants() map[string]bool {
 		delete(all, mmvTiledName(mmvVariant(N).name))
 	}
 	delete(all, mmvNormDefault.name)
-	delete(all, mmvTiledName(mmvNormDefault.name))
 	return all
 }
 

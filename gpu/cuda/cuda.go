@@ -82,7 +82,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 )
@@ -122,11 +121,6 @@ type Options struct {
 	// measurements and on a GPU short of memory: the copies take as much
 	// again as the matrices they copy; env OMNIPIPE_CUDA_TILED=off).
 	NoTiledWeights bool
-	// MMVDepth is how many groups of superblocks a warp of the few-row
-	// tensor-core products keeps in flight where a variant with that depth
-	// exists (1, the default, 2 or 4; env OMNIPIPE_CUDA_MMV_DEPTH): the
-	// same bits, for A/B measurements.
-	MMVDepth int
 	// MatMul selects the kernels of BF16-weight products: "mma" (the
 	// default: tensor cores, x split into three bf16 parts, the sums in
 	// one K-only order from one row to thousands) or "fma" (CUDA cores,
@@ -156,13 +150,6 @@ func New(o Options) (*Device, error) {
 	}
 	if os.Getenv("OMNIPIPE_CUDA_TILED") == "off" {
 		o.NoTiledWeights = true
-	}
-	if v := os.Getenv("OMNIPIPE_CUDA_MMV_DEPTH"); v != "" && o.MMVDepth == 0 {
-		n, err := strconv.Atoi(v)
-		if err != nil || (n != 1 && n != 2 && n != 4) {
-			return nil, fmt.Errorf("cuda: OMNIPIPE_CUDA_MMV_DEPTH=%q: want 1, 2 or 4", v)
-		}
-		o.MMVDepth = n
 	}
 	switch os.Getenv("OMNIPIPE_CUDA_BLOCK") {
 	case "off":

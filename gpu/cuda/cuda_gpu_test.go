@@ -472,7 +472,7 @@ func TestNormFusedEqualsSeparate(t *testing.T) {
 	}
 	// The product after the norm in both orders: the FMA kernels' (gemvn)
 	// and the tensor cores' (mmvn, each variant).
-	for _, kind := range []string{"fma", "mmvn_bf16_w4", "mmvn_bf16_w16", "mmvn_bf16_w16d2"} {
+	for _, kind := range []string{"fma", "mmvn_bf16_w4", "mmvn_bf16_w16"} {
 		d.mmaMatMul = kind != "fma"
 		force := ""
 		if d.mmaMatMul {

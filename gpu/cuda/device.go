@@ -63,8 +63,6 @@ type Device struct {
 	phasedBlock bool
 	// noTiled: Options.NoTiledWeights (Load keeps no tiled copies).
 	noTiled bool
-	// mmvDepth: Options.MMVDepth (0 or 1: one group in flight).
-	mmvDepth int
 
 	mod      uintptr
 	fns      map[string]uintptr
@@ -126,7 +124,7 @@ func openDevice(o Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, phasedBlock: o.PhasedBlock, noTiled: o.NoTiledWeights, mmvDepth: o.MMVDepth, work: make(chan func()), exited: make(chan struct{})}
+	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, phasedBlock: o.PhasedBlock, noTiled: o.NoTiledWeights, work: make(chan func()), exited: make(chan struct{})}
 	if o.Profile {
 		p, err := newProfiler(drv)
 		if err != nil {

@@ -35,13 +35,16 @@ func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tens
 		return
 	}
 	wp := q.t(w)
-	if tw, ok := q.tiled(w); ok && strings.HasPrefix(name, "mmvn_") && name != "mmvn_bf16_w4" {
-		name, wp = mmvTiledName(name), p(tw)
+	if tw, ok := q.tiled(w); ok && name == mmvNormDefault.name {
+		name, wp = mmvNormTiled, p(tw)
 	}
 	q.launchEpi(epiProduct, dst, name, [3]uint32{uint32((N + rows - 1) / rows), 1, 1}, block, 4*K,
 		q.t(dst), q.t(h), q.t(x), i(K), f(n.Eps), b2i(n.Round), q.t(n.W), p(dtCode(n.W.DType())), b2i(n.RoundW && !n.W.IsNil()),
 		wp, ld(w), q.t(bias), p(dtCode(bias.DType())), i(N))
 }
+
+// mmvNormTiled is mmvNormDefault on weights in the tiled layout.
+const mmvNormTiled = "mmvnt_bf16_w16"
 
 // gemvnKernels names the FMA fused kernel by the one-row product's rows
 // per warp (a table: NormMatMul runs a few times a layer).
@@ -64,7 +67,7 @@ func (q *Queue) normMatMulKernel(M, K, N int, w gpu.Tensor) (name string, block 
 		_, rows := gemvVariant(N, K)
 		return gemvnKernels[rows/4], blk128, rows
 	}
-	v := mmvDeeper(mmvNormDefault, q.d.mmvDepth)
+	v := mmvNormDefault
 	switch {
 	case strings.HasPrefix(q.mmvForce, "mmvn_"):
 		v = mmvByName(q.mmvForce)

@@ -1855,7 +1855,7 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
 // its four 16-byte loads a thread 512 contiguous bytes of the warp, where
 // the rows put them in 16 pieces of 128 bytes a row apart. The same values
 // reach the same registers, so the same MMAs give the same bits.
-template <int W, int NT, int MT, class Pro, int DUAL = 0, int TL = 0, int DP = 1>
+template <int W, int NT, int MT, class Pro, int DUAL = 0, int TL = 0>
 __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
                                          const void* bias, int bdt, int M, int N, int K, Pro pro, int bx, int by,
                                          EPI_PARAMS, const u16* wb = nullptr, i64 ldwb = 0) {
@@ -1891,13 +1891,13 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
     int tt = min(n0 / 16 + (DUAL ? 0 : nt), (N - 1) / 16);  // a tile past N: its outputs are not stored
     wt[nt] = base + (i64)tt * nsb * 1024 + 8 * lane;
   }
-  u32 wa[DP][CW][NT][2][8];  // DP groups of the warp's superblocks in flight
+  u32 wa[CW][NT][2][8];
 #ifdef FAULT_MMV
   int s0 = warp + 16;  // drops the first superblock of each of the warp's first classes
 #else
   int s0 = warp;
 #endif
-  auto loadw = [&](u32 (&wg)[CW][NT][2][8], int sb) {
+  auto loadw = [&](int sb) {
 #pragma unroll
     for (int c = 0; c < CW; c++) {
       int s = sb + W * c;
@@ -1908,31 +1908,27 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
 #pragma unroll
             for (int p = 0; p < 4; p++) {  // piece p: rows g + 8·(p >> 1), k half p & 1
               uint4 v = __ldg((const uint4*)(wt[nt] + (i64)s * 1024 + 256 * p));
-              u32* o = &wg[c][nt][p >> 1][4 * (p & 1)];
+              u32* o = &wa[c][nt][p >> 1][4 * (p & 1)];
               o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
             }
           } else {
-            mma_wload(wg[c][nt][0], wr[nt][0], 64 * s + 8 * t, K, wv);
-            mma_wload(wg[c][nt][1], wr[nt][1], 64 * s + 8 * t, K, wv);
+            mma_wload(wa[c][nt][0], wr[nt][0], 64 * s + 8 * t, K, wv);
+            mma_wload(wa[c][nt][1], wr[nt][1], 64 * s + 8 * t, K, wv);
           }
         }
       }
     }
   };
-#pragma unroll
-  for (int j = 0; j < DP; j++) loadw(wa[j], s0 + 16 * j);
+  loadw(s0);
   pro();
   const float* xr[MT];
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) xr[mt] = x + (i64)min(m0 + 8 * mt + g, M - 1) * ldx;
   bool xv = ((((unsigned long long)x) & 15) == 0) && (ldx % 4 == 0);
-  // Group sb (superblock sb of each of the warp's classes, sb + W·c) from
-  // wg. With DP > 1 slot j of the ring holds groups j, j + DP, …: a slot
-  // is loaded again as soon as its group is computed, DP groups ahead.
-  auto compute = [&](u32 (&wg)[CW][NT][2][8], int sb) {
+  for (; s0 < nsb; s0 += 16) {
 #pragma unroll
     for (int c = 0; c < CW; c++) {
-      int s = sb + W * c;
+      int s = s0 + W * c;
       if (s >= nsb) break;
       int k = 64 * s + 8 * t;
 #pragma unroll
@@ -1964,8 +1960,8 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
           for (int j = 0; j < 4; j++)
-            mma16816(acc[c][nt][mt], wg[c][nt][0][2 * j], wg[c][nt][1][2 * j], wg[c][nt][0][2 * j + 1],
-                     wg[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+            mma16816(acc[c][nt][mt], wa[c][nt][0][2 * j], wa[c][nt][1][2 * j], wa[c][nt][0][2 * j + 1],
+                     wa[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
         // mid (and lo) where the tile has them: bf16 activations have none.
         if (__any_sync(0xffffffffu, any)) {
           bool anymid = false, anylo = false;
@@ -1983,8 +1979,8 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
               for (int j = 0; j < 4; j++)
-                mma16816(acc[c][nt][mt], wg[c][nt][0][2 * j], wg[c][nt][1][2 * j], wg[c][nt][0][2 * j + 1],
-                         wg[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+                mma16816(acc[c][nt][mt], wa[c][nt][0][2 * j], wa[c][nt][1][2 * j], wa[c][nt][0][2 * j + 1],
+                         wa[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
           }
           if (__any_sync(0xffffffffu, anylo)) {
 #pragma unroll
@@ -1993,21 +1989,13 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
               for (int j = 0; j < 4; j++)
-                mma16816(acc[c][nt][mt], wg[c][nt][0][2 * j], wg[c][nt][1][2 * j], wg[c][nt][0][2 * j + 1],
-                         wg[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+                mma16816(acc[c][nt][mt], wa[c][nt][0][2 * j], wa[c][nt][1][2 * j], wa[c][nt][0][2 * j + 1],
+                         wa[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
           }
         }
       }
     }
-  };
-  for (; s0 < nsb; s0 += 16 * DP) {
-#pragma unroll
-    for (int j = 0; j < DP; j++) {
-      int sb = s0 + 16 * j;
-      if (sb >= nsb) break;
-      compute(wa[j], sb);
-      if (sb + 16 * DP < nsb) loadw(wa[j], sb + 16 * DP);
-    }
+    if (s0 + 16 < nsb) loadw(s0 + 16);
   }
 #pragma unroll
   for (int c = 0; c < CW; c++)
@@ -2336,56 +2324,49 @@ __global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16
       }
 }
 
-// MMV(name, W, NT, MT, DP): mmv_tile as a kernel (blocks of W warps;
-// grid.x over weight rows by 16·NT, grid.y over rows of x by 8·MT; DP
-// groups of superblocks in flight a warp).
-#define MMV(name, W, NT, MT, DP)                                                                                \
+// MMV(name, W, NT, MT): mmv_tile as a kernel (blocks of W warps; grid.x
+// over weight rows by 16·NT, grid.y over rows of x by 8·MT).
+#define MMV(name, W, NT, MT)                                                                                  \
   __global__ void __launch_bounds__(32 * W) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w,      \
                                                  i64 ldw, const void* bias, int bdt, int M, int N, int K,       \
                                                  EPI_PARAMS) {                                                           \
     if (blockIdx.y == 0) pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 16 * NT, min(N, (int)(blockIdx.x + 1) * 16 * NT)); \
     PDL_ENTER();                                                                                               \
-    mmv_tile<W, NT, MT, no_prologue, 0, 0, DP>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, blockIdx.x, \
-                                              blockIdx.y, EPI_ARGS);                                      \
+    mmv_tile<W, NT, MT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, blockIdx.x, blockIdx.y,       \
+                        EPI_ARGS);                                                                         \
   }
 
-MMV(mmv_bf16_w4n1m1, 4, 1, 1, 1)
-MMV(mmv_bf16_w16n1m1, 16, 1, 1, 1)
-MMV(mmv_bf16_w16n2m1, 16, 2, 1, 1)
-MMV(mmv_bf16_w16n4m1, 16, 4, 1, 1)
-MMV(mmv_bf16_w16n1m2, 16, 1, 2, 1)
-MMV(mmv_bf16_w16n1m1d2, 16, 1, 1, 2)
-MMV(mmv_bf16_w16n1m1d4, 16, 1, 1, 4)
-MMV(mmv_bf16_w16n2m1d2, 16, 2, 1, 2)
+MMV(mmv_bf16_w4n1m1, 4, 1, 1)
+MMV(mmv_bf16_w16n1m1, 16, 1, 1)
+MMV(mmv_bf16_w16n2m1, 16, 2, 1)
+MMV(mmv_bf16_w16n4m1, 16, 4, 1)
+MMV(mmv_bf16_w16n1m2, 16, 1, 2)
 
-// MMVT(name, W, NT, MT, DP): MMV on weights in the tiled layout (w from
+// MMVT(name, W, NT, MT): MMV on weights in the tiled layout (w from
 // tiled.go; ldw unused). The first wave asks L2 for its tiles' bytes, as
 // MMV's rows (one contiguous run a block here).
-#define MMVT(name, W, NT, MT, DP)                                                                               \
+#define MMVT(name, W, NT, MT)                                                                                 \
   __global__ void __launch_bounds__(32 * W) name(float* d, i64 ldd, const float* x, i64 ldx, const u16* w,      \
                                                  i64 ldw, const void* bias, int bdt, int M, int N, int K,       \
                                                  EPI_PARAMS) {                                                  \
     if (blockIdx.y == 0) pdl_prefetch_rows(w, (K + 63) / 64 * 1024LL, 2, (K + 63) / 64 * 1024, blockIdx.x * NT, min((N + 15) / 16, (int)(blockIdx.x + 1) * NT)); \
     PDL_ENTER();                                                                                                \
-    mmv_tile<W, NT, MT, no_prologue, 0, 1, DP>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, blockIdx.x, \
+    mmv_tile<W, NT, MT, no_prologue, 0, 1>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, blockIdx.x, \
                                            blockIdx.y, EPI_ARGS);                                               \
   }
 
-MMVT(mmvt_bf16_w4n1m1, 4, 1, 1, 1)
-MMVT(mmvt_bf16_w16n1m1, 16, 1, 1, 1)
-MMVT(mmvt_bf16_w16n2m1, 16, 2, 1, 1)
-MMVT(mmvt_bf16_w16n4m1, 16, 4, 1, 1)
-MMVT(mmvt_bf16_w16n1m2, 16, 1, 2, 1)
-MMVT(mmvt_bf16_w16n1m1d2, 16, 1, 1, 2)
-MMVT(mmvt_bf16_w16n1m1d4, 16, 1, 1, 4)
-MMVT(mmvt_bf16_w16n2m1d2, 16, 2, 1, 2)
+MMVT(mmvt_bf16_w4n1m1, 4, 1, 1)
+MMVT(mmvt_bf16_w16n1m1, 16, 1, 1)
+MMVT(mmvt_bf16_w16n2m1, 16, 2, 1)
+MMVT(mmvt_bf16_w16n4m1, 16, 4, 1)
+MMVT(mmvt_bf16_w16n1m2, 16, 1, 2)
 
-// MMV_NORM(name, W, TL, DP): one row h = rmsnorm(x) (rmsnorm_f32's floats,
+// MMV_NORM(name, W, TL): one row h = rmsnorm(x) (rmsnorm_f32's floats,
 // block 0 writes h) and d = h·wᵀ (+ bias) with mmv_tile's sums (so
 // mma_tile's): GEMV_NORM for the tensor-core order. Every block normalises
 // x into shared memory itself (K ≤ 8192 floats beside the class sums). TL:
 // w in the tiled layout (tiled.go; ldw unused).
-#define MMV_NORM(name, W, TL, DP)                                                                                   \
+#define MMV_NORM(name, W, TL)                                                                                   \
   __global__ void __launch_bounds__(32 * W) name(float* d, float* h, const float* x, int K, float eps, int nrnd, \
                                                  const void* nw, int nwdt, int nrnd1, const u16* w, i64 ldw,    \
                                                  const void* bias, int bdt, int N, EPI_PARAMS) {                \
@@ -2403,14 +2384,12 @@ MMVT(mmvt_bf16_w16n2m1d2, 16, 2, 1, 2)
       }                                                                                                         \
       __syncthreads();                                                                                          \
     };                                                                                                          \
-    mmv_tile<W, 1, 1, decltype(norm), 0, TL, DP>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, blockIdx.x, 0, EPI_ARGS); \
+    mmv_tile<W, 1, 1, decltype(norm), 0, TL>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, blockIdx.x, 0, EPI_ARGS); \
   }
 
-MMV_NORM(mmvn_bf16_w4, 4, 0, 1)
-MMV_NORM(mmvn_bf16_w16, 16, 0, 1)
-MMV_NORM(mmvn_bf16_w16d2, 16, 0, 2)
-MMV_NORM(mmvnt_bf16_w16, 16, 1, 1)  // on tiled weights (tiled.go)
-MMV_NORM(mmvnt_bf16_w16d2, 16, 1, 2)
+MMV_NORM(mmvn_bf16_w4, 4, 0)
+MMV_NORM(mmvn_bf16_w16, 16, 0)
+MMV_NORM(mmvnt_bf16_w16, 16, 1)  // on tiled weights (tiled.go)
 
 // ---- attention -------------------------------------------------------------
 

@@ -151,7 +151,7 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		return
 	}
 	if w.DType() == gpu.BF16 && q.tensorCores() && !q.tileForce && (q.mmvForce != "" || M <= mmvMaxRows && N <= mmvMaxN) {
-		v := mmvDeeper(mmvVariant(N), q.d.mmvDepth)
+		v := mmvVariant(N)
 		if q.mmvForce != "" {
 			v = mmvByName(q.mmvForce)
 		}
@@ -342,8 +342,6 @@ func (v mmvKernel) block() [2]uint32 { return [2]uint32{uint32(32 * v.w), 1} }
 var mmvVariants = []mmvKernel{
 	{"mmv_bf16_w4n1m1", 4, 1, 1}, {"mmv_bf16_w16n1m1", 16, 1, 1}, {"mmv_bf16_w16n2m1", 16, 2, 1},
 	{"mmv_bf16_w16n4m1", 16, 4, 1}, {"mmv_bf16_w16n1m2", 16, 1, 2},
-	// Two and four groups of superblocks in flight a warp (MMV's DP).
-	{"mmv_bf16_w16n1m1d2", 16, 1, 1}, {"mmv_bf16_w16n1m1d4", 16, 1, 1}, {"mmv_bf16_w16n2m1d2", 16, 2, 1},
 }
 
 // mmvMaxRows is the most rows of x the few-row tensor-core kernels take,
@@ -369,35 +367,13 @@ func mmvVariant(N int) mmvKernel {
 	return mmvVariants[3] // mmv_bf16_w16n4m1
 }
 
-// mmvDeeper returns v's variant with depth groups of superblocks in
-// flight a warp (Options.MMVDepth), or v where there is none.
-func mmvDeeper(v mmvKernel, depth int) mmvKernel {
-	if depth < 2 {
-		return v
-	}
-	name := fmt.Sprintf("%sd%d", v.name, depth)
-	for _, vs := range [][]mmvKernel{mmvVariants, mmvNormVariants} {
-		for _, d := range vs {
-			if d.name == name {
-				return d
-			}
-		}
-	}
-	return v
-}
-
 // mmvTiledName names the MMVT twin of MMV kernel name: the same kernel
 // on weights in the tiled layout (tiled.go).
-func mmvTiledName(name string) string {
-	if n, ok := strings.CutPrefix(name, "mmvn_"); ok {
-		return "mmvnt_" + n
-	}
-	return "mmvt" + strings.TrimPrefix(name, "mmv")
-}
+func mmvTiledName(name string) string { return "mmvt" + strings.TrimPrefix(name, "mmv") }
 
 // mmvNormVariants are the one-row tensor-core kernels with the row norm
 // fused before the product (kernels.cu: MMV_NORM; gpu.NormFuser).
-var mmvNormVariants = []mmvKernel{{"mmvn_bf16_w4", 4, 1, 1}, {"mmvn_bf16_w16", 16, 1, 1}, {"mmvn_bf16_w16d2", 16, 1, 1}}
+var mmvNormVariants = []mmvKernel{{"mmvn_bf16_w4", 4, 1, 1}, {"mmvn_bf16_w16", 16, 1, 1}}
 
 // mmvNormDefault is the fused kernel NormMatMul takes on the tensor cores.
 var mmvNormDefault = mmvNormVariants[1]

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"encoding/binary"
-	"slices"
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -77,28 +76,5 @@ func TestTiledView(t *testing.T) {
 	}
 	if !tileable(16, 1) || tileable(15, 2048) || tileable(mmvMaxN+1, 64) {
 		t.Error("tileable: want matrices of 16 to mmvMaxN rows")
-	}
-}
-
-// TestMMVDepthPicks: a depth picks the deeper twin where one exists and
-// keeps the kernel where none does.
-func TestMMVDepthPicks(t *testing.T) {
-	for _, c := range []struct {
-		from  string
-		depth int
-		want  string
-	}{
-		{"mmv_bf16_w16n1m1", 0, "mmv_bf16_w16n1m1"}, {"mmv_bf16_w16n1m1", 2, "mmv_bf16_w16n1m1d2"},
-		{"mmv_bf16_w16n1m1", 4, "mmv_bf16_w16n1m1d4"}, {"mmv_bf16_w16n4m1", 2, "mmv_bf16_w16n4m1"},
-		{"mmvn_bf16_w16", 2, "mmvn_bf16_w16d2"}, {"mmvn_bf16_w16", 4, "mmvn_bf16_w16"},
-	} {
-		if got := mmvDeeper(mmvByName(c.from), c.depth).name; got != c.want {
-			t.Errorf("mmvDeeper(%s, %d) = %s, want %s", c.from, c.depth, got, c.want)
-		}
-	}
-	for _, n := range []string{"mmv_bf16_w16n1m1d2", "mmvn_bf16_w16d2"} {
-		if tn := mmvTiledName(n); !slices.Contains(kernelNames, tn) {
-			t.Errorf("%s's tiled twin %s is not a kernel", n, tn)
-		}
 	}
 }
