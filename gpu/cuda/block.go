@@ -23,10 +23,18 @@ import (
 // most one 512-thread block per multiprocessor is (the kernel's launch
 // bounds keep it to one multiprocessor's registers); but two such grids
 // on two streams could each hold part of the GPU and wait for the rest.
-// So one queue of a device fuses blocks: the first to ask (the engine's
-// depthformer); any other runs the sequence. The emulator runs a grid's
-// blocks one after another, so there each phase is a launch of its own:
-// the same floats, the barrier being the launch boundary.
+// So one queue of a device fuses blocks as one grid: the first to ask (the
+// engine's depthformer); any other runs the sequence.
+//
+// By default, though, the kernel is launched a phase at a time: five
+// launches a block, programmatically dependent (launch.go), the launch
+// boundary in place of the barrier — the same floats. On the H200, with
+// the weights' tiled copies, that measured faster than the barriers
+// (BenchmarkStdBlock 36.7 against 38.6 µs a block; a one-session frame
+// 2.14–2.15 against 2.29 ms; docs/performance.md), and it needs no owner:
+// any queue may fuse. Options.GridBlock (OMNIPIPE_CUDA_BLOCK=grid) keeps
+// the one grid. The emulator runs a grid's blocks one after another, so
+// there each phase is always a launch of its own.
 
 // std_block_f32's shared memory: its static arrays are the products'
 // class sums, one set per mmv_tile instantiation (one tile a pass: 8 KiB;
@@ -88,11 +96,18 @@ func (q *Queue) blockUnfusable(b gpu.Block) string {
 	if _, ok := q.d.fns["std_block_f32"]; !ok {
 		return "no kernel"
 	}
+	if q.phased() {
+		return "" // no grid barrier: any queue
+	}
 	if o := q.d.blockOwner.Load(); o != q && (o != nil || !q.d.blockOwner.CompareAndSwap(nil, q)) {
-		return "another queue fuses this device's blocks"
+		return "another queue fuses this device's blocks as one grid"
 	}
 	return ""
 }
+
+// phased reports whether q launches std_block_f32 a phase at a time (the
+// default, and always on the emulator) rather than as one grid.
+func (q *Queue) phased() bool { return q.d.phasedBlock || q.d.drv != nil && q.d.drv.emulated }
 
 // blockGrid is std_block_f32's grid for b: one block per work item of its
 // largest phase, at most one per multiprocessor.
@@ -107,14 +122,14 @@ func (q *Queue) blockGrid(b gpu.Block) int {
 	return max(1, min(n, q.d.sms))
 }
 
-// FuseBlock implements gpu.BlockFuser: one launch of std_block_f32 (one
-// a phase on the emulator) for a block of one row in bf16 on the tensor
-// cores; false, having done nothing, for anything else.
+// FuseBlock implements gpu.BlockFuser: std_block_f32 a phase a launch
+// (or, with Options.GridBlock, one launch) for a block of one row in bf16
+// on the tensor cores; false, having done nothing, for anything else.
 func (q *Queue) FuseBlock(b gpu.Block) bool {
 	if q.blockUnfusable(b) != "" {
 		return false
 	}
-	if !q.d.drv.emulated && !q.d.phasedBlock {
+	if !q.phased() {
 		q.blockLaunch(b, 0, blockPhases)
 		return true
 	}

@@ -28,9 +28,10 @@ func fakeBlock(rows, D, hd, F int) gpu.Block {
 
 // TestBlockFusionRules: which blocks std_block_f32 takes — one row, bf16
 // rounding, the tensor-core products, a width whose row and head fit its
-// shared memory beside the static arrays — and that one queue of a device
-// takes them; the grid is one block per item of the largest phase, at
-// most one per multiprocessor.
+// shared memory beside the static arrays — and that, launched as one grid
+// (Options.GridBlock), one queue of a device takes them, a phase a launch
+// any queue; the grid is one block per item of the largest phase, at most
+// one per multiprocessor.
 func TestBlockFusionRules(t *testing.T) {
 	q := hostQueue()
 	q.d.mmaMatMul = true
@@ -68,6 +69,11 @@ func TestBlockFusionRules(t *testing.T) {
 		t.Errorf("FMA products: refused for %q", why)
 	}
 	other := &Queue{d: q.d, name: "other"}
+	q.d.phasedBlock = true
+	if why := other.blockUnfusable(depth); why != "" {
+		t.Errorf("a second queue of the device, a phase a launch: refused for %q", why)
+	}
+	q.d.phasedBlock = false // one grid: one queue
 	if why := other.blockUnfusable(depth); !strings.Contains(why, "another queue") {
 		t.Errorf("a second queue of the device: refused for %q, want another queue's", why)
 	}

@@ -52,14 +52,15 @@ type Device struct {
 	profPath  string
 	fnNames   map[uintptr]string // kernel names, for the profile
 	mmaMatMul bool               // BF16 weights on the tensor cores (Options.MatMul)
-	// blockOwner is the one queue that may launch std_block_f32 (see
-	// block.go: two such grids on two streams could wait on each other's
-	// multiprocessors); nil until a queue first fuses a block. noBlock:
-	// Options.NoFusedBlock.
+	// blockOwner is the one queue that may launch std_block_f32 as one
+	// grid (see block.go: two such grids on two streams could wait on each
+	// other's multiprocessors); nil until a queue first fuses a block so.
+	// noBlock: Options.NoFusedBlock.
 	blockOwner atomic.Pointer[Queue]
 	noBlock    bool
-	// phasedBlock: Options.PhasedBlock (tests set it on devices of their
-	// own; the emulator always launches a phase at a time).
+	// phasedBlock: std_block_f32 a phase a launch (not Options.GridBlock;
+	// tests set it on devices of their own; the emulator always launches
+	// a phase at a time).
 	phasedBlock bool
 	// noTiled: Options.NoTiledWeights (Load keeps no tiled copies).
 	noTiled bool
@@ -124,7 +125,7 @@ func openDevice(o Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, phasedBlock: o.PhasedBlock, noTiled: o.NoTiledWeights, work: make(chan func()), exited: make(chan struct{})}
+	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, phasedBlock: !o.GridBlock, noTiled: o.NoTiledWeights, work: make(chan func()), exited: make(chan struct{})}
 	if o.Profile {
 		p, err := newProfiler(drv)
 		if err != nil {
