@@ -371,10 +371,16 @@ func BenchmarkProductShapes(b *testing.B) {
 	d := openGPU(b)
 	rng := rand.New(rand.NewPCG(21, 22))
 	for _, sh := range []struct{ N, K, sets int }{{8192, 2048, 8}, {2048, 8192, 8}, {2048, 2048, 16}, {1024, 1024, 64}} {
+		// Loaded as the model's device loads them, with the tiled copies of
+		// the tensor-core products (tiled.go; OMNIPIPE_CUDA_TILED=off: none).
+		// openGPU's device is the FMA kernels', which keeps none: before
+		// 2026-12-02 02:20 UTC this benchmark timed only the rows.
+		d.mmaMatMul = true
 		ws := make([]gpu.Tensor, sh.sets)
 		for i := range ws {
 			ws[i] = loadNormalBF16(b, d, rng, sh.N, sh.K)
 		}
+		d.mmaMatMul = false
 		for _, M := range []int{1, 4, 8} {
 			names := []string{"fma", "mma"}
 			for _, v := range mmvVariants {
