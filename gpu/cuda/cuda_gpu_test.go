@@ -352,6 +352,21 @@ func TestMmvVariantsBitIdentical(t *testing.T) {
 		[]int{1, 2, 3, 5, 8, 11, 17, 32}, names, func(q *Queue, name string) {
 			q.mmvForce, q.untiled = strings.CutSuffix(name, "/rows")
 		}, everyOtherRowBF16)
+	// One row whose even superblocks are exact bf16 and odd ones not: the
+	// kernels' row split once in shared memory serves the first, the
+	// split in registers the second (mmv_tile's XK), in one product.
+	alternateSuperblocks := func(xs []float32, M, K int) {
+		for i := range xs {
+			if (i%K)/64%2 == 0 {
+				xs[i] = gpu.RoundBF16(xs[i])
+			}
+		}
+	}
+	variantsEqualTile(t, d, rand.New(rand.NewPCG(16, 17)), "",
+		[]struct{ N, K int }{{1024, 1024}, {777, 1000}, {3, 4104}, {65, 2056}, {40, 7}, {2048, 8200}},
+		[]int{1, 3}, names, func(q *Queue, name string) {
+			q.mmvForce, q.untiled = strings.CutSuffix(name, "/rows")
+		}, alternateSuperblocks)
 }
 
 // TestMmaBigBitIdentical: the 64 × 64 tensor-core tile kernel (K walked
