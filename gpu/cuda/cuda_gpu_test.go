@@ -352,9 +352,10 @@ func TestMmvVariantsBitIdentical(t *testing.T) {
 		[]int{1, 2, 3, 5, 8, 11, 17, 32}, names, func(q *Queue, name string) {
 			q.mmvForce, q.untiled = strings.CutSuffix(name, "/rows")
 		}, everyOtherRowBF16)
-	// One row whose even superblocks are exact bf16 and odd ones not: the
-	// kernels' row split once in shared memory serves the first, the
-	// split in registers the second (mmv_tile's XK), in one product.
+	// Rows whose even superblocks are exact bf16 and odd ones not: the
+	// mid and lo parts are skipped superblock by superblock (mmv_tile),
+	// row by row (the tile kernel), so both skip and take them in one
+	// product; and K past 8,192.
 	alternateSuperblocks := func(xs []float32, M, K int) {
 		for i := range xs {
 			if (i%K)/64%2 == 0 {

@@ -1855,17 +1855,7 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
 // its four 16-byte loads a thread 512 contiguous bytes of the warp, where
 // the rows put them in 16 pieces of 128 bytes a row apart. The same values
 // reach the same registers, so the same MMAs give the same bits.
-//
-// XK: for one row of x (M = 1) of K ≤ XK, the block splits the row once,
-// after pro(), into shared memory — its bf16 hi parts, and for each half
-// superblock whether some value has a remainder — instead of every warp
-// splitting its superblocks' values itself for every tile (the profile of
-// a one-row product had the SM busy at 69 % and DRAM at 22 %: the
-// splitting, the same in all 16 warps of all blocks). A superblock all of
-// whose values are bf16 then takes its hi parts from there (the values
-// the split in registers gives); any other takes the path in registers,
-// mid and lo parts included, as before. The same MMAs either way.
-template <int W, int NT, int MT, class Pro, int DUAL = 0, int TL = 0, int XK = 0>
+template <int W, int NT, int MT, class Pro, int DUAL = 0, int TL = 0>
 __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
                                          const void* bias, int bdt, int M, int N, int K, Pro pro, int bx, int by,
                                          EPI_PARAMS, const u16* wb = nullptr, i64 ldwb = 0) {
@@ -1935,39 +1925,12 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) xr[mt] = x + (i64)min(m0 + 8 * mt + g, M - 1) * ldx;
   bool xv = ((((unsigned long long)x) & 15) == 0) && (ldx % 4 == 0);
-  __shared__ __align__(16) u16 xh[XK > 0 ? XK : 8];  // XK: row 0's hi parts
-  __shared__ u32 xr2[XK > 0 ? XK / 32 : 1];          // … and whether a half superblock has remainders
-  const bool xs = XK > 0 && M == 1 && nsb * 64 <= XK;
-  if (xs) {
-    // 32 consecutive values a warp (nsb·64 is a multiple of 32): each
-    // half superblock's flag from one ballot.
-    for (int i = threadIdx.x; i < nsb * 64; i += blockDim.x) {
-      float v = i < K ? x[i] : 0.0f, h = rbf16(v);
-      xh[i] = (u16)(__float_as_uint(h) >> 16);
-      u32 r = __ballot_sync(0xffffffffu, v - h != 0.0f);
-      if (lane == 0) xr2[i >> 5] = r;
-    }
-    __syncthreads();
-  }
   for (; s0 < nsb; s0 += 16) {
 #pragma unroll
     for (int c = 0; c < CW; c++) {
       int s = s0 + W * c;
       if (s >= nsb) break;
       int k = 64 * s + 8 * t;
-      if (xs && (xr2[2 * s] | xr2[2 * s + 1]) == 0) {  // bf16 values: their hi parts, staged
-        uint4 a = *(const uint4*)(xh + k), b = *(const uint4*)(xh + k + 32);
-        u32 px[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)  // every row is row 0
-#pragma unroll
-          for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-              mma16816(acc[c][nt][mt], wa[c][nt][0][2 * j], wa[c][nt][1][2 * j], wa[c][nt][0][2 * j + 1],
-                       wa[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
-        continue;
-      }
 #pragma unroll
       for (int mt = 0; mt < MT; mt++) {
         float v[16];
@@ -2361,10 +2324,6 @@ __global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16
       }
 }
 
-// MMV_XK is the longest row an MMV kernel splits once into shared memory
-// (mmv_tile's XK), within 48 KiB beside its class sums (8 KiB a tile).
-#define MMV_XK(NT) ((NT) >= 4 ? 4096 : 8192)
-
 // MMV(name, W, NT, MT): mmv_tile as a kernel (blocks of W warps; grid.x
 // over weight rows by 16·NT, grid.y over rows of x by 8·MT).
 #define MMV(name, W, NT, MT)                                                                                  \
@@ -2373,8 +2332,8 @@ __global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16
                                                  EPI_PARAMS) {                                                           \
     if (blockIdx.y == 0) pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 16 * NT, min(N, (int)(blockIdx.x + 1) * 16 * NT)); \
     PDL_ENTER();                                                                                               \
-    mmv_tile<W, NT, MT, no_prologue, 0, 0, MMV_XK(NT)>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{},  \
-                                                       blockIdx.x, blockIdx.y, EPI_ARGS);                     \
+    mmv_tile<W, NT, MT>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, blockIdx.x, blockIdx.y,       \
+                        EPI_ARGS);                                                                         \
   }
 
 MMV(mmv_bf16_w4n1m1, 4, 1, 1)
@@ -2392,7 +2351,7 @@ MMV(mmv_bf16_w16n1m2, 16, 1, 2)
                                                  EPI_PARAMS) {                                                  \
     if (blockIdx.y == 0) pdl_prefetch_rows(w, (K + 63) / 64 * 1024LL, 2, (K + 63) / 64 * 1024, blockIdx.x * NT, min((N + 15) / 16, (int)(blockIdx.x + 1) * NT)); \
     PDL_ENTER();                                                                                                \
-    mmv_tile<W, NT, MT, no_prologue, 0, 1, MMV_XK(NT)>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, blockIdx.x, \
+    mmv_tile<W, NT, MT, no_prologue, 0, 1>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, no_prologue{}, blockIdx.x, \
                                            blockIdx.y, EPI_ARGS);                                               \
   }
 
@@ -2405,8 +2364,7 @@ MMVT(mmvt_bf16_w16n1m2, 16, 1, 2)
 // MMV_NORM(name, W, TL): one row h = rmsnorm(x) (rmsnorm_f32's floats,
 // block 0 writes h) and d = h·wᵀ (+ bias) with mmv_tile's sums (so
 // mma_tile's): GEMV_NORM for the tensor-core order. Every block normalises
-// x into shared memory itself (K ≤ 8192 floats beside the class sums; rows
-// of up to 2,048 also split there once, mmv_tile's XK). TL:
+// x into shared memory itself (K ≤ 8192 floats beside the class sums). TL:
 // w in the tiled layout (tiled.go; ldw unused).
 #define MMV_NORM(name, W, TL)                                                                                   \
   __global__ void __launch_bounds__(32 * W) name(float* d, float* h, const float* x, int K, float eps, int nrnd, \
@@ -2426,7 +2384,7 @@ MMVT(mmvt_bf16_w16n1m2, 16, 1, 2)
       }                                                                                                         \
       __syncthreads();                                                                                          \
     };                                                                                                          \
-    mmv_tile<W, 1, 1, decltype(norm), 0, TL, 2048>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, blockIdx.x, 0, EPI_ARGS); \
+    mmv_tile<W, 1, 1, decltype(norm), 0, TL>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, blockIdx.x, 0, EPI_ARGS); \
   }
 
 MMV_NORM(mmvn_bf16_w4, 4, 0)
