@@ -347,9 +347,15 @@ func TestMmvVariantsBitIdentical(t *testing.T) {
 			}
 		}
 	}
+	// The emulator (every CI run) takes three row counts of the eight: one
+	// row, a part-empty tile, the tile kernel's first count past mmvMaxRows.
+	Ms, Ms2 := []int{1, 2, 3, 5, 8, 11, 17, 32}, []int{1, 3}
+	if d.Emulated() {
+		Ms, Ms2 = []int{1, 3, 17}, []int{1}
+	}
 	variantsEqualTile(t, d, rand.New(rand.NewPCG(14, 15)), "",
 		[]struct{ N, K int }{{1024, 1024}, {2816, 1024}, {1024, 2816}, {777, 1000}, {3, 4104}, {1536, 264}, {65, 2056}, {40, 7}},
-		[]int{1, 2, 3, 5, 8, 11, 17, 32}, names, func(q *Queue, name string) {
+		Ms, names, func(q *Queue, name string) {
 			q.mmvForce, q.untiled = strings.CutSuffix(name, "/rows")
 		}, everyOtherRowBF16)
 	// Rows whose even superblocks are exact bf16 and odd ones not: the
@@ -365,7 +371,7 @@ func TestMmvVariantsBitIdentical(t *testing.T) {
 	}
 	variantsEqualTile(t, d, rand.New(rand.NewPCG(16, 17)), "",
 		[]struct{ N, K int }{{1024, 1024}, {777, 1000}, {3, 4104}, {65, 2056}, {40, 7}, {2048, 8200}},
-		[]int{1, 3}, names, func(q *Queue, name string) {
+		Ms2, names, func(q *Queue, name string) {
 			q.mmvForce, q.untiled = strings.CutSuffix(name, "/rows")
 		}, alternateSuperblocks)
 }

@@ -3,6 +3,7 @@ package cuda
 import (
 	"encoding/binary"
 	"testing"
+	"unsafe"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 )
@@ -76,5 +77,69 @@ func TestTiledView(t *testing.T) {
 	}
 	if !tileable(16, 1) || tileable(15, 2048) || tileable(mmvMaxN+1, 64) {
 		t.Error("tileable: want matrices of 16 to mmvMaxN rows")
+	}
+}
+
+// TestLoadKeepsTiledCopies: on the tensor-core products Load keeps a tiled
+// copy of a bf16 matrix — its bytes the layout's, counted in MemUsed — and
+// Free releases both; vectors, f32 weights, the FMA products and
+// Options.NoTiledWeights get none. (A device: the GPU or the emulator.)
+func TestLoadKeepsTiledCopies(t *testing.T) {
+	const rows, cols = 40, 200
+	data := make([]byte, 2*rows*cols)
+	for i := range rows * cols {
+		binary.LittleEndian.PutUint16(data[2*i:], gpu.F32ToBF16(float32(i%97)-48))
+	}
+	for _, c := range []struct {
+		name   string
+		o      Options
+		dt     gpu.DType
+		r      int
+		copied bool
+	}{
+		{"bf16 matrix, tensor cores", Options{MatMul: "mma"}, gpu.BF16, rows, true},
+		{"bf16 vector", Options{MatMul: "mma"}, gpu.BF16, 1, false},
+		{"f32 matrix", Options{MatMul: "mma"}, gpu.F32, rows / 2, false},
+		{"FMA products", Options{MatMul: "fma"}, gpu.BF16, rows, false},
+		{"NoTiledWeights", Options{MatMul: "mma", NoTiledWeights: true}, gpu.BF16, rows, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := openTestDevice(t, c.o)
+			before := d.Info().MemUsed
+			w, err := d.Load(c.dt, c.r, len(data)/c.dt.Size()/c.r, data[:c.r*(len(data)/c.dt.Size()/c.r)*c.dt.Size()])
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := w.Buf.(*buffer)
+			if (b.tiled != nil) != c.copied {
+				t.Fatalf("tiled copy %v, want %v", b.tiled != nil, c.copied)
+			}
+			want := b.bytes
+			if c.copied {
+				want += b.tiled.bytes
+				if b.tiled.n != tiledLen(w.Rows, w.Cols) || b.tiledK != w.Cols {
+					t.Errorf("copy of %d elements for %d columns, want %d and %d", b.tiled.n, b.tiledK, tiledLen(w.Rows, w.Cols), w.Cols)
+				}
+				got := make([]uint16, b.tiled.n)
+				q := d.NewQueue("read").(*Queue)
+				words := gpu.Tensor{Buf: b.tiled, Rows: 1, Cols: b.tiled.n / 2, Stride: b.tiled.n / 2}
+				if err := q.readWords(unsafe.Pointer(&got[0]), words, &q.readBuf); err != nil {
+					t.Fatal(err)
+				}
+				wantT := tileBF16(data, w.Rows, w.Cols)
+				for i, v := range got {
+					if v != binary.LittleEndian.Uint16(wantT[2*i:]) {
+						t.Fatalf("the device's copy differs from tileBF16's at element %d", i)
+					}
+				}
+			}
+			if got := d.Info().MemUsed - before; got != want {
+				t.Errorf("MemUsed grew by %d bytes, want %d", got, want)
+			}
+			d.Free(w)
+			if got := d.Info().MemUsed; got != before {
+				t.Errorf("MemUsed %d after Free, want %d", got, before)
+			}
+		})
 	}
 }
