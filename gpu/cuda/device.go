@@ -350,7 +350,7 @@ func (d *Device) Load(dt gpu.DType, rows, cols int, data []byte) (gpu.Tensor, er
 	}
 	if dt == gpu.BF16 && d.mmaMatMul && !d.noTiled && tileable(rows, cols) {
 		// The few-row products' copy (tiled.go). Without it (no memory
-		// left for it) they read the rows, as slower but the same bits.
+		// left for it) they read the rows: slower, the same bits.
 		if tb, err := d.alloc(gpu.BF16, tiledLen(rows, cols), tileBF16(data, rows, cols)); err == nil {
 			b.tiled, b.tiledK = tb, cols
 		}
@@ -358,9 +358,10 @@ func (d *Device) Load(dt gpu.DType, rows, cols int, data []byte) (gpu.Tensor, er
 	return gpu.Tensor{Buf: b, Rows: rows, Cols: cols, Stride: cols}, nil
 }
 
-// Free implements gpu.Device. The release is stream-ordered: it is queued
-// behind the work already recorded on the last queue that used the buffer,
-// so memory is not reused before that work ends.
+// Free implements gpu.Device. The release (of the buffer and its tiled
+// copy) is stream-ordered: it is queued behind the work already recorded on
+// the last queue that used the buffer (a use of the copy counts as one of
+// the buffer: Queue.tiled), so memory is not reused before that work ends.
 func (d *Device) Free(t gpu.Tensor) {
 	b, ok := t.Buf.(*buffer)
 	if !ok || b == nil || b.freed.Swap(true) {
