@@ -1884,7 +1884,7 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
   bool wv = ((((unsigned long long)w) & 15) == 0) && (ldw % 8 == 0) &&
             (!DUAL || (((((unsigned long long)wb) & 15) == 0) && (ldwb % 8 == 0)));
   int nsb = (K + 63) / 64;
-  const u16* wt[NT];  // TL: the warp's first tile's pieces, lane's offset in
+  const u16* wt[NT];  // TL: where the lane's pieces of tile nt start (superblock 0)
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) {
     const u16* base = DUAL && nt == 1 ? wb : w;
