@@ -2409,6 +2409,31 @@ __device__ __forceinline__ i64 attn_row(const int* blocks, int brows, int j) {
 #endif
 }
 
+}  // extern "C": attn_pv is a template
+
+// attn_pv adds NB keys' p·v to attn_rows' four chains: the values of keys
+// j + t·groups (t < NB, row vrow(key)) and their p from s are loaded
+// first, then key t goes to chain t mod 4, in t order.
+template <int NB, class Row>
+__device__ __forceinline__ void attn_pv(float& a0, float& a1, float& a2, float& a3, const float* s, int j, int groups,
+                                        Row vrow) {
+  float vv[NB], ss[NB];
+#pragma unroll
+  for (int t = 0; t < NB; t++) {
+    vv[t] = vrow(j + t * groups);
+    ss[t] = s[j + t * groups];
+  }
+#pragma unroll
+  for (int t = 0; t < NB; t += 4) {
+    a0 = fmaf(ss[t], vv[t], a0);
+    a1 = fmaf(ss[t + 1], vv[t + 1], a1);
+    a2 = fmaf(ss[t + 2], vv[t + 2], a2);
+    a3 = fmaf(ss[t + 3], vv[t + 3], a3);
+  }
+}
+
+extern "C" {
+
 // attn_rows: query row i (at position pos) of head h over the keys of k
 // and v (nkeys of them, paged through blocks when not null), computed by
 // the block's first nthr threads as a block of nthr would (the others
@@ -2510,36 +2535,9 @@ __device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i
     // 32, then 16 keys' values loaded before their products (rounds of the
     // four chains below, in their order: key j + t·groups goes to chain t
     // mod 4 whichever loop takes it), so the reads overlap.
-    for (; j + 31 * groups < L; j += 32 * groups) {
-      float vv[32], ss[32];
-#pragma unroll
-      for (int t = 0; t < 32; t++) {
-        vv[t] = VROW(j + t * groups);
-        ss[t] = s[j + t * groups];
-      }
-#pragma unroll
-      for (int t = 0; t < 32; t += 4) {
-        a = fmaf(ss[t], vv[t], a);
-        a1 = fmaf(ss[t + 1], vv[t + 1], a1);
-        a2 = fmaf(ss[t + 2], vv[t + 2], a2);
-        a3 = fmaf(ss[t + 3], vv[t + 3], a3);
-      }
-    }
-    for (; j + 15 * groups < L; j += 16 * groups) {
-      float vv[16], ss[16];
-#pragma unroll
-      for (int t = 0; t < 16; t++) {
-        vv[t] = VROW(j + t * groups);
-        ss[t] = s[j + t * groups];
-      }
-#pragma unroll
-      for (int t = 0; t < 16; t += 4) {
-        a = fmaf(ss[t], vv[t], a);
-        a1 = fmaf(ss[t + 1], vv[t + 1], a1);
-        a2 = fmaf(ss[t + 2], vv[t + 2], a2);
-        a3 = fmaf(ss[t + 3], vv[t + 3], a3);
-      }
-    }
+    auto vrow = [&](int jj) { return VROW(jj); };
+    for (; j + 31 * groups < L; j += 32 * groups) attn_pv<32>(a, a1, a2, a3, s, j, groups, vrow);
+    for (; j + 15 * groups < L; j += 16 * groups) attn_pv<16>(a, a1, a2, a3, s, j, groups, vrow);
     for (; j + 3 * groups < L; j += 4 * groups) {
       a = fmaf(s[j], VROW(j), a);
       a1 = fmaf(s[j + groups], VROW(j + groups), a1);
