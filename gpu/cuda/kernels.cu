@@ -389,6 +389,20 @@ __global__ void softmax_f32(float* d, i64 ldd, int cols) {
 // head rotates by pos·invf[j] (fp32 product, cos/sin in double rounded to
 // float as the CPU backend does). interleaved pairs (2j, 2j+1), else (j,
 // j+hd/2). bf16 rounds cos, sin, each product and each sum.
+// rope_store writes the pair (x0, x1) rotated by (c, s) to row[i0] and
+// row[i1]: in bf16 every product and each sum rounded, else in fp32 with
+// the op's output rounding rnd (rope_f32's and prep_head's arithmetic).
+__device__ __forceinline__ void rope_store(float* row, int i0, int i1, float x0, float x1, float c, float s, int bf16,
+                                           int rnd) {
+  if (bf16) {
+    row[i0] = rbf16(rbf16(x0 * c) - rbf16(x1 * s));
+    row[i1] = rbf16(rbf16(x1 * c) + rbf16(x0 * s));
+  } else {
+    row[i0] = OUT(x0 * c - x1 * s);
+    row[i1] = OUT(x1 * c + x0 * s);
+  }
+}
+
 // rope_f32: one thread per rotated pair (row, head, j); the angle's cos
 // and sin are computed in double from the fp32 angle and rounded to fp32
 // (as the host's float64 replay), per thread.
@@ -411,13 +425,7 @@ __global__ void rope_f32(float* d, i64 ldd, int rows, int cols, int hd, int inte
     int i0 = interleaved ? h + 2 * j : h + j;
     int i1 = interleaved ? h + 2 * j + 1 : h + j + half;
     float x0 = row[i0], x1 = row[i1];
-    if (bf16) {
-      row[i0] = rbf16(rbf16(x0 * c) - rbf16(x1 * s));
-      row[i1] = rbf16(rbf16(x1 * c) + rbf16(x0 * s));
-    } else {
-      row[i0] = OUT(x0 * c - x1 * s);
-      row[i1] = OUT(x1 * c + x0 * s);
-    }
+    rope_store(row, i0, i1, x0, x1, c, s, bf16, rnd);
   }
 }
 
@@ -1366,13 +1374,7 @@ __device__ __forceinline__ void prep_head(float* row, const float* x, int hd, in
     int i0 = interleaved ? 2 * j : j;
     int i1 = interleaved ? 2 * j + 1 : j + half;
     float x0 = y[i0], x1 = y[i1];
-    if (bf16) {
-      row[i0] = rbf16(rbf16(x0 * c) - rbf16(x1 * s));
-      row[i1] = rbf16(rbf16(x1 * c) + rbf16(x0 * s));
-    } else {
-      row[i0] = OUT(x0 * c - x1 * s);
-      row[i1] = OUT(x1 * c + x0 * s);
-    }
+    rope_store(row, i0, i1, x0, x1, c, s, bf16, rnd);
   }
 }
 
