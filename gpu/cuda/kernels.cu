@@ -1828,6 +1828,59 @@ __device__ __forceinline__ void mma_tile(float* d, i64 ldd, const u16* xs, const
   }
 }
 
+// mmv_parts splits lane (g, t)'s 16 values of x row xr in the superblock
+// at k (k … k+7 and k+32 … k+39, zeros past K; xv: 16-byte loads) into
+// bf16 parts (split_bf16's arithmetic) and calls mma(px) with the hi
+// part, then with the mid and lo parts where some lane of the warp has
+// them: the MMAs of one superblock and one 8-row tile of x, in mma_tile's
+// part order (mmv_tile, mmvb_run).
+template <class F>
+__device__ __forceinline__ void mmv_parts(const float* xr, bool xv, int k, int K, F mma) {
+  float v[16];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    int kk = k + 32 * h;
+    if (xv && kk + 8 <= K) {
+      float4 a = *(const float4*)(xr + kk), b = *(const float4*)(xr + kk + 4);
+      v[8 * h] = a.x; v[8 * h + 1] = a.y; v[8 * h + 2] = a.z; v[8 * h + 3] = a.w;
+      v[8 * h + 4] = b.x; v[8 * h + 5] = b.y; v[8 * h + 6] = b.z; v[8 * h + 7] = b.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; e++) v[8 * h + e] = kk + e < K ? xr[kk + e] : 0.0f;
+    }
+  }
+  u32 px[8];
+  bool any = false;
+#pragma unroll
+  for (int e = 0; e < 8; e++) {
+    float h0 = rbf16(v[2 * e]), h1 = rbf16(v[2 * e + 1]);
+    px[e] = pack2(h0, h1);
+    v[2 * e] -= h0;  // the remainders, exact
+    v[2 * e + 1] -= h1;
+    any |= v[2 * e] != 0.0f || v[2 * e + 1] != 0.0f;
+  }
+  mma(px);
+  // mid (and lo) where the tile has them: bf16 activations have none.
+  if (__any_sync(0xffffffffu, any)) {
+    bool anymid = false, anylo = false;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      float m0v = rbf16(v[2 * e]), m1v = rbf16(v[2 * e + 1]);
+      px[e] = pack2(m0v, m1v);
+      anymid |= m0v != 0.0f || m1v != 0.0f;
+      v[2 * e] = rbf16(v[2 * e] - m0v);
+      v[2 * e + 1] = rbf16(v[2 * e + 1] - m1v);
+      anylo |= v[2 * e] != 0.0f || v[2 * e + 1] != 0.0f;
+    }
+    if (__any_sync(0xffffffffu, anymid)) mma(px);
+    if (__any_sync(0xffffffffu, anylo)) {
+#pragma unroll
+      for (int e = 0; e < 8; e++) px[e] = pack2(v[2 * e], v[2 * e + 1]);
+      mma(px);
+    }
+  }
+}
+
 // mmv_tile: mma_tile's products for up to 8·MT rows of x, bit for bit —
 // its k permutation, its 16 interleaved superblock classes added in class
 // order, the same MMAs in the same order (hi, mid, lo; k16 steps in
@@ -1934,68 +1987,15 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
       if (s >= nsb) break;
       int k = 64 * s + 8 * t;
 #pragma unroll
-      for (int mt = 0; mt < MT; mt++) {
-        float v[16];
+      for (int mt = 0; mt < MT; mt++)
+        mmv_parts(xr[mt], xv, k, K, [&](const u32(&px)[8]) {
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-          int kk = k + 32 * h;
-          if (xv && kk + 8 <= K) {
-            float4 a = *(const float4*)(xr[mt] + kk), b = *(const float4*)(xr[mt] + kk + 4);
-            v[8 * h] = a.x; v[8 * h + 1] = a.y; v[8 * h + 2] = a.z; v[8 * h + 3] = a.w;
-            v[8 * h + 4] = b.x; v[8 * h + 5] = b.y; v[8 * h + 6] = b.z; v[8 * h + 7] = b.w;
-          } else {
+          for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int e = 0; e < 8; e++) v[8 * h + e] = kk + e < K ? xr[mt][kk + e] : 0.0f;
-          }
-        }
-        u32 px[8];
-        bool any = false;
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-          float h0 = rbf16(v[2 * e]), h1 = rbf16(v[2 * e + 1]);
-          px[e] = pack2(h0, h1);
-          v[2 * e] -= h0;  // the remainders, exact
-          v[2 * e + 1] -= h1;
-          any |= v[2 * e] != 0.0f || v[2 * e + 1] != 0.0f;
-        }
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-          for (int j = 0; j < 4; j++)
-            mma16816(acc[c][nt][mt], wa[c][nt][0][2 * j], wa[c][nt][1][2 * j], wa[c][nt][0][2 * j + 1],
-                     wa[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
-        // mid (and lo) where the tile has them: bf16 activations have none.
-        if (__any_sync(0xffffffffu, any)) {
-          bool anymid = false, anylo = false;
-#pragma unroll
-          for (int e = 0; e < 8; e++) {
-            float m0v = rbf16(v[2 * e]), m1v = rbf16(v[2 * e + 1]);
-            px[e] = pack2(m0v, m1v);
-            anymid |= m0v != 0.0f || m1v != 0.0f;
-            v[2 * e] = rbf16(v[2 * e] - m0v);
-            v[2 * e + 1] = rbf16(v[2 * e + 1] - m1v);
-            anylo |= v[2 * e] != 0.0f || v[2 * e + 1] != 0.0f;
-          }
-          if (__any_sync(0xffffffffu, anymid)) {
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-              for (int j = 0; j < 4; j++)
-                mma16816(acc[c][nt][mt], wa[c][nt][0][2 * j], wa[c][nt][1][2 * j], wa[c][nt][0][2 * j + 1],
-                         wa[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
-          }
-          if (__any_sync(0xffffffffu, anylo)) {
-#pragma unroll
-            for (int e = 0; e < 8; e++) px[e] = pack2(v[2 * e], v[2 * e + 1]);
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-              for (int j = 0; j < 4; j++)
-                mma16816(acc[c][nt][mt], wa[c][nt][0][2 * j], wa[c][nt][1][2 * j], wa[c][nt][0][2 * j + 1],
-                         wa[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
-          }
-        }
-      }
+            for (int j = 0; j < 4; j++)
+              mma16816(acc[c][nt][mt], wa[c][nt][0][2 * j], wa[c][nt][1][2 * j], wa[c][nt][0][2 * j + 1],
+                       wa[c][nt][1][2 * j + 1], px[2 * j], px[2 * j + 1]);
+        });
     }
     if (s0 + 16 < nsb) loadw(s0 + 16);
   }
@@ -2392,6 +2392,237 @@ MMVT(mmvt_bf16_w16n1m2, 16, 1, 2)
 MMV_NORM(mmvn_bf16_w4, 4, 0)
 MMV_NORM(mmvn_bf16_w16, 16, 0)
 MMV_NORM(mmvnt_bf16_w16, 16, 1)  // on tiled weights (tiled.go)
+
+}  // extern "C": mmvb_run is a template
+
+// ---- the few-row product streamed through shared memory (sm_90) ------------
+//
+// mmvb_run: mmv_tile's products (up to 8 rows of x against the tiled
+// weights, W = 16, NT = MT = 1), bit for bit, as a persistent kernel whose
+// weights reach shared memory by sm_90's bulk copies. The grid is at most
+// one block a multiprocessor; block b takes the 16-row tiles [T·b/G,
+// T·(b+1)/G), whose superblocks are one run of memory in the tiled layout
+// (tile t, superblock s at (t·nsb + s)·1024). An item is one round of a
+// tile: its superblocks 16r … 16r + 15 (32 KiB; the last round of a ragged
+// K fewer). Warp MMVB_WARPS, lane 0, copies item i into stage i mod
+// MMVB_STAGES as soon as the consumers have left the item before it there
+// (mbarriers: full[st] counts the copy's bytes, empty[st] the 256 consumer
+// threads), so MMVB_STAGES items of weights are in flight while the
+// consumers multiply, across tile boundaries too. The first items are
+// issued before griddepcontrol.wait: the tiled copy is written once, by
+// Device.Load, so no kernel before writes it (x, the epilogue's operand and
+// the output are touched only after the wait).
+//
+// The consumers are MMVB_WARPS = 8 warps; warp w holds classes w and w + 8
+// (superblocks 16r + w and 16r + w + 8 of every round), each accumulating
+// its superblocks in s order with mmv_parts' MMAs, as mmv_tile's warps w
+// and w + 8 do. At a tile's last round the warps leave their class sums in
+// shared memory and warp j mod 8 (the block's j-th tile) adds them in class
+// order with the bias and the epilogue, mmv_tile's tail, while the others
+// go on to the next tile (mbarriers again: pfull counts the 256 writers,
+// pfree the reducing warp's 32 lanes). The same MMAs in the same order:
+// mmv_tile's bits (TestMmvVariantsBitIdentical).
+//
+// pro() runs once, by every thread (the copy warp too), after the wait;
+// MMVB's norm writes x's normalised row into shared memory there.
+#define MMVB_STAGES 3
+#define MMVB_WARPS 8
+#define MMVB_STAGE_BYTES 32768
+#define MMVB_PART_BYTES (16 * 32 * 4 * 4)
+#define MMVB_XS_OFF (MMVB_STAGES * MMVB_STAGE_BYTES + MMVB_PART_BYTES)
+
+struct __align__(16) mbar_t {
+  unsigned long long v[2];  // the GPU's barrier is v[0]; the emulator's takes both
+};
+
+#ifdef OMNI_EMU
+__device__ __forceinline__ void mbar_init(mbar_t* b, u32 n) { emu_mbar_init(b, n); }
+__device__ __forceinline__ void mbar_fence_init() {}
+__device__ __forceinline__ void mbar_arrive(mbar_t* b) { emu_mbar_arrive(b); }
+__device__ __forceinline__ void mbar_expect_tx(mbar_t* b, u32 bytes) { emu_mbar_expect_tx(b, bytes); }
+__device__ __forceinline__ void mbar_wait(mbar_t* b, u32 parity) { emu_mbar_wait(b, parity); }
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, u32 bytes, mbar_t* b) {
+  emu_bulk_load(dst, src, bytes, b);
+}
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(mbar_t* b, u32 n) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(n) : "memory");
+}
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void mbar_arrive(mbar_t* b) {
+  asm volatile("{\n\t.reg .b64 st;\n\tmbarrier.arrive.shared::cta.b64 st, [%0];\n\t}" ::"r"(smem_addr(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(mbar_t* b, u32 bytes) {
+  asm volatile("{\n\t.reg .b64 st;\n\tmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n\t}" ::"r"(smem_addr(b)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(mbar_t* b, u32 parity) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tMBAR_WAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t@!p bra MBAR_WAIT;\n\t}" ::"r"(
+          smem_addr(b)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, u32 bytes, mbar_t* b) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(b))
+               : "memory");
+}
+#else  // before sm_90 the backend never launches mmvb (Device.bulk)
+__device__ __forceinline__ void mbar_init(mbar_t*, u32) { __trap(); }
+__device__ __forceinline__ void mbar_fence_init() {}
+__device__ __forceinline__ void mbar_arrive(mbar_t*) {}
+__device__ __forceinline__ void mbar_expect_tx(mbar_t*, u32) {}
+__device__ __forceinline__ void mbar_wait(mbar_t*, u32) {}
+__device__ __forceinline__ void bulk_load(void*, const void*, u32, mbar_t*) {}
+#endif
+
+template <class Pro>
+__device__ __forceinline__ void mmvb_run(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, const void* bias,
+                                         int bdt, int M, int N, int K, Pro pro, char* sm, EPI_PARAMS) {
+  __shared__ mbar_t full[MMVB_STAGES], empty[MMVB_STAGES], pfull, pfree;
+  float(*part)[32][4] = (float(*)[32][4])(sm + MMVB_STAGES * MMVB_STAGE_BYTES);  // [16][32][4]: the class sums
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int nsb = (K + 63) / 64, R = (nsb + 15) / 16, T = (N + 15) / 16;
+  int t0 = (int)((i64)T * blockIdx.x / gridDim.x), t1 = (int)((i64)T * (blockIdx.x + 1) / gridDim.x);
+  int items = (t1 - t0) * R;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int st = 0; st < MMVB_STAGES; st++) {
+      mbar_init(&full[st], 1);
+      mbar_init(&empty[st], 32 * MMVB_WARPS);
+    }
+    mbar_init(&pfull, 32 * MMVB_WARPS);
+    mbar_init(&pfree, 32);
+    mbar_fence_init();
+  }
+  __syncthreads();
+  // Item i: tile t0 + i / R, round i mod R.
+  auto issue = [&](int i) {
+    int st = i % MMVB_STAGES, r = i % R;
+#ifdef FAULT_MMVB
+    int s = 16 * (r > 0 ? r - 1 : 0);  // every round after the first copies the round before it
+#else
+    int s = 16 * r;
+#endif
+    u32 bytes = (u32)min(16, nsb - 16 * r) * 2048u;
+    mbar_expect_tx(&full[st], bytes);
+    bulk_load(sm + st * MMVB_STAGE_BYTES, w + ((i64)(t0 + i / R) * nsb + s) * 1024, bytes, &full[st]);
+  };
+  bool copier = warp == MMVB_WARPS;
+  if (copier && lane == 0)
+    for (int i = 0; i < min(items, MMVB_STAGES); i++) issue(i);
+  PDL_ENTER();
+  pro();
+  if (copier) {
+    if (lane == 0)
+      for (int i = MMVB_STAGES; i < items; i++) {
+        mbar_wait(&empty[i % MMVB_STAGES], (i / MMVB_STAGES - 1) & 1);
+        issue(i);
+      }
+    return;
+  }
+  int g = lane >> 2, t = lane & 3;
+  int m0 = 8 * blockIdx.y;  // the grid's rows of x, 8 a block (one tile: the backend's few rows)
+  const float* xr = x + (i64)min(m0 + g, M - 1) * ldx;
+  bool xv = ((((unsigned long long)x) & 15) == 0) && (ldx % 4 == 0);
+  float acc[2][4];
+  for (int i = 0; i < items; i++) {
+    int st = i % MMVB_STAGES, r = i % R;
+    if (r == 0)
+#pragma unroll
+      for (int c = 0; c < 2; c++) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
+    mbar_wait(&full[st], (i / MMVB_STAGES) & 1);
+    u32 wa[2][2][8];
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+      if (16 * r + warp + 8 * c < nsb) {
+        const uint4* sb = (const uint4*)(sm + st * MMVB_STAGE_BYTES + (warp + 8 * c) * 2048) + lane;
+#pragma unroll
+        for (int p = 0; p < 4; p++) {  // piece p: rows g + 8·(p >> 1), k half p & 1 (tiled.go)
+          uint4 v = sb[32 * p];
+          u32* o = &wa[c][p >> 1][4 * (p & 1)];
+          o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+        }
+      }
+    }
+    mbar_arrive(&empty[st]);
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+      int s = 16 * r + warp + 8 * c;
+      if (s < nsb)
+        mmv_parts(xr, xv, 64 * s + 8 * t, K, [&](const u32(&px)[8]) {
+#pragma unroll
+          for (int j = 0; j < 4; j++)
+            mma16816(acc[c], wa[c][0][2 * j], wa[c][1][2 * j], wa[c][0][2 * j + 1], wa[c][1][2 * j + 1], px[2 * j],
+                     px[2 * j + 1]);
+        });
+    }
+    if (r != R - 1) continue;
+    // The tile's last round: its class sums, added by warp j mod 8.
+    int j = i / R, n0 = 16 * (t0 + j);
+    if (j > 0) mbar_wait(&pfree, (j - 1) & 1);
+#pragma unroll
+    for (int c = 0; c < 2; c++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) part[warp + 8 * c][lane][e] = acc[c][e];
+    mbar_arrive(&pfull);
+    if (warp != j % MMVB_WARPS) continue;
+    mbar_wait(&pfull, j & 1);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      float v = part[0][lane][q];
+#pragma unroll
+      for (int c = 1; c < 16; c++) v += part[c][lane][q];
+      int n = n0 + g + (q >> 1) * 8, m = m0 + 2 * t + (q & 1);
+      if (n < N && m < M) {
+        if (bias) v += load(bias, bdt, n);
+        d[(i64)m * ldd + n] = epi(v, EPI_ARGS, m, n);
+      }
+    }
+    mbar_arrive(&pfree);
+  }
+}
+
+extern "C" {
+
+// mmvb_bf16: MMVT's product (its arguments; ldw unused) through mmvb_run:
+// a grid of at most one block a multiprocessor (grid.y over rows of x by
+// 8), 32·(MMVB_WARPS + 1) threads, MMVB_XS_OFF bytes of dynamic shared
+// memory.
+__global__ void __launch_bounds__(32 * (MMVB_WARPS + 1)) mmvb_bf16(float* d, i64 ldd, const float* x, i64 ldx,
+                                                                  const u16* w, i64 ldw, const void* bias, int bdt,
+                                                                  int M, int N, int K, EPI_PARAMS) {
+  extern __shared__ float4 mmvb_sm4[];
+  mmvb_run(d, ldd, x, ldx, w, bias, bdt, M, N, K, no_prologue{}, (char*)mmvb_sm4, EPI_ARGS);
+}
+
+// mmvnb_bf16: MMV_NORM's one row (its arguments; ldw unused) through
+// mmvb_run, the normalised row at MMVB_XS_OFF (MMVB_XS_OFF + 4·K bytes of
+// dynamic shared memory).
+__global__ void __launch_bounds__(32 * (MMVB_WARPS + 1)) mmvnb_bf16(float* d, float* h, const float* x, int K,
+                                                                   float eps, int nrnd, const void* nw, int nwdt,
+                                                                   int nrnd1, const u16* w, i64 ldw,
+                                                                   const void* bias, int bdt, int N, EPI_PARAMS) {
+  extern __shared__ float4 mmvb_sm4[];
+  __shared__ float sh[8];
+  char* sm = (char*)mmvb_sm4;
+  float* xs = (float*)(sm + MMVB_XS_OFF);
+  auto norm = [&]() {
+    float inv = rms_inv(x, K, eps, sh);
+#pragma unroll 4
+    for (int c = threadIdx.x; c < K; c += blockDim.x) {
+      float v = rms_apply(x[c], inv, nrnd, nw, nwdt, nrnd1, c);
+      xs[c] = v;
+      if (blockIdx.x == 0) h[c] = v;
+    }
+    __syncthreads();
+  };
+  mmvb_run(d, 0, xs, 0, w, bias, bdt, 1, N, K, norm, sm, EPI_ARGS);
+}
 
 // ---- attention -------------------------------------------------------------
 
