@@ -2427,6 +2427,9 @@ MMV_NORM(mmvnt_bf16_w16, 16, 1)  // on tiled weights (tiled.go)
 // MMVB's norm writes x's normalised row into shared memory there.
 #define MMVB_STAGES 3
 #define MMVB_WARPS 8
+#ifndef MMVB_SPLIT
+#define MMVB_SPLIT 16  // bulk copies a stage (1, 2, 4, 8 or 16)
+#endif
 #define MMVB_STAGE_BYTES 32768
 #define MMVB_PART_BYTES (16 * 32 * 4 * 4)
 #define MMVB_XS_OFF (MMVB_STAGES * MMVB_STAGE_BYTES + MMVB_PART_BYTES)
@@ -2501,28 +2504,34 @@ __device__ __forceinline__ void mmvb_run(float* d, i64 ldd, const float* x, i64 
   }
   __syncthreads();
   // Item i: tile t0 + i / R, round i mod R.
+  // Item i by the copy warp: lane 0 expects its bytes, then lanes 0 …
+  // MMVB_SPLIT − 1 each copy 16 / MMVB_SPLIT of its superblocks.
   auto issue = [&](int i) {
-    int st = i % MMVB_STAGES, r = i % R;
+    int st = i % MMVB_STAGES, r = i % R, n = min(16, nsb - 16 * r);
 #ifdef FAULT_MMVB
     int s = 16 * (r > 0 ? r - 1 : 0);  // every round after the first copies the round before it
 #else
     int s = 16 * r;
 #endif
-    u32 bytes = (u32)min(16, nsb - 16 * r) * 2048u;
-    mbar_expect_tx(&full[st], bytes);
-    bulk_load(sm + st * MMVB_STAGE_BYTES, w + ((i64)(t0 + i / R) * nsb + s) * 1024, bytes, &full[st]);
+    if (lane == 0) mbar_expect_tx(&full[st], (u32)n * 2048u);
+    __syncwarp();
+    constexpr int per = 16 / MMVB_SPLIT;
+    int p0 = lane * per;
+    if (lane < MMVB_SPLIT && p0 < n)
+      bulk_load(sm + st * MMVB_STAGE_BYTES + p0 * 2048, w + ((i64)(t0 + i / R) * nsb + s + p0) * 1024,
+                (u32)min(per, n - p0) * 2048u, &full[st]);
   };
   bool copier = warp == MMVB_WARPS;
-  if (copier && lane == 0)
+  if (copier)
     for (int i = 0; i < min(items, MMVB_STAGES); i++) issue(i);
   PDL_ENTER();
   pro();
   if (copier) {
-    if (lane == 0)
-      for (int i = MMVB_STAGES; i < items; i++) {
-        mbar_wait(&empty[i % MMVB_STAGES], (i / MMVB_STAGES - 1) & 1);
-        issue(i);
-      }
+    for (int i = MMVB_STAGES; i < items; i++) {
+      if (lane == 0) mbar_wait(&empty[i % MMVB_STAGES], (i / MMVB_STAGES - 1) & 1);
+      __syncwarp();
+      issue(i);
+    }
     return;
   }
   int g = lane >> 2, t = lane & 3;
