@@ -389,21 +389,32 @@ func BenchmarkProductShapes(b *testing.B) {
 					names = append(names, v.name)
 				}
 			}
+			// x: fp32 rows (three bf16 parts a value on the tensor cores)
+			// and rows of exact bf16 values (one part: what the bf16
+			// networks multiply).
 			for _, name := range names {
-				b.Run(fmt.Sprintf("%dx%d/M=%d/%s", sh.N, sh.K, M, name), func(b *testing.B) {
-					d.mmaMatMul = name != "fma"
-					defer func() { d.mmaMatMul = false }()
-					q := d.NewQueue("shapes").(*Queue)
-					if strings.HasPrefix(name, "mmv") {
-						q.mmvForce = name
-					}
-					x, y := d.Alloc(gpu.F32, M, sh.K), d.Alloc(gpu.F32, M, sh.N)
-					defer d.Free(x)
-					defer d.Free(y)
-					q.Write(x, normals(rng, M*sh.K))
-					b.SetBytes(int64(sh.sets) * int64(sh.N) * int64(sh.K) * 2)
-					timeProductSets(b, q, x, y, ws)
-				})
+				for _, xk := range []string{"fp32", "bf16"} {
+					b.Run(fmt.Sprintf("%dx%d/M=%d/%s/x=%s", sh.N, sh.K, M, name, xk), func(b *testing.B) {
+						d.mmaMatMul = name != "fma"
+						defer func() { d.mmaMatMul = false }()
+						q := d.NewQueue("shapes").(*Queue)
+						if strings.HasPrefix(name, "mmv") {
+							q.mmvForce = name
+						}
+						x, y := d.Alloc(gpu.F32, M, sh.K), d.Alloc(gpu.F32, M, sh.N)
+						defer d.Free(x)
+						defer d.Free(y)
+						xs := normals(rng, M*sh.K)
+						if xk == "bf16" {
+							for i := range xs {
+								xs[i] = gpu.RoundBF16(xs[i])
+							}
+						}
+						q.Write(x, xs)
+						b.SetBytes(int64(sh.sets) * int64(sh.N) * int64(sh.K) * 2)
+						timeProductSets(b, q, x, y, ws)
+					})
+				}
 			}
 		}
 		for _, w := range ws {

@@ -1850,6 +1850,27 @@ __device__ __forceinline__ void mmv_parts(const float* xr, bool xv, int k, int K
     }
   }
   u32 px[8];
+  // Values that are bf16 already (what bf16 networks multiply) are their
+  // own hi parts and leave no remainder: where all the warp's are, the
+  // hi part is their top halves and no mid or lo part follows — the
+  // split below gives the same words and skips both.
+  u32 low = 0, nan = 0;
+#pragma unroll
+  for (int e = 0; e < 16; e++) {
+    u32 b = __float_as_uint(v[e]);
+    low |= b & 0xffffu;
+    nan |= (b & 0x7fffffffu) > 0x7f800000u;  // rbf16 quiets a NaN: take the split
+  }
+#ifndef FAULT_MMV_EXACT
+  if (__all_sync(0xffffffffu, (low | nan) == 0)) {
+#else
+  if (__all_sync(0xffffffffu, nan == 0)) {  // takes rows with low bits as exact
+#endif
+#pragma unroll
+    for (int e = 0; e < 8; e++) px[e] = pack2(v[2 * e], v[2 * e + 1]);
+    mma(px);
+    return;
+  }
   bool any = false;
 #pragma unroll
   for (int e = 0; e < 8; e++) {
