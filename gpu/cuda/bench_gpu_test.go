@@ -364,9 +364,8 @@ func BenchmarkGemvRows(b *testing.B) {
 // BenchmarkProductShapes streams the models' decode product shapes — the
 // backbone's [8192, 2048] and [2048, 8192] FFN weights and [2048, 2048],
 // the depthformer's [1024, 1024] — with M = 1, 4 and 8 rows of x through
-// the default FMA pick, the default tensor-core pick (mmvb_bf16 on sm_90:
-// bulk.go), the bulk kernel forced and every one-tile tensor-core variant
-// (MMVT on the tiled copies), each set of weights beyond L2 and replayed as one
+// the default FMA pick, the default tensor-core pick and every one-tile
+// tensor-core variant (MMVT on the tiled copies), each set of weights beyond L2 and replayed as one
 // graph (as a step is): bytes are the weights read.
 func BenchmarkProductShapes(b *testing.B) {
 	d := openGPU(b)
@@ -383,7 +382,7 @@ func BenchmarkProductShapes(b *testing.B) {
 		}
 		d.mmaMatMul = false
 		for _, M := range []int{1, 4, 8} {
-			names := []string{"fma", "mma", mmvbKernel}
+			names := []string{"fma", "mma"}
 			for _, v := range mmvVariants {
 				if v.mt == 1 {
 					names = append(names, v.name)

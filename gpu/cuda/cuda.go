@@ -124,12 +124,6 @@ type Options struct {
 	// measurements and on a GPU short of memory: the copies take as much
 	// again as the matrices they copy; env OMNIPIPE_CUDA_TILED=off).
 	NoTiledWeights bool
-	// NoBulkProducts runs the few-row products on the tiled weights as
-	// the MMVT kernels (each warp loading its superblocks into registers)
-	// instead of mmvb_bf16's stream of bulk copies into shared memory
-	// (bulk.go; for A/B measurements; env OMNIPIPE_CUDA_BULK=off). The
-	// bits are the same.
-	NoBulkProducts bool
 	// MatMul selects the kernels of BF16-weight products: "mma" (the
 	// default: tensor cores, x split into three bf16 parts, the sums in
 	// one K-only order from one row to thousands) or "fma" (CUDA cores,
@@ -159,9 +153,6 @@ func New(o Options) (*Device, error) {
 	}
 	if os.Getenv("OMNIPIPE_CUDA_TILED") == "off" {
 		o.NoTiledWeights = true
-	}
-	if os.Getenv("OMNIPIPE_CUDA_BULK") == "off" {
-		o.NoBulkProducts = true
 	}
 	switch os.Getenv("OMNIPIPE_CUDA_BLOCK") {
 	case "off":

@@ -336,12 +336,9 @@ func TestMmvVariantsBitIdentical(t *testing.T) {
 	d := openGPU(t)
 	d.mmaMatMul = true
 	defer func() { d.mmaMatMul = false }()
-	names := []string{"", "/rows", mmvbKernel}
+	names := []string{"", "/rows"}
 	for _, v := range mmvVariants {
 		names = append(names, v.name, v.name+"/rows")
-	}
-	if !d.bulk {
-		t.Errorf("the device runs no bulk products (%s, opt-in shared memory %d bytes)", d.arch, d.optinShm)
 	}
 	everyOtherRowBF16 := func(xs []float32, M, K int) {
 		for r := 0; r < M; r += 2 {
@@ -497,7 +494,7 @@ func TestNormFusedEqualsSeparate(t *testing.T) {
 	}
 	// The product after the norm in both orders: the FMA kernels' (gemvn)
 	// and the tensor cores' (mmvn, each variant).
-	for _, kind := range []string{"fma", "mmvn_bf16_w4", "mmvn_bf16_w16", mmvnbKernel} {
+	for _, kind := range []string{"fma", "mmvn_bf16_w4", "mmvn_bf16_w16"} {
 		d.mmaMatMul = kind != "fma"
 		force := ""
 		if d.mmaMatMul {

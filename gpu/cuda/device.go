@@ -18,13 +18,11 @@ const (
 	attrCCMajor  = 75
 	attrCCMinor  = 76
 	attrSMs      = 16
-	attrOptinShm = 97 // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-	funcMaxShm   = 8  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-	poolRelease  = 4  // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
-	streamNoSync = 1  // CU_STREAM_NON_BLOCKING
-	hostMapped   = 2  // CU_MEMHOSTALLOC_DEVICEMAP
-	hostPortable = 1  // CU_MEMHOSTALLOC_PORTABLE
-	eventNoTime  = 2  // CU_EVENT_DISABLE_TIMING
+	poolRelease  = 4 // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+	streamNoSync = 1 // CU_STREAM_NON_BLOCKING
+	hostMapped   = 2 // CU_MEMHOSTALLOC_DEVICEMAP
+	hostPortable = 1 // CU_MEMHOSTALLOC_PORTABLE
+	eventNoTime  = 2 // CU_EVENT_DISABLE_TIMING
 )
 
 // errNoGPU wraps a driver that is present but finds no usable GPU.
@@ -66,12 +64,6 @@ type Device struct {
 	phasedBlock bool
 	// noTiled: Options.NoTiledWeights (Load keeps no tiled copies).
 	noTiled bool
-	// bulk: the few-row products on tiled weights run mmvb_bf16 and
-	// mmvnb_bf16 (sm_90's bulk copies into shared memory; bulk.go), not
-	// Options.NoBulkProducts, and the GPU lets them opt in to the shared
-	// memory they take. optinShm is that limit (bytes a block).
-	bulk     bool
-	optinShm int
 
 	mod      uintptr
 	fns      map[string]uintptr
@@ -133,7 +125,7 @@ func openDevice(o Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, phasedBlock: !o.GridBlock, noTiled: o.NoTiledWeights, bulk: !o.NoBulkProducts, work: make(chan func()), exited: make(chan struct{})}
+	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, phasedBlock: !o.GridBlock, noTiled: o.NoTiledWeights, work: make(chan func()), exited: make(chan struct{})}
 	if o.Profile {
 		p, err := newProfiler(drv)
 		if err != nil {
@@ -189,8 +181,6 @@ func (d *Device) init(o Options) error {
 	}
 	d.arch = fmt.Sprintf("sm_%d%d", attr(attrCCMajor), attr(attrCCMinor))
 	d.sms = attr(attrSMs)
-	d.optinShm = attr(attrOptinShm)
-	d.bulk = d.bulk && attr(attrCCMajor) >= 9 && c.cuFuncSetAttribute != 0 && d.optinShm >= mmvbMaxShm
 	d.pdl.Store(pdlUsable(attr(attrCCMajor), c, o.NoPDL, d.prof != nil))
 	var total uintptr
 	c.call("cuDeviceTotalMem", c.cuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(dev))
@@ -258,13 +248,6 @@ func (d *Device) init(o Options) error {
 		}
 		d.fns[k] = f
 		d.fnNames[f] = k
-	}
-	if d.bulk {
-		for _, k := range []string{mmvbKernel, mmvnbKernel} {
-			if err := c.call("cuFuncSetAttribute "+k, c.cuFuncSetAttribute, d.fns[k], funcMaxShm, mmvbMaxShm); err != nil {
-				return err
-			}
-		}
 	}
 	return nil
 }

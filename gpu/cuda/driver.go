@@ -53,7 +53,7 @@ type driver struct {
 
 	// Optional entry points (0 where the driver lacks them): programmatic
 	// dependent launch (launch.go).
-	cuGraphAddDependencies, cuLaunchKernelEx, cuFuncSetAttribute uintptr
+	cuGraphAddDependencies, cuLaunchKernelEx uintptr
 }
 
 var (
@@ -128,7 +128,7 @@ func loadDriver() (*driver, error) {
 		for _, s := range []struct {
 			p    *uintptr
 			name string
-		}{{&d.cuGraphAddDependencies, "cuGraphAddDependencies_v2"}, {&d.cuLaunchKernelEx, "cuLaunchKernelEx"}, {&d.cuFuncSetAttribute, "cuFuncSetAttribute"}} {
+		}{{&d.cuGraphAddDependencies, "cuGraphAddDependencies_v2"}, {&d.cuLaunchKernelEx, "cuLaunchKernelEx"}} {
 			if p, err := purego.Dlsym(h, s.name); err == nil {
 				*s.p = p
 			}

@@ -28,7 +28,6 @@ var Faults = map[string]string{
 	"MMA_BIG":         "matmul",          // the 64 × 64 tile kernel pairs each weight pair with the next k pair of x
 	"MMV":             "matmul",          // drops each warp's first superblock in the few-row tensor-core kernel
 	"MMV_EXACT":       "matmul",          // the few-row kernels' bf16 fast path takes fp32 rows as bf16 (drops their low halves)
-	"MMVB":            "matmul",          // the bulk-copy few-row kernel copies the round before for every round after a tile's first
 	"ATTN_MASK":       "attention",       // sliding window one key too wide
 	"ATTN_ROUND":      "attention",       // drops the bf16 rounding of exp(s − m)
 	"PAGED":           "attention",       // ignores the block table (pool rows read as contiguous)

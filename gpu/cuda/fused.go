@@ -35,14 +35,10 @@ func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tens
 		return
 	}
 	wp := q.t(w)
-	grid, shm := [3]uint32{uint32((N + rows - 1) / rows), 1, 1}, 4*K
 	if tw, ok := q.tiled(w); ok && name == mmvNormDefault.name {
 		name, wp = mmvNormTiled, p(tw)
-		if q.d.bulk && q.mmvForce != mmvNormDefault.name {
-			name, grid, block, shm = mmvnbKernel, mmvbGrid(1, N, q.d.sms), mmvbBlock, mmvbShm+4*K
-		}
 	}
-	q.launchEpi(epiProduct, dst, name, grid, block, shm,
+	q.launchEpi(epiProduct, dst, name, [3]uint32{uint32((N + rows - 1) / rows), 1, 1}, block, 4*K,
 		q.t(dst), q.t(h), q.t(x), i(K), f(n.Eps), b2i(n.Round), q.t(n.W), p(dtCode(n.W.DType())), b2i(n.RoundW && !n.W.IsNil()),
 		wp, ld(w), q.t(bias), p(dtCode(bias.DType())), i(N))
 }
@@ -73,7 +69,6 @@ func (q *Queue) normMatMulKernel(M, K, N int, w gpu.Tensor) (name string, block 
 	}
 	v := mmvNormDefault
 	switch {
-	case q.mmvForce == mmvnbKernel && K <= mmvNormMaxK && N <= mmvMaxN: // tests: the bulk kernel (on tiled weights)
 	case strings.HasPrefix(q.mmvForce, "mmvn_"):
 		v = mmvByName(q.mmvForce)
 	case q.mmvForce != "" || K > mmvNormMaxK || N > mmvMaxN:

@@ -152,16 +152,11 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 	}
 	if w.DType() == gpu.BF16 && q.tensorCores() && !q.tileForce && (q.mmvForce != "" || M <= mmvMaxRows && N <= mmvMaxN) {
 		v := mmvVariant(N)
-		if q.mmvForce != "" && q.mmvForce != mmvbKernel {
+		if q.mmvForce != "" {
 			v = mmvByName(q.mmvForce)
 		}
 		name, wp := v.name, q.t(w)
 		if tw, ok := q.tiled(w); ok {
-			if q.d.bulk && (q.mmvForce == "" || q.mmvForce == mmvbKernel) {
-				q.launchEpi(epiProduct, dst, mmvbKernel, mmvbGrid(M, N, q.d.sms), mmvbBlock, mmvbShm,
-					q.t(dst), ld(dst), q.t(x), ld(x), p(tw), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
-				return
-			}
 			name, wp = mmvTiledName(name), p(tw)
 		}
 		q.launchEpi(epiProduct, dst, name, v.grid(M, N), v.block(), 0,

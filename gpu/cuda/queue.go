@@ -28,7 +28,7 @@ var kernelNames = []string{
 	"gemvr_bf16_r4c8u2", "gemvr_bf16_r4c8u1", "gemvr_bf16_r8c4u2", "split_bf16", "sample_f32", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32", "mma_bf16_big",
 	"mmv_bf16_w4n1m1", "mmv_bf16_w16n1m1", "mmv_bf16_w16n2m1", "mmv_bf16_w16n4m1", "mmv_bf16_w16n1m2",
 	"mmvn_bf16_w4", "mmvn_bf16_w16",
-	"mmvt_bf16_w4n1m1", "mmvt_bf16_w16n1m1", "mmvt_bf16_w16n2m1", "mmvt_bf16_w16n4m1", "mmvt_bf16_w16n1m2", "mmvnt_bf16_w16", "mmvb_bf16", "mmvnb_bf16",
+	"mmvt_bf16_w4n1m1", "mmvt_bf16_w16n1m1", "mmvt_bf16_w16n2m1", "mmvt_bf16_w16n4m1", "mmvt_bf16_w16n1m2", "mmvnt_bf16_w16",
 	"attention_f32", "attention_seqs_f32", "shortconv_seqs_f32", "copy_rows_u32", "copy_rows_u16", "copy_many_u32", "copy_many_u16", "conv1d_f32", "convtr1d_f32", "conv2d_f32",
 	"relpos_scores_f32", "heads_matmul_f32", "std_block_f32", "std_blockt_f32",
 }

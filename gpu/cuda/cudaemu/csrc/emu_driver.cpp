@@ -58,7 +58,6 @@ enum : int {
 std::mutex mu;  // every entry point that touches shared state
 bool inited;
 const unsigned kSMs = 132;
-const unsigned kOptinShm = 227 * 1024;  // an H200's most dynamic shared memory a block
 const size_t kTotal = size_t(16) << 30;
 // Bytes past each allocation, filled with kCanary and checked after every
 // launch: a kernel that writes past the end of an allocation fails its
@@ -83,7 +82,6 @@ struct Function {
   int nparams;
   const size_t* sizes;
   std::string name;
-  unsigned maxShm = 48 * 1024;  // the dynamic shared memory a launch may ask for (cuFuncSetAttribute)
 };
 
 struct Node {
@@ -109,7 +107,7 @@ int launch(Function* f, const unsigned grid[3], const unsigned block[3], unsigne
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || block[0] == 0 || block[1] == 0 || block[2] == 0)
     return kInvalidValue;
   if (grid[1] > 65535 || grid[2] > 65535 || block[0] > 1024 || block[1] > 1024 || block[2] > 64) return kInvalidValue;
-  if (shm > f->maxShm) return kInvalidValue;  // more than 48 KiB needs cuFuncSetAttribute
+  if (shm > 48 * 1024) return kInvalidValue;  // more needs cuFuncSetAttribute, which the backend does not call
   const char* err = f->m->launch(f->body, grid[0], grid[1], grid[2], block[0], block[1], block[2], shm, params, kSMs);
   if (err) {
     lastLaunchError = f->name + ": " + err;
@@ -327,7 +325,6 @@ EXPORT int cuDeviceGetAttribute(int* v, int attr, int) {
     case 16: *v = (int)kSMs; break;  // multiprocessors
     case 1: *v = 1024; break;        // max threads per block
     case 8: *v = 48 * 1024; break;   // shared memory per block
-    case 97: *v = kOptinShm; break;  // shared memory per block, opted in
     case 10: *v = 32; break;         // warp size
     default: *v = 0;
   }
@@ -492,16 +489,6 @@ EXPORT int cuModuleGetFunction(void** f, void* mod, const char* name) {
     return kNotFound;
   }
   *f = fn;
-  return kSuccess;
-}
-// cuFuncSetAttribute: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (8)
-// up to kOptinShm; other attributes are accepted and ignored.
-EXPORT int cuFuncSetAttribute(void* f, int attr, int v) {
-  if (!f) return kInvalidHandle;
-  if (attr != 8) return kSuccess;
-  if (v < 0 || (unsigned)v > kOptinShm) return kInvalidValue;
-  std::lock_guard<std::mutex> l(mu);
-  ((Function*)f)->maxShm = (unsigned)v;
   return kSuccess;
 }
 EXPORT int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,

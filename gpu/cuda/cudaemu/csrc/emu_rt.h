@@ -427,56 +427,6 @@ inline void emu_cp_async16(void* sm, const void* gm, int bytes) {
   memset(d + b, 0, 16 - b);
 }
 
-// sm_90's mbarriers and bulk copies (kernels.cu: mbar_*, bulk_load). A
-// barrier is {expected arrivals, arrivals pending, transaction bytes
-// pending, phase}; its phase completes when both pending counts reach
-// zero. A bulk copy lands when issued and counts its bytes off at once; a
-// wait yields until the phase it names has completed. A wait that never
-// ends (every thread waiting) aborts with a message: there is no timing
-// here to end it.
-struct EmuMbar {
-  uint32_t count, pending;
-  int32_t tx;
-  uint32_t phase;
-};
-static_assert(sizeof(EmuMbar) == 16, "kernels.cu's mbar_t is 16 bytes");
-inline void emu_mbar_done(EmuMbar* m) {
-  if (m->pending == 0 && m->tx == 0) {
-    m->phase++;
-    m->pending = m->count;
-  }
-}
-inline void emu_mbar_init(void* b, unsigned count) { *(EmuMbar*)b = EmuMbar{count, count, 0, 0}; }
-inline void emu_mbar_arrive(void* b) {
-  EmuMbar* m = (EmuMbar*)b;
-  if (m->pending == 0) {
-    fprintf(stderr, "cuda emulator: mbarrier arrival beyond its count\n");
-    abort();
-  }
-  m->pending--;
-  emu_mbar_done(m);
-}
-inline void emu_mbar_expect_tx(void* b, unsigned bytes) {
-  ((EmuMbar*)b)->tx += (int32_t)bytes;
-  emu_mbar_arrive(b);
-}
-inline void emu_bulk_load(void* dst, const void* src, unsigned bytes, void* b) {
-  memcpy(dst, src, bytes);
-  EmuMbar* m = (EmuMbar*)b;
-  m->tx -= (int32_t)bytes;
-  emu_mbar_done(m);
-}
-inline void emu_mbar_wait(void* b, unsigned parity) {
-  EmuMbar* m = (EmuMbar*)b;
-  for (long spins = 0; (m->phase & 1) == (parity & 1); spins++) {
-    if (spins > 20000000) {
-      fprintf(stderr, "cuda emulator: an mbarrier wait never completes (block %u, thread %u)\n", blockIdx.x, threadIdx.x);
-      abort();
-    }
-    emu::yield();
-  }
-}
-
 inline float emu_bf16(uint32_t pair, int hi) { return __uint_as_float(hi ? pair & 0xffff0000u : pair << 16); }
 
 // emu_mma16816 is mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for
