@@ -12,6 +12,7 @@ struct float4 { float x, y, z, w; };
 struct uint4 { unsigned x, y, z, w; };
 float __uint_as_float(unsigned); unsigned __float_as_uint(float); float __int_as_float(int);
 float __shfl_xor_sync(unsigned, float, int); bool __any_sync(unsigned, bool); unsigned __reduce_or_sync(unsigned, unsigned);
+bool __all_sync(unsigned, bool);
 void __syncthreads();
 template <class T> T __ldg(const T*);
 float expf(float); float expm1f(float); float fmaf(float, float, float); float fmaxf(float, float);
