@@ -365,8 +365,9 @@ func BenchmarkGemvRows(b *testing.B) {
 // backbone's [8192, 2048] and [2048, 8192] FFN weights and [2048, 2048],
 // the depthformer's [1024, 1024] — with M = 1, 4 and 8 rows of x through
 // the default FMA pick, the default tensor-core pick and every one-tile
-// tensor-core variant (MMVT on the tiled copies), each set of weights beyond L2 and replayed as one
-// graph (as a step is): bytes are the weights read.
+// tensor-core variant (MMVT on the tiled copies), on rows of fp32 and of
+// exact bf16 values (x=fp32, x=bf16), each set of weights beyond L2 and
+// replayed as one graph (as a step is): bytes are the weights read.
 func BenchmarkProductShapes(b *testing.B) {
 	d := openGPU(b)
 	rng := rand.New(rand.NewPCG(21, 22))
