@@ -15,7 +15,8 @@ import (
 )
 
 // slowTeacher keeps a turn going (no end of text, turn or audio) and
-// slows its text steps, so that a test can act while it runs.
+// slows its text steps and audio codes, so that a test can act while it
+// runs.
 type slowTeacher struct{ imEnd, textEnd, eoa int }
 
 func (s slowTeacher) Text(_, picked int, _ []float32) int {
@@ -27,6 +28,7 @@ func (s slowTeacher) Text(_, picked int, _ []float32) int {
 }
 
 func (s slowTeacher) AudioCode(_, _, picked int, _ []float32) int {
+	time.Sleep(time.Millisecond) // audio frames too: a turn of audio must outlast the test's next requests
 	if picked == s.eoa {
 		return 0
 	}
@@ -103,7 +105,9 @@ func TestMemoryBudget(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	go postAsync(ts, ctx, maps.Clone(body), resp)
-	waitFor(t, "the second turn", 10*time.Second, func() bool { return ts.eng.Running() == 1 })
+	// Until its codec starts a turn holds less than the probe measured
+	// (one), and a third turn could still fit: wait for the same state.
+	waitFor(t, "the second turn", 10*time.Second, func() bool { return ts.eng.Running() == 1 && ts.eng.Memory().Codec > 0 })
 	rA := ts.post(t, "/v1/audio/chat", map[string]any{"text": "again", "conversation_id": idA})
 	checkError(t, rA, http.StatusNotFound, codeUnknownConversation, "conversation_id")
 	// While it runs, nothing is idle to evict: 429 with Retry-After.
