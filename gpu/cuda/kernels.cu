@@ -2684,14 +2684,22 @@ __device__ __forceinline__ void grid_sync(unsigned* bar) {
 // (the scores: H·(pos+1) floats) are scratch; bar is grid_sync's.
 }  // extern "C"
 
+// STD_BLOCK_PARAMS are std_block's parameters (and its kernels'),
+// STD_BLOCK_ARGS the same names as arguments.
+#define STD_BLOCK_PARAMS                                                                                          \
+  float *x, int D, const void *n1w, int n1dt, float n1eps, int n1rnd, int n1rnd1, const u16 *wqkv, i64 ldqkv, int H, \
+      int KVH, int hd, const void *qnw, int qndt, float qneps, int qnrnd, int qnrnd1, const void *knw, int kndt,      \
+      float kneps, int knrnd, int knrnd1, const float *invf, int interleaved, int ropeBF16, int pos, float *kc,      \
+      i64 ldk, float *vc, i64 ldv, float scale, int probBF16, const u16 *wo, i64 ldo, const void *n2w, int n2dt,     \
+      float n2eps, int n2rnd, int n2rnd1, const u16 *w1, i64 ld1, const u16 *w3, i64 ld3, int F, const u16 *w2,      \
+      i64 ld2, float *qkv, float *qs, float *o, float *a, float *g3, float *sc, unsigned *bar, int p0, int p1
+#define STD_BLOCK_ARGS                                                                                            \
+  x, D, n1w, n1dt, n1eps, n1rnd, n1rnd1, wqkv, ldqkv, H, KVH, hd, qnw, qndt, qneps, qnrnd, qnrnd1, knw, kndt, kneps,   \
+      knrnd, knrnd1, invf, interleaved, ropeBF16, pos, kc, ldk, vc, ldv, scale, probBF16, wo, ldo, n2w, n2dt, n2eps,  \
+      n2rnd, n2rnd1, w1, ld1, w3, ld3, F, w2, ld2, qkv, qs, o, a, g3, sc, bar, p0, p1
+
 template <int TL>
-__device__ __forceinline__ void std_block(
-    float* x, int D, const void* n1w, int n1dt, float n1eps, int n1rnd, int n1rnd1, const u16* wqkv, i64 ldqkv,
-    int H, int KVH, int hd, const void* qnw, int qndt, float qneps, int qnrnd, int qnrnd1, const void* knw, int kndt,
-    float kneps, int knrnd, int knrnd1, const float* invf, int interleaved, int ropeBF16, int pos, float* kc, i64 ldk,
-    float* vc, i64 ldv, float scale, int probBF16, const u16* wo, i64 ldo, const void* n2w, int n2dt, float n2eps,
-    int n2rnd, int n2rnd1, const u16* w1, i64 ld1, const u16* w3, i64 ld3, int F, const u16* w2, i64 ld2, float* qkv,
-    float* qs, float* o, float* a, float* g3, float* sc, unsigned* bar, int p0, int p1) {
+__device__ __forceinline__ void std_block(STD_BLOCK_PARAMS) {
   extern __shared__ float4 sb4[];
   __shared__ float sh[8];
   float* xs = (float*)sb4;  // a normalised row (D floats), then one head (hd)
@@ -2804,20 +2812,7 @@ __device__ __forceinline__ void std_block(
 extern "C" {
 
 // std_block_f32 on weights in rows; std_blockt_f32 on the weights' tiled
-// copies (tiled.go), the same floats. STD_BLOCK_PARAMS and STD_BLOCK_ARGS
-// are std_block's arguments.
-#define STD_BLOCK_PARAMS                                                                                          \
-  float *x, int D, const void *n1w, int n1dt, float n1eps, int n1rnd, int n1rnd1, const u16 *wqkv, i64 ldqkv, int H, \
-      int KVH, int hd, const void *qnw, int qndt, float qneps, int qnrnd, int qnrnd1, const void *knw, int kndt,      \
-      float kneps, int knrnd, int knrnd1, const float *invf, int interleaved, int ropeBF16, int pos, float *kc,      \
-      i64 ldk, float *vc, i64 ldv, float scale, int probBF16, const u16 *wo, i64 ldo, const void *n2w, int n2dt,     \
-      float n2eps, int n2rnd, int n2rnd1, const u16 *w1, i64 ld1, const u16 *w3, i64 ld3, int F, const u16 *w2,      \
-      i64 ld2, float *qkv, float *qs, float *o, float *a, float *g3, float *sc, unsigned *bar, int p0, int p1
-#define STD_BLOCK_ARGS                                                                                            \
-  x, D, n1w, n1dt, n1eps, n1rnd, n1rnd1, wqkv, ldqkv, H, KVH, hd, qnw, qndt, qneps, qnrnd, qnrnd1, knw, kndt, kneps,   \
-      knrnd, knrnd1, invf, interleaved, ropeBF16, pos, kc, ldk, vc, ldv, scale, probBF16, wo, ldo, n2w, n2dt, n2eps,  \
-      n2rnd, n2rnd1, w1, ld1, w3, ld3, F, w2, ld2, qkv, qs, o, a, g3, sc, bar, p0, p1
-
+// copies (tiled.go), the same floats.
 __global__ void __launch_bounds__(512) std_block_f32(STD_BLOCK_PARAMS) {
   if (p0 == 0) pdl_prefetch_rows(wqkv, ldqkv, 2, D, blockIdx.x * 32, min((H + 2 * KVH) * hd, (int)blockIdx.x * 32 + 32));
   PDL_ENTER();
