@@ -127,16 +127,10 @@ func BlockSeq(q Queue, b Block, tmp func(rows, cols int) Tensor) {
 	round(a)
 	F := b.W1.Rows
 	g1, g3 := tmp(B, F), tmp(B, F)
-	NormMatMul(q, g1, h, a, b.FFNNorm, b.W1, Tensor{})
-	round(g1)
-	q.Act(g1, g1, SiLU)
-	round(g1)
-	q.MatMul(g3, h, b.W3, Tensor{})
-	round(g3)
-	// g3 ⊙ g1 and the down projection straight into x, then x + a (the
-	// same floats, in the order a backend folds into products).
-	q.Mul(g3, g3, g1)
-	round(g3)
+	// g3 = (h·W3ᵀ) ⊙ silu(h·W1ᵀ) after the FFN norm (NormGLU), and the
+	// down projection straight into x, then x + a (the same floats, in the
+	// order a backend folds into products).
+	NormGLU(q, g3, g1, h, a, b.FFNNorm, b.W1, b.W3, b.Round)
 	q.MatMul(x, g3, b.W2, Tensor{})
 	round(x)
 	q.Add(x, x, a)

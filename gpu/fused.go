@@ -125,3 +125,48 @@ func HeadNormRoPESeq(q Queue, dst, src Tensor, n RowNorm, rp RoPEParams, round b
 func SameView(a, b Tensor) bool {
 	return a.Buf == b.Buf && a.Off == b.Off && a.Rows == b.Rows && a.Cols == b.Cols && a.Stride == b.Stride
 }
+
+// GLUFuser is a Queue that runs a SwiGLU feed-forward's gate and up
+// products, with the row norm before them, as one op (one kernel on a GPU
+// where there would be two). NormGLU gives exactly the floats of
+// NormGLUSeq, or does nothing and reports false where it cannot take the
+// shapes (the caller then runs NormGLUSeq).
+type GLUFuser interface {
+	NormGLU(dst, h, x Tensor, n RowNorm, w1, w3 Tensor, round bool) bool
+}
+
+// NormGLU sets h to the normalised rows of x (NormRows) and dst =
+// (h·w3ᵀ) ⊙ silu(h·w1ᵀ), each product, the silu and the ⊙ rounded to
+// bfloat16 when round — NormGLUSeq, fused where q can (GLUFuser). a is
+// scratch of dst's shape for the sequence (its contents afterwards are
+// unspecified). x, h, a and dst must not alias one another.
+func NormGLU(q Queue, dst, a, h, x Tensor, n RowNorm, w1, w3 Tensor, round bool) {
+	M, K, F := x.Rows, x.Cols, w1.Rows
+	if h.Rows != M || h.Cols != K || w1.Cols != K || w3.Rows != F || w3.Cols != K ||
+		dst.Rows != M || dst.Cols != F || a.Rows != M || a.Cols != F {
+		panic(fmt.Sprintf("gpu: norm glu %v -> %v (h %v, a %v) with w1 %v, w3 %v", x, dst, h, a, w1, w3))
+	}
+	if f, ok := q.(GLUFuser); ok && f.NormGLU(dst, h, x, n, w1, w3, round) {
+		return
+	}
+	NormGLUSeq(q, dst, a, h, x, n, w1, w3, round)
+}
+
+// NormGLUSeq is NormGLU as the sequence of ops it stands for: a = h·w1ᵀ
+// after the norm (NormMatMul), rounded, silu, rounded; dst = h·w3ᵀ,
+// rounded, dst ⊙ a, rounded.
+func NormGLUSeq(q Queue, dst, a, h, x Tensor, n RowNorm, w1, w3 Tensor, round bool) {
+	rnd := func(t Tensor) {
+		if round {
+			q.RoundBF16(t)
+		}
+	}
+	NormMatMul(q, a, h, x, n, w1, Tensor{})
+	rnd(a)
+	q.Act(a, a, SiLU)
+	rnd(a)
+	q.MatMul(dst, h, w3, Tensor{})
+	rnd(dst)
+	q.Mul(dst, dst, a)
+	rnd(dst)
+}

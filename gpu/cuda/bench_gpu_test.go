@@ -422,3 +422,86 @@ func BenchmarkProductShapes(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkConv2D times the conformer subsampling's convolutions at the
+// released size (conv2dShapes) on conv2d_rows_f32 and on conv2d_f32.
+func BenchmarkConv2D(b *testing.B) {
+	d := openGPU(b)
+	rng := rand.New(rand.NewPCG(33, 34))
+	for _, sh := range conv2dShapes(false) {
+		cp := sh.cp
+		Hout := (sh.H+2*cp.PadH-cp.KH)/cp.StrideH + 1
+		x := d.Alloc(gpu.F32, sh.H, cp.Cin*cp.W)
+		y := d.Alloc(gpu.F32, Hout, sh.Cout*cp.Wout)
+		w := loadNormalBF16(b, d, rng, sh.Cout, cp.Cin/cp.Groups*cp.KH*cp.KW)
+		for _, direct := range []bool{false, true} {
+			name := "rows"
+			if direct {
+				name = "direct"
+			}
+			b.Run(sh.name+"/"+name, func(b *testing.B) {
+				q := d.NewQueue("conv2d").(*Queue)
+				q.conv2dDirect = direct
+				q.Write(x, normals(rng, sh.H*cp.Cin*cp.W))
+				q.Conv2D(y, x, w, gpu.Tensor{}, cp)
+				if err := q.Sync(); err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for range b.N {
+					q.Conv2D(y, x, w, gpu.Tensor{}, cp)
+					q.flush()
+				}
+				if err := q.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+		d.Free(x)
+		d.Free(y)
+		d.Free(w)
+	}
+}
+
+// BenchmarkEncoderShapes times the conformer's products of one clip (≈ 62
+// rows after the 8× subsampling of a 4.9 s clip, rows of exact bf16
+// values) on each tensor-core kernel that gives their bits: the default
+// pick, the tile kernels forced, and the few-row kernels forced.
+func BenchmarkEncoderShapes(b *testing.B) {
+	d := openGPU(b)
+	rng := rand.New(rand.NewPCG(35, 36))
+	for _, sh := range []struct{ M, N, K int }{{62, 512, 512}, {62, 2048, 512}, {62, 512, 2048}, {62, 1024, 512}, {100, 2048, 2048}, {100, 8192, 2048}, {100, 2048, 8192}} {
+		d.mmaMatMul = true
+		ws := []gpu.Tensor{}
+		for range 16 {
+			ws = append(ws, loadNormalBF16(b, d, rng, sh.N, sh.K))
+		}
+		d.mmaMatMul = false
+		for _, name := range []string{"default", "mma_bf16_m32", "mma_bf16_m16", "mma_bf16_big", "mmv_bf16_w16n1m2", "mmv_bf16_w16n1m1", "mmv_bf16_w4n1m1"} {
+			b.Run(fmt.Sprintf("%dx%dx%d/%s", sh.M, sh.N, sh.K, name), func(b *testing.B) {
+				d.mmaMatMul = true
+				defer func() { d.mmaMatMul = false }()
+				q := d.NewQueue("enc").(*Queue)
+				switch {
+				case strings.HasPrefix(name, "mmv"):
+					q.mmvForce = name
+				case name != "default":
+					q.tileKernel = name
+				}
+				x, y := d.Alloc(gpu.F32, sh.M, sh.K), d.Alloc(gpu.F32, sh.M, sh.N)
+				defer d.Free(x)
+				defer d.Free(y)
+				xs := normals(rng, sh.M*sh.K)
+				for i := range xs {
+					xs[i] = gpu.RoundBF16(xs[i])
+				}
+				q.Write(x, xs)
+				b.SetBytes(int64(len(ws)) * int64(sh.N) * int64(sh.K) * 2)
+				timeProductSets(b, q, x, y, ws)
+			})
+		}
+		for _, w := range ws {
+			d.Free(w)
+		}
+	}
+}

@@ -47,7 +47,7 @@ func TestKernelContract(t *testing.T) {
 	}
 	md.Close()
 	for _, c := range mrep.Failed() {
-		if c.Op == "matmul" {
+		if c.Op == "matmul" || c.Op == "normglu" { // the ops whose checks state the tensor cores' bound
 			t.Errorf("mma: %s %s: err %g > bound %g %s", c.Op, c.Case, c.Err, c.Bound, c.Detail)
 		}
 	}

@@ -849,3 +849,134 @@ func firstDiffering(a, b []float32) int {
 	}
 	return -1
 }
+
+// conv2dShapes are the conformer subsampling's convolutions at the
+// released size (a 4.9 s clip: 490 mel rows of 128 bins, 256 channels):
+// the stem, then per stage the depthwise 3 × 3 and the pointwise 1 × 1;
+// the emulator takes the same kinds at a tenth of the channels and rows.
+func conv2dShapes(emulated bool) []struct {
+	name         string
+	H, Cin, Cout int
+	cp           gpu.Conv2DParams
+} {
+	C, H, F := 256, 490, 128
+	if emulated {
+		C, H, F = 24, 40, 32
+	}
+	s3 := func(cin, w, groups int) gpu.Conv2DParams {
+		return gpu.Conv2DParams{Cin: cin, W: w, Wout: (w + 1) / 2, KH: 3, KW: 3, StrideH: 2, StrideW: 2, PadH: 1, PadW: 1, Groups: groups}
+	}
+	pw := func(w int) gpu.Conv2DParams {
+		return gpu.Conv2DParams{Cin: C, W: w, Wout: w, KH: 1, KW: 1, StrideH: 1, StrideW: 1, Groups: 1}
+	}
+	return []struct {
+		name         string
+		H, Cin, Cout int
+		cp           gpu.Conv2DParams
+	}{
+		{"stem", H, 1, C, s3(1, F, 1)},
+		{"depthwise1", (H + 1) / 2, C, C, s3(C, F/2, C)},
+		{"pointwise1", (H + 3) / 4, C, C, pw(F / 4)},
+		{"depthwise2", (H + 3) / 4, C, C, s3(C, F/4, C)},
+		{"pointwise2", (H + 7) / 8, C, C, pw(F / 8)},
+	}
+}
+
+// TestConv2DRowsBitIdentical: conv2d_rows_f32 (a block an output row and
+// tile of channels, operands in shared memory) gives conv2d_f32's bits
+// for every output of the conformer's convolutions, with bf16 weights and
+// biases as the checkpoint holds them.
+func TestConv2DRowsBitIdentical(t *testing.T) {
+	d := openGPU(t)
+	rng := rand.New(rand.NewPCG(31, 32))
+	for _, sh := range conv2dShapes(d.Emulated()) {
+		cp := sh.cp
+		Hout := (sh.H+2*cp.PadH-cp.KH)/cp.StrideH + 1
+		if _, _, ok := conv2dRowsPlan(cp, sh.Cout); !ok {
+			t.Fatalf("%s: conv2d_rows_f32 does not take it", sh.name)
+		}
+		x := d.Alloc(gpu.F32, sh.H, cp.Cin*cp.W)
+		w := loadNormalBF16(t, d, rng, sh.Cout, cp.Cin/cp.Groups*cp.KH*cp.KW)
+		b := loadNormalBF16(t, d, rng, 1, sh.Cout)
+		q := d.NewQueue("conv2d").(*Queue)
+		q.Write(x, normals(rng, sh.H*cp.Cin*cp.W))
+		var got [2][]float32
+		for k, direct := range []bool{true, false} {
+			q.conv2dDirect = direct
+			y := d.Alloc(gpu.F32, Hout, sh.Cout*cp.Wout)
+			got[k] = make([]float32, Hout*sh.Cout*cp.Wout)
+			q.Conv2D(y, x, w, b, cp)
+			q.RoundBF16(y)
+			if err := q.Read(got[k], y); err != nil {
+				t.Fatal(err)
+			}
+			d.Free(y)
+		}
+		if i := sameBits(got[0], got[1]); i >= 0 {
+			t.Errorf("%s: output %d: conv2d_rows_f32 %v, conv2d_f32 %v", sh.name, i, got[1][i], got[0][i])
+		}
+		d.Free(x)
+		d.Free(w)
+		d.Free(b)
+	}
+}
+
+// TestNormGLUEqualsSeq holds the fused SwiGLU kernel (gpu.NormGLU: the
+// norm, the gate's and up products as one dual tile, their roundings) to
+// the op sequence it stands for on a queue that fuses nothing, bit for
+// bit: h and the output, on the weights' tiled copies and their rows, with
+// and without rounding, at the backbone's FFN size and ragged ones, and
+// counts that the fused kernel ran (and that unaligned rows did not take it).
+func TestNormGLUEqualsSeq(t *testing.T) {
+	d := openGPU(t)
+	d.mmaMatMul = true
+	defer func() { d.mmaMatMul = false }()
+	rng := rand.New(rand.NewPCG(41, 42))
+	shapes := []struct{ F, K int }{{8192, 2048}, {2816, 1024}, {33, 264}, {300, 1030}}
+	if d.Emulated() {
+		shapes = []struct{ F, K int }{{96, 1024}, {33, 264}, {17, 1030}}
+	}
+	for _, sh := range shapes {
+		w1, w3 := loadNormalBF16(t, d, rng, sh.F, sh.K), loadNormalBF16(t, d, rng, sh.F, sh.K)
+		nw := loadNormalBF16(t, d, rng, 1, sh.K)
+		xs := normals(rng, sh.K)
+		for _, c := range []struct {
+			round, untiled bool
+		}{{true, false}, {false, false}, {true, true}} {
+			name := fmt.Sprintf("F=%d/K=%d/round=%v/untiled=%v", sh.F, sh.K, c.round, c.untiled)
+			var got [2][2][]float32
+			for k, unfused := range []bool{false, true} {
+				q := d.NewQueue("glu").(*Queue)
+				q.unfused, q.untiled = unfused, c.untiled
+				x, hh := d.Alloc(gpu.F32, 1, sh.K), d.Alloc(gpu.F32, 1, sh.K)
+				dst, a := d.Alloc(gpu.F32, 1, sh.F), d.Alloc(gpu.F32, 1, sh.F)
+				q.Write(x, xs)
+				stop := d.countLaunches()
+				gpu.NormGLU(q, dst, a, hh, x, gpu.RowNorm{Eps: 1e-5, Round: true, W: nw, RoundW: true}, w1, w3, c.round)
+				q.flush()
+				n := stop()
+				// Rows of 1030 bf16 values are not 16-byte aligned: the sequence.
+				if fused := n["mmvng_bf16_w16"] + n["mmvngt_bf16_w16"]; fused != b01(!unfused && sh.K%8 == 0) {
+					t.Errorf("%s unfused=%v: %d fused launches (%v)", name, unfused, fused, n)
+				}
+				for j, o := range []gpu.Tensor{hh, dst} {
+					got[k][j] = make([]float32, o.Len())
+					if err := q.Read(got[k][j], o); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, b := range []gpu.Tensor{x, hh, dst, a} {
+					d.Free(b)
+				}
+			}
+			for j, what := range []string{"h", "output"} {
+				if i := sameBits(got[0][j], got[1][j]); i >= 0 {
+					t.Errorf("%s: %s %d: fused %v, sequence %v", name, what, i, got[0][j][i], got[1][j][i])
+				}
+			}
+		}
+		for _, w := range []gpu.Tensor{w1, w3, nw} {
+			d.Free(w)
+		}
+	}
+}

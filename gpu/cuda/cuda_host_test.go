@@ -911,6 +911,7 @@ var preWaitKernels = map[string]string{
 	"copy_rows_u16":      "copy_rows",
 	"copy_many_u32":      "copy_many",
 	"copy_many_u16":      "copy_many",
+	"conv2d_rows_f32":    "conv2d_rows_f32", // stages its weights in shared memory first
 }
 
 // TestKernelsBeginWithPDLEnter checks that every kernel in kernels.cu

@@ -187,3 +187,34 @@ func b01(b bool) int {
 	}
 	return 0
 }
+
+// NormGLU implements gpu.GLUFuser: for one row with BF16 weights on the
+// tensor cores, one launch of mmvng_bf16_w16 (mmvngt_bf16_w16 where both
+// weights have their tiled copies) normalises x as NormMatMul's kernel
+// does and runs the gate's and the up product's 16-row tiles together
+// (mmv_tile's dual tile, the one std_block_f32's feed-forward takes), with
+// the sequence's roundings in its epilogue. false, having done nothing,
+// where NormMatMul would not fuse the norm (more rows, wider rows,
+// unaligned or non-BF16 weights, the FMA products, a forced variant).
+func (q *Queue) NormGLU(dst, h, x gpu.Tensor, n gpu.RowNorm, w1, w3 gpu.Tensor, round bool) bool {
+	M, K, N := x.Rows, x.Cols, w1.Rows
+	if !q.tensorCores() || q.mmvForce != "" || w3.DType() != gpu.BF16 || q.ptr(w3)%16 != 0 || w3.Stride%8 != 0 ||
+		h.Buf == x.Buf || dst.Buf == h.Buf || dst.Buf == x.Buf ||
+		(!n.W.IsNil() && (n.W.Len() < K || dtCode(n.W.DType()) == 0)) {
+		return false
+	}
+	if name, _, _ := q.normMatMulKernel(M, K, N, w1); name != mmvNormDefault.name {
+		return false
+	}
+	wantF32("normglu", dst, h, x)
+	name, w1p, w3p := "mmvng_bf16_w16", q.t(w1), q.t(w3)
+	t1, ok1 := q.tiled(w1)
+	t3, ok3 := q.tiled(w3)
+	if ok1 && ok3 {
+		name, w1p, w3p = "mmvngt_bf16_w16", p(t1), p(t3)
+	}
+	q.launch(name, [3]uint32{uint32((N + 15) / 16), 1, 1}, mmvNormDefault.block(), 4*K,
+		q.t(dst), q.t(h), q.t(x), i(K), f(n.Eps), b2i(n.Round), q.t(n.W), p(dtCode(n.W.DType())), b2i(n.RoundW && !n.W.IsNil()),
+		w1p, ld(w1), w3p, ld(w3), i(N), b2i(round), b2i(round), b2i(round))
+	return true
+}

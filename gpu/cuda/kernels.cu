@@ -848,17 +848,32 @@ __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float
 
 // ---- LFM2 short convolution ------------------------------------------------
 
-// shortconv: one thread per channel; x' = [state; x]; d[t,c] = Σ_k w[c,k]·x'[t+k,c]
-// (k ascending); afterwards state holds the last L−1 rows of x'. The
-// sequence's rows are rows r0 … r0+T−1 of x and d (shortconv_seqs_f32: one
-// sequence of a batch; the epilogue sees the batch's row index).
+// shortconv: one thread per channel and chunk of rows; x' = [state; x];
+// d[t,c] = Σ_k w[c,k]·x'[t+k,c] (k ascending); afterwards state holds the
+// last L−1 rows of x'. The sequence's rows are rows r0 … r0+T−1 of x and d
+// (shortconv_seqs_f32: one sequence of a batch; the epilogue sees the
+// batch's row index). No output depends on another, so the rows are cut
+// into chunks of `chunk` rows (blockIdx.z), each a thread's window of its
+// own: a prefill's rows no longer run one after another. Only chunk 0
+// reads the old state (chunk ≥ L − 1, so the later chunks' windows lie in
+// x), and chunk 0 writes the new one, from x and what it read: no chunk
+// reads what another writes. (d may be x only with one chunk: the host
+// passes chunk ≥ T then.)
 __device__ __forceinline__ void shortconv_rows(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt,
-                                               float* state, i64 lds, int r0, int T, int C, int L, EPI_PARAMS) {
+                                               float* state, i64 lds, int r0, int T, int chunk, int C, int L,
+                                               EPI_PARAMS) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  int t0 = (int)blockIdx.z * chunk;
+  if (c >= C || t0 >= T) return;
+  int t1 = min(T, t0 + chunk);
   float win[16];  // L ≤ 16 (checked on the host)
-  for (int j = 0; j < L - 1; j++) win[j] = state[(i64)j * lds + c];
-  for (int t = 0; t < T; t++) {
+  float old[16];  // chunk 0: the state it read
+  for (int j = 0; j < L - 1; j++) {
+    int s = t0 + j;  // row s of x'
+    win[j] = s < L - 1 ? state[(i64)s * lds + c] : x[(i64)(r0 + s - (L - 1)) * ldx + c];
+    old[j] = win[j];
+  }
+  for (int t = t0; t < t1; t++) {
     win[L - 1] = x[(i64)(r0 + t) * ldx + c];
     float acc = 0.0f;
     for (int k = 0; k < L; k++) acc += load(w, wdt, (i64)c * L + k) * win[k];
@@ -868,13 +883,17 @@ __device__ __forceinline__ void shortconv_rows(float* d, i64 ldd, const float* x
     d[(i64)(r0 + t) * ldd + c] = epi(acc, EPI_ARGS, r0 + t, c);
     for (int j = 0; j < L - 1; j++) win[j] = win[j + 1];
   }
-  for (int j = 0; j < L - 1; j++) state[(i64)j * lds + c] = win[j];
+  if (t0 != 0) return;
+  for (int j = 0; j < L - 1; j++) {
+    int s = T + j;  // row s of x'
+    state[(i64)j * lds + c] = s < L - 1 ? old[s] : x[(i64)(r0 + s - (L - 1)) * ldx + c];
+  }
 }
 
 __global__ void shortconv_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, float* state,
-                              i64 lds, int T, int C, int L, EPI_PARAMS) {
+                              i64 lds, int T, int chunk, int C, int L, EPI_PARAMS) {
   PDL_ENTER();
-  shortconv_rows(d, ldd, x, ldx, w, wdt, state, lds, 0, T, C, L, EPI_ARGS);
+  shortconv_rows(d, ldd, x, ldx, w, wdt, state, lds, 0, T, chunk, C, L, EPI_ARGS);
 }
 
 // conv_seq is one sequence of shortconv_seqs_f32 (24 bytes; cuda's
@@ -886,9 +905,9 @@ struct conv_seq {
 };
 
 // shortconv_seqs_f32: shortconv_f32 for every sequence of a batch, sequence
-// blockIdx.y with its own state.
+// blockIdx.y with its own state, chunk blockIdx.z of its rows.
 __global__ void shortconv_seqs_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt,
-                                   const conv_seq* seqs, int C, int L, EPI_PARAMS) {
+                                   const conv_seq* seqs, int chunk, int C, int L, EPI_PARAMS) {
   // The sequence list is uploaded (never written by a kernel): read before the wait.
 #ifdef FAULT_SHORTCONV_SEQS
   conv_seq cs = seqs[blockIdx.y];
@@ -897,7 +916,7 @@ __global__ void shortconv_seqs_f32(float* d, i64 ldd, const float* x, i64 ldx, c
   conv_seq cs = seqs[blockIdx.y];
 #endif
   PDL_ENTER();
-  shortconv_rows(d, ldd, x, ldx, w, wdt, cs.state, cs.lds, cs.r0, cs.rows, C, L, EPI_ARGS);
+  shortconv_rows(d, ldd, x, ldx, w, wdt, cs.state, cs.lds, cs.r0, cs.rows, chunk, C, L, EPI_ARGS);
 }
 
 // copy_many: pair blockIdx.x of the uploaded copy_pair list, d = s (its
@@ -2414,6 +2433,49 @@ MMV_NORM(mmvn_bf16_w4, 4, 0)
 MMV_NORM(mmvn_bf16_w16, 16, 0)
 MMV_NORM(mmvnt_bf16_w16, 16, 1)  // on tiled weights (tiled.go)
 
+// MMV_NORM_GLU(name, W, TL): a SwiGLU's gate and up products of one row
+// with the norm before them (gpu.NormGLU): h = rmsnorm(x) as MMV_NORM
+// computes it (block 0 writes h), then mmv_tile's dual tile — 16 rows of
+// w1 and the same 16 of w3 a block, both in flight — with the sequence's
+// rounding points: a = epi(h·w1ᵀ) (rnd, silu, rnd1), d = epi(h·w3ᵀ) (rnd,
+// ⊙ a, rnd2). The floats of NormMatMul(w1), Act, MatMul(w3), Mul and their
+// roundings, in one launch where there were two. FAULT_MMV_GLU swaps the
+// gate and the up product (silu on h·w3ᵀ).
+#define MMV_NORM_GLU(name, W, TL)                                                                               \
+  __global__ void __launch_bounds__(32 * W) name(float* d, float* h, const float* x, int K, float eps, int nrnd, \
+                                                 const void* nw, int nwdt, int nrnd1, const u16* w1, i64 ld1,   \
+                                                 const u16* w3, i64 ld3, int N, int rnd, int rnd1, int rnd2) {  \
+    pdl_prefetch_rows(w1, TL ? (K + 63) / 64 * 1024LL : ld1, 2, TL ? (K + 63) / 64 * 1024 : K, TL ? (int)blockIdx.x : (int)blockIdx.x * 16, TL ? (int)blockIdx.x + 1 : min(N, (int)(blockIdx.x + 1) * 16)); \
+    pdl_prefetch_rows(w3, TL ? (K + 63) / 64 * 1024LL : ld3, 2, TL ? (K + 63) / 64 * 1024 : K, TL ? (int)blockIdx.x : (int)blockIdx.x * 16, TL ? (int)blockIdx.x + 1 : min(N, (int)(blockIdx.x + 1) * 16)); \
+    PDL_ENTER();                                                                                                \
+    extern __shared__ float4 xs4[];                                                                             \
+    __shared__ float sh[8];                                                                                     \
+    float* xs = (float*)xs4;                                                                                    \
+    auto norm = [&]() {                                                                                         \
+      float inv = rms_inv(x, K, eps, sh);                                                                       \
+      _Pragma("unroll 4") for (int c = threadIdx.x; c < K; c += 32 * W) {                                       \
+        float v = rms_apply(x[c], inv, nrnd, nw, nwdt, nrnd1, c);                                               \
+        xs[c] = v;                                                                                              \
+        if (blockIdx.x == 0) h[c] = v;                                                                          \
+      }                                                                                                         \
+      __syncthreads();                                                                                          \
+    };                                                                                                          \
+    const u16 *wg = w1, *wu = w3;                                                                               \
+    i64 ldg = ld1, ldu = ld3;                                                                                   \
+    MMV_GLU_FAULT();                                                                                            \
+    mmv_tile<W, 2, 1, decltype(norm), 1, TL>(d, 0, xs, 0, wg, ldg, nullptr, 0, 1, N, K, norm, blockIdx.x, 0, rnd, \
+                                             ACT_SILU, rnd1, nullptr, 0, OP_MUL, rnd2, wu, ldu);                \
+  }
+
+#ifdef FAULT_MMV_GLU
+#define MMV_GLU_FAULT() (wg = w3, wu = w1, ldg = ld3, ldu = ld1)
+#else
+#define MMV_GLU_FAULT() ((void)0)
+#endif
+
+MMV_NORM_GLU(mmvng_bf16_w16, 16, 0)
+MMV_NORM_GLU(mmvngt_bf16_w16, 16, 1)  // on tiled weights (tiled.go)
+
 // ---- attention -------------------------------------------------------------
 
 // attention: one block per (query row i, query head h). Phase 1 writes the
@@ -2912,6 +2974,64 @@ __global__ void conv2d_f32(float* d, i64 ldd, const float* x, i64 ldx, const voi
           int wi = wo * sW + bb - pW;
 #endif
           if (wi >= 0 && wi < W) acc = fmaf(load(w, wdt, wb + bb), xr[wi], acc);
+        }
+      }
+    }
+    if (b) acc += load(b, bdt, o);
+    d[(i64)ho * ldd + (i64)o * Wout + wo] = OUT(acc);
+  }
+}
+
+// conv2d_rows_f32: conv2d_f32's outputs, each the same sum in the same
+// order (channels, then kernel rows, then columns, fmaf from 0, the bias
+// after), from shared memory: block (bx, ho) computes output row ho for
+// output channels [ob·bx, ob·bx + ob), having staged the input rows its
+// kernel rows reach, for the channels of those outputs' groups (in-range
+// rows only; the sums skip the others as conv2d_f32 does), and the
+// channels' weights as floats. conv2d_f32 has every thread read its
+// operands from global memory, the weights through a dtype switch; the
+// conformer's subsampling (a 3 × 3 stem, depthwise 3 × 3 and pointwise
+// 1 × 1 convolutions over 256 channels) took 2.2 ms of a 5 s clip's
+// encoder that way on an H200. Dynamic shared memory: KH·nch·W + ob·cg·KH·KW
+// floats (the host's conv2dRowsShm).
+__global__ void __launch_bounds__(256) conv2d_rows_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt,
+                                                       const void* b, int bdt, int H, int Cin, int W, int Hout, int Cout,
+                                                       int Wout, int KH, int KW, int sH, int sW, int pH, int pW, int groups,
+                                                       int ob, int rnd) {
+  extern __shared__ float4 cs4[];
+  float* xs = (float*)cs4;
+  int cg = Cin / groups, og = Cout / groups;
+  int ho = blockIdx.y, o0 = blockIdx.x * ob, o1 = min(Cout, o0 + ob);
+  int c0 = (o0 / og) * cg, c1 = ((o1 - 1) / og + 1) * cg, nch = c1 - c0;  // the groups' input channels
+  float* ws = xs + (i64)KH * nch * W;
+  int kk = cg * KH * KW;
+  // The weights are constants: staged before the wait.
+  for (int e = threadIdx.x; e < (o1 - o0) * kk; e += blockDim.x) ws[e] = load(w, wdt, (i64)o0 * kk + e);
+  PDL_ENTER();
+  for (int e = threadIdx.x; e < KH * nch * W; e += blockDim.x) {
+    int a = e / (nch * W), r = e % (nch * W);
+    int hi = ho * sH + a - pH;
+    if (hi >= 0 && hi < H) xs[e] = x[(i64)hi * ldx + (i64)c0 * W + r];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < (o1 - o0) * Wout; e += blockDim.x) {
+    int ol = e / Wout, wo = e % Wout, o = o0 + ol;
+    int g = o / og;
+    float acc = 0.0f;
+    for (int c = 0; c < cg; c++) {
+      int lc = g * cg + c - c0;
+      for (int a = 0; a < KH; a++) {
+        int hi = ho * sH + a - pH;
+        if (hi < 0 || hi >= H) continue;
+        const float* xr = xs + ((i64)a * nch + lc) * W;
+        const float* wr = ws + ((i64)ol * cg + c) * KH * KW + a * KW;
+        for (int bb = 0; bb < KW; bb++) {
+#ifdef FAULT_CONV2D
+          int wi = wo * sW + bb - pW + (a == 0 ? 1 : 0);
+#else
+          int wi = wo * sW + bb - pW;
+#endif
+          if (wi >= 0 && wi < W) acc = fmaf(wr[bb], xr[wi], acc);
         }
       }
     }

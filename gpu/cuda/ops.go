@@ -316,9 +316,40 @@ func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, cp gpu.Conv2DParams) {
 		panic(fmt.Sprintf("cuda: conv2d x %v w %v dst %v %+v", x, w, dst, cp))
 	}
 	wantF32("conv2d", dst, x)
-	q.launchOut(dst, "conv2d_f32", q.grid1(dst.Len()), blk256, 0, q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())),
+	args := []arg{q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())),
 		q.t(bias), p(dtCode(bias.DType())), i(x.Rows), i(cp.Cin), i(cp.W), i(dst.Rows), i(Cout), i(cp.Wout), i(cp.KH), i(cp.KW),
-		i(cp.StrideH), i(cp.StrideW), i(cp.PadH), i(cp.PadW), i(cp.Groups))
+		i(cp.StrideH), i(cp.StrideW), i(cp.PadH), i(cp.PadW), i(cp.Groups)}
+	if ob, shm, ok := conv2dRowsPlan(cp, Cout); ok && !q.conv2dDirect {
+		q.launchOut(dst, "conv2d_rows_f32", [3]uint32{uint32((Cout + ob - 1) / ob), uint32(dst.Rows), 1}, blk256, shm,
+			append(args, i(ob))...)
+		return
+	}
+	q.launchOut(dst, "conv2d_f32", q.grid1(dst.Len()), blk256, 0, args...)
+}
+
+// conv2dRowsMaxShm bounds conv2d_rows_f32's dynamic shared memory (a
+// block may use 48 KiB without opting in).
+const conv2dRowsMaxShm = 46 << 10
+
+// conv2dRowsPlan returns conv2d_rows_f32's output channels a block (about
+// 256 outputs, one a thread) and its shared memory for cp with Cout output
+// channels, or false where a block's input rows and weights do not fit
+// (conv2d_f32 then runs it).
+func conv2dRowsPlan(cp gpu.Conv2DParams, Cout int) (ob, shm int, ok bool) {
+	cg, og := cp.Cin/cp.Groups, Cout/cp.Groups
+	ob = min(max(256/cp.Wout, 1), Cout)
+	for {
+		// ob outputs from any offset span at most ⌈ob/og⌉ + 1 groups.
+		nch := min(cp.Cin, ((ob+og-1)/og+1)*cg)
+		shm = 4 * (cp.KH*nch*cp.W + ob*cg*cp.KH*cp.KW)
+		if shm <= conv2dRowsMaxShm {
+			return ob, shm, true
+		}
+		if ob == 1 {
+			return 0, 0, false
+		}
+		ob /= 2
+	}
 }
 
 // mmvKernel is a few-row tensor-core kernel: warps a block (w: 4 or 16,

@@ -29,7 +29,7 @@ var kernelNames = []string{
 	"mmv_bf16_w4n1m1", "mmv_bf16_w16n1m1", "mmv_bf16_w16n2m1", "mmv_bf16_w16n4m1", "mmv_bf16_w16n1m2",
 	"mmvn_bf16_w4", "mmvn_bf16_w16",
 	"mmvt_bf16_w4n1m1", "mmvt_bf16_w16n1m1", "mmvt_bf16_w16n2m1", "mmvt_bf16_w16n4m1", "mmvt_bf16_w16n1m2", "mmvnt_bf16_w16",
-	"attention_f32", "attention_seqs_f32", "shortconv_seqs_f32", "copy_rows_u32", "copy_rows_u16", "copy_many_u32", "copy_many_u16", "conv1d_f32", "convtr1d_f32", "conv2d_f32",
+	"attention_f32", "attention_seqs_f32", "shortconv_seqs_f32", "copy_rows_u32", "copy_rows_u16", "copy_many_u32", "copy_many_u16", "conv1d_f32", "convtr1d_f32", "conv2d_f32", "conv2d_rows_f32", "mmvng_bf16_w16", "mmvngt_bf16_w16",
 	"relpos_scores_f32", "heads_matmul_f32", "std_block_f32", "std_blockt_f32",
 }
 
@@ -129,6 +129,9 @@ type Queue struct {
 	// untiled keeps the few-row products on the weights' rows even where
 	// a tiled copy exists (tests: tiled == rows, bit for bit).
 	untiled bool
+	// conv2dDirect keeps every Conv2D on conv2d_f32, the one-thread-an-
+	// output kernel (tests: conv2d_rows_f32 equals it bit for bit).
+	conv2dDirect bool
 	// fp32 keeps the queue's products on the FMA kernels whatever
 	// Options.MatMul says (gpu.FP32Products).
 	fp32 bool
@@ -566,9 +569,13 @@ func (q *Queue) launchCmd(cm cmd) error {
 // batch's uploads from; ev marks when the device finished reading it.
 type staging struct {
 	host, dev uintptr
-	n         int
-	ev        uintptr
-	pending   bool
+	// mirror is n bytes of device memory the uploads are copied to ahead
+	// of the batch's kernels, which then read them there (devUploads), or
+	// 0.
+	mirror  uintptr
+	n       int
+	ev      uintptr
+	pending bool
 }
 
 // stageUploads copies r's uploads into st (after the device finished
@@ -597,6 +604,10 @@ func (q *Queue) stageUploads(st *staging, r *batch) error {
 			c.call("cuMemFreeHost", c.cuMemFreeHost, st.host)
 			st.host, st.n = 0, 0
 		}
+		if st.mirror != 0 {
+			c.call("cuMemFreeAsync", c.cuMemFreeAsync, st.mirror, q.stream)
+			st.mirror = 0
+		}
 		n := max(64<<10, 2*len(r.up))
 		if err := c.call("cuMemHostAlloc", c.cuMemHostAlloc, uintptr(unsafe.Pointer(&st.host)), uintptr(n), hostMapped|hostPortable); err != nil {
 			return err
@@ -607,8 +618,22 @@ func (q *Queue) stageUploads(st *staging, r *batch) error {
 		st.n = n
 	}
 	copy(unsafe.Slice(*(**byte)(unsafe.Pointer(&st.host)), len(r.up)), r.up)
+	base := st.dev
+	if q.d.devUploads {
+		// One copy ahead of the batch's kernels (stream-ordered: after the
+		// kernels of the mirror's last batch, before this one's first).
+		if st.mirror == 0 {
+			if err := c.call("cuMemAllocAsync", c.cuMemAllocAsync, uintptr(unsafe.Pointer(&st.mirror)), uintptr(st.n), q.stream); err != nil {
+				return err
+			}
+		}
+		if err := c.call("cuMemcpyHtoDAsync", c.cuMemcpyHtoDAsync, st.mirror, st.host, uintptr(len(r.up)), q.stream); err != nil {
+			return err
+		}
+		base = st.mirror
+	}
 	for _, s := range r.relocs {
-		r.slots[s] += uint64(st.dev)
+		r.slots[s] += uint64(base)
 	}
 	return nil
 }
@@ -634,6 +659,9 @@ func (st *staging) free(c *driver) {
 	}
 	if st.host != 0 {
 		c.call("cuMemFreeHost", c.cuMemFreeHost, st.host)
+	}
+	if st.mirror != 0 { // the device has finished reading it (the event above)
+		c.call("cuMemFreeAsync", c.cuMemFreeAsync, st.mirror, 0)
 	}
 	if st.ev != 0 {
 		c.call("cuEventDestroy", c.cuEventDestroy, st.ev)
@@ -1054,8 +1082,25 @@ func (q *Queue) ShortConv(dst, x, w, state gpu.Tensor) {
 		panic(fmt.Sprintf("cuda: shortconv x %v w %v state %v", x, w, state))
 	}
 	wantF32("shortconv", dst, x, state)
-	q.launchEpi(epiProduct, dst, "shortconv_f32", [3]uint32{uint32((C + 127) / 128), 1, 1}, blk128, 0, q.t(dst), ld(dst), q.t(x), ld(x),
-		q.t(w), p(dtCode(w.DType())), q.t(state), ld(state), i(x.Rows), i(C), i(L))
+	chunk, nz := shortConvChunks(dst, x, x.Rows)
+	q.launchEpi(epiProduct, dst, "shortconv_f32", [3]uint32{uint32((C + 127) / 128), 1, nz}, blk128, 0, q.t(dst), ld(dst), q.t(x), ld(x),
+		q.t(w), p(dtCode(w.DType())), q.t(state), ld(state), i(x.Rows), i(chunk), i(C), i(L))
+}
+
+// shortConvChunk is the rows of a short convolution's chunk, a thread's
+// window of its own (kernels.cu shortconv_rows): at least maxShortConv − 1,
+// so that only the first chunk reads the carried state.
+const shortConvChunk = 16
+
+// shortConvChunks returns the chunk rows and the chunks for a short
+// convolution of up to rows rows a sequence: one chunk of every row where
+// dst shares x's buffer (an in-place convolution reads each row of x before
+// it writes it, which only one window a thread keeps).
+func shortConvChunks(dst, x gpu.Tensor, rows int) (chunk int, n uint32) {
+	if rows <= shortConvChunk || dst.Buf == x.Buf {
+		return max(rows, 1), 1
+	}
+	return shortConvChunk, uint32((rows + shortConvChunk - 1) / shortConvChunk)
 }
 
 // Embed implements gpu.Queue.

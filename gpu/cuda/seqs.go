@@ -142,7 +142,7 @@ func (q *Queue) ShortConvSeqs(dst, x, w gpu.Tensor, states []gpu.Tensor, rows []
 	}
 	wantF32("shortconv", dst, x)
 	buf := make([]byte, 0, convSeqBytes*len(states))
-	r0, n := 0, 0
+	r0, n, most := 0, 0, 0
 	for si, st := range states {
 		if st.Rows != L-1 || st.Cols != C {
 			panic(fmt.Sprintf("cuda: shortconv x %v w %v state %v", x, w, st))
@@ -156,6 +156,7 @@ func (q *Queue) ShortConvSeqs(dst, x, w gpu.Tensor, states []gpu.Tensor, rows []
 			binary.LittleEndian.PutUint32(b[20:], uint32(rows[si]))
 			buf = append(buf, b[:]...)
 			n++
+			most = max(most, rows[si])
 		}
 		r0 += rows[si]
 	}
@@ -163,8 +164,9 @@ func (q *Queue) ShortConvSeqs(dst, x, w gpu.Tensor, states []gpu.Tensor, rows []
 		return
 	}
 	off := q.put(buf)
-	q.launchEpi(epiProduct, dst, "shortconv_seqs_f32", [3]uint32{uint32((C + 127) / 128), uint32(n), 1}, blk128, 0,
-		q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())), upload(off), i(C), i(L))
+	chunk, nz := shortConvChunks(dst, x, most)
+	q.launchEpi(epiProduct, dst, "shortconv_seqs_f32", [3]uint32{uint32((C + 127) / 128), uint32(n), nz}, blk128, 0,
+		q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())), upload(off), i(chunk), i(C), i(L))
 }
 
 // copyPairBytes is the size of kernels.cu's struct copy_pair.

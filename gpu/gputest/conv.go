@@ -162,6 +162,14 @@ func checkConv2D(h *harness) {
 		{7, 9, 4, 6, 3, 3, 2, 2, 1, 1, 2, gpu.F16, 0, true},          // groups 2
 		{6, 11, 1, 4, 2, 3, 1, 2, 0, 1, 1, gpu.F32, gpu.F32, false},  // KH ≠ KW, strides differ
 		{3, 5, 7, 7, 3, 3, 2, 2, 1, 1, 7, gpu.BF16, gpu.F32, false},  // depthwise, one output row pair
+		// The conformer's kinds at more channels than a CUDA block's tile
+		// (conv2d_rows_f32: 256 outputs a block): a pointwise 1 × 1, a
+		// depthwise, a stem with one input channel; then rows too wide for
+		// its shared memory (conv2d_f32).
+		{4, 12, 40, 48, 1, 1, 1, 1, 0, 0, 1, gpu.BF16, gpu.BF16, true},
+		{7, 16, 36, 36, 3, 3, 2, 2, 1, 1, 36, gpu.BF16, gpu.BF16, false},
+		{9, 40, 1, 24, 3, 3, 2, 2, 1, 1, 1, gpu.BF16, gpu.BF16, false},
+		{3, 4100, 1, 2, 3, 3, 2, 2, 1, 1, 1, gpu.F32, gpu.F32, false},
 	} {
 		cg := c.cin / c.groups
 		og := c.cout / c.groups

@@ -223,3 +223,71 @@ func styleName(s gpu.RoPEStyle) string {
 	}
 	return "half"
 }
+
+// checkNormGLU: gpu.NormGLU's h as checkNormMatMul checks it, then dst =
+// (h·w3ᵀ) ⊙ silu(h·w1ᵀ) replayed in float64 from the h the queue wrote.
+// Each rounding to bfloat16 (round) is a relative error of at most uB on
+// the value it rounds; the bound carries the products' bounds (the tensor
+// cores' where the queue sums there), silu's slope (at most 1.1) and its
+// 8 ulps, and the ⊙'s own rounding through every step. One row takes a
+// GPU's fused kernel, three rows its sequence.
+func checkNormGLU(h *harness) {
+	const uB = 1.0 / (1 << 8) // bfloat16's unit roundoff
+	for _, c := range []struct {
+		M, K, F int
+		eps     float32
+		weight  bool
+		round   bool
+	}{{1, 1024, 33, 1e-5, true, true}, {1, 2048, 300, 0.5, true, false}, {1, 264, 4220, 0.5, false, true},
+		{1, 1030, 17, 0.5, true, true}, {3, 296, 5, 0.5, true, true}} {
+		xv := h.values(c.M*c.K, 1)
+		x := h.input(c.M, c.K, false, xv)
+		var nw operand
+		var wv []float32
+		if c.weight {
+			nw = h.weight(gpu.BF16, 1, c.K, false, 1)
+			wv = nw.vals
+		}
+		w1 := h.weight(gpu.BF16, c.F, c.K, false, 1)
+		w3 := h.weight(gpu.BF16, c.F, c.K, false, 1)
+		hv, dst, a := h.f32(c.M, c.K, false), h.f32(c.M, c.F, false), h.f32(c.M, c.F, false)
+		gpu.NormGLU(h.q, dst.view, a.view, hv.view, x.view, gpu.RowNorm{Eps: c.eps, W: nw.view}, w1.view, w3.view, c.round)
+		name := fmt.Sprintf("M=%d/K=%d/F=%d/eps=%g/weight=%v/round=%v", c.M, c.K, c.F, c.eps, c.weight, c.round)
+		want, bound := normReplay(xv, wv, c.M, c.K, c.eps)
+		h.verify(name+"/norm", hv, want, bound, x, nw)
+		got, err := h.read(hv)
+		if err != nil {
+			h.fail(name, "%v", err)
+			continue
+		}
+		hk := make([]float32, c.M*c.K)
+		for r := 0; r < c.M; r++ {
+			for k := 0; k < c.K; k++ {
+				hk[r*c.K+k] = got[hv.at(r, k)]
+			}
+		}
+		replay := matmulReplay
+		if h.opts.TensorCoreMatMul {
+			replay = matmulReplayTC
+		}
+		v1, e1 := replay(hk, w1.vals, nil, c.M, c.K, c.F)
+		v3, e3 := replay(hk, w3.vals, nil, c.M, c.K, c.F)
+		ub := 0.0
+		if c.round {
+			ub = uB
+		}
+		want, bound = make([]float64, c.M*c.F), make([]float64, c.M*c.F)
+		for i := range want {
+			s := activation(gpu.SiLU, v1[i])
+			E1 := e1[i] + ub*(math.Abs(v1[i])+e1[i])  // h·w1ᵀ, rounded
+			Es := 1.1*E1 + 8*u*math.Abs(s)*2 + 8*u*E1 // silu of it
+			Ea := Es + ub*(math.Abs(s)+Es)            // rounded
+			E3 := e3[i] + ub*(math.Abs(v3[i])+e3[i])  // h·w3ᵀ, rounded
+			p := v3[i] * s
+			Ep := math.Abs(v3[i])*Ea + math.Abs(s)*E3 + E3*Ea
+			Ep += u * (math.Abs(p) + Ep) // the ⊙ in fp32
+			want[i], bound[i] = p, Ep+ub*(math.Abs(p)+Ep)
+		}
+		h.verify(name+"/glu", dst, want, bound, x, w1, w3)
+	}
+}

@@ -115,7 +115,7 @@ var Ops = []string{
 	"fill", "copy", "write", "transpose", "add", "mul", "addrow", "mulrow", "scale", "roundbf16",
 	"act", "glu", "rmsnorm", "layernorm", "softmax", "rope", "embed", "embedids", "shortconv", "matmul",
 	"attention", "conv1d", "convtranspose1d", "conv2d", "sample", "normmatmul", "headnormrope",
-	"attentionseqs", "shortconvseqs", "copyrows", "copymany", "relposscores", "headsmatmul", "block",
+	"attentionseqs", "shortconvseqs", "copyrows", "copymany", "relposscores", "headsmatmul", "block", "normglu",
 }
 
 // checkers maps every op name of Ops to its checks.
@@ -154,6 +154,7 @@ var checkers = map[string]func(*harness){
 	"relposscores":    checkRelPosScores,
 	"headsmatmul":     checkHeadsMatMul,
 	"block":           checkBlock,
+	"normglu":         checkNormGLU,
 }
 
 // Run checks every op of a queue of dev against a float64 host replay and

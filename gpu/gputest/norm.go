@@ -327,6 +327,9 @@ func checkShortConv(h *harness) {
 		{4, 5, gpu.BF16, []int{1, 5, 1}, true},
 		{4, 130, gpu.F32, []int{5, 2, 1}, false},
 		{3, 7, gpu.BF16, []int{1, 1, 5}, false},
+		// Longer than the CUDA kernel's chunk of 16 rows (a prefill's
+		// rows in chunks of their own): ragged, then one step, then one chunk.
+		{3, 40, gpu.BF16, []int{37, 1, 16}, true},
 	} {
 		w := h.weight(c.wdt, c.C, c.L, false, 1)
 		st := h.values((c.L-1)*c.C, 1) // the carried state, exact float32 values

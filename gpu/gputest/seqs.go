@@ -122,6 +122,7 @@ func checkShortConvSeqs(h *harness) {
 		{3, 33, gpu.F32, [][]int{{5, 1, 3}, {1, 1, 1}, {1, 0, 2}}, true},
 		{4, 130, gpu.BF16, [][]int{{1, 1, 1, 1}, {2, 1, 0, 1}, {1, 1, 1, 1}}, false},
 		{4, 5, gpu.BF16, [][]int{{1}, {3}}, true},
+		{3, 33, gpu.F32, [][]int{{37, 1, 18}, {1, 1, 1}}, false}, // chunks of 16 rows on CUDA
 	} {
 		w := h.weight(c.wdt, c.C, c.L, false, 1)
 		nseq := len(c.calls[0])

@@ -415,15 +415,12 @@ func (m *Model) block(c *nn.Ctx, i int, w gpu.Tensor, seqs []Seq) {
 	c.Round(op)
 	F := b.W1.Rows
 	a, g := c.Tmp(R, F), c.Tmp(R, F)
-	c.NormLinear(a, h, op, m.norm(c, b.FFNNorm), b.W1, gpu.Tensor{})
-	c.Q.Act(a, a, gpu.SiLU)
-	c.Round(a)
-	c.Linear(g, h, b.W3, gpu.Tensor{})
-	// g ⊙ a, not a ⊙ g, and the down projection straight into w, then
-	// w + op: the same floats (+ and × commute), in the order a backend can
-	// fold into the products that precede them.
-	c.Q.Mul(g, g, a)
-	c.Round(g)
+	// g = (h·w3ᵀ) ⊙ silu(h·w1ᵀ) after the FFN norm, each step rounded (one
+	// kernel on a GPU for a decode row: gpu.NormGLU); then the down
+	// projection straight into w, then w + op: the same floats (+ and ×
+	// commute), in the order a backend can fold into the products that
+	// precede them.
+	gpu.NormGLU(c.Q, g, a, h, op, m.norm(c, b.FFNNorm), b.W1, b.W3, c.P == nn.BF16)
 	c.Linear(w, g, b.W2, gpu.Tensor{})
 	c.Q.Add(w, w, op)
 	c.Round(w)
