@@ -176,6 +176,12 @@ func forcedOnlyVariants() map[string]bool {
 		delete(all, mmvVariant(N).name)
 		delete(all, mmvTiledName(mmvVariant(N).name))
 	}
+	for _, sh := range []struct{ M, N, K int }{{17, 33, 300}, {17, 33, 4100}} {
+		if v, ok := mmvMidVariant(sh.M, sh.N, sh.K, 132); ok {
+			delete(all, v.name)
+			delete(all, mmvTiledName(v.name))
+		}
+	}
 	delete(all, mmvNormDefault.name)
 	return all
 }

@@ -71,7 +71,7 @@ func TestCompileOptionsTargetMachineCode(t *testing.T) {
 func TestKernelSourceDefinesEveryLaunchedKernel(t *testing.T) {
 	for _, k := range kernelNames {
 		plain := regexp.MustCompile(`__global__ void (__launch_bounds__\(\d+\) )?` + k + `\(`)
-		macro := regexp.MustCompile(`((MATMUL|MMA)_KERNEL|\nMATMUL_TILED|\nGEMV(R|_NORM)?|\nMMVT?(_NORM)?)\(` + k + `,`)
+		macro := regexp.MustCompile(`((MATMUL|MMA)_KERNEL|\nMATMUL_TILED|\nGEMV(R|_NORM)?|\nMMVT?(_NORM(_GLU)?)?)\(` + k + `,`)
 		if !plain.MatchString(kernelSource) && !macro.MatchString(kernelSource) {
 			t.Errorf("kernels.cu defines no kernel %s", k)
 		}
@@ -899,8 +899,9 @@ func TestPDLUsable(t *testing.T) {
 }
 
 // preWaitKernels may read before their PDL_ENTER, and only what no kernel
-// writes: the launch's uploaded bytes (pinned host memory the host fills,
-// staging), constants and weights; they write nothing global before it.
+// writes: the launch's uploaded bytes (staging: pinned host memory the
+// host fills, or its device mirror, copied before the batch's first
+// kernel), constants and weights; they write nothing global before it.
 // The value names the function whose body holds their PDL_ENTER.
 var preWaitKernels = map[string]string{
 	"prep_heads_f32":     "prep_heads_f32",

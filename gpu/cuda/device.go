@@ -64,7 +64,7 @@ type Device struct {
 	phasedBlock bool
 	// noTiled: Options.NoTiledWeights (Load keeps no tiled copies).
 	noTiled bool
-	// devUploads: Options.DeviceUploads (staging's mirror).
+	// devUploads: not Options.HostUploads (staging's mirror).
 	devUploads bool
 
 	mod      uintptr
@@ -127,7 +127,7 @@ func openDevice(o Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, phasedBlock: !o.GridBlock, noTiled: o.NoTiledWeights, devUploads: o.DeviceUploads, work: make(chan func()), exited: make(chan struct{})}
+	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, phasedBlock: !o.GridBlock, noTiled: o.NoTiledWeights, devUploads: !o.HostUploads, work: make(chan func()), exited: make(chan struct{})}
 	if o.Profile {
 		p, err := newProfiler(drv)
 		if err != nil {

@@ -63,9 +63,11 @@ __device__ __forceinline__ float rbf16(float v) {
 // kernel's launch latency and its weights' first trip from memory
 // (pdl_prefetch_rows, before its PDL_ENTER) then overlap this kernel's
 // work. A few kernels (cuda_host_test.go: preWaitKernels) first read
-// what no kernel writes — their tables in the launch's uploaded bytes,
-// which are pinned host memory, each read a trip across the host link —
-// and wait only before touching what the kernel before may write.
+// what no kernel writes — their tables in the launch's uploaded bytes
+// (copied to device memory ahead of the batch's first kernel, or, with
+// Options.HostUploads, pinned host memory, each read a trip across the
+// host link) — and wait only before touching what the kernel before may
+// write.
 // Launched without the attribute (or on an older GPU) both are no-ops.
 // The dependents are released only after the wait, so at most one
 // kernel ahead is resident and warming L2. FAULT_PDL (a control of

@@ -150,8 +150,13 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
-	if w.DType() == gpu.BF16 && q.tensorCores() && !q.tileForce && (q.mmvForce != "" || M <= mmvMaxRows && N <= mmvMaxN) {
+	mid, midOK := mmvMidVariant(M, N, K, q.d.sms)
+	midOK = midOK && q.tileKernel == ""
+	if w.DType() == gpu.BF16 && q.tensorCores() && !q.tileForce && (q.mmvForce != "" || M <= mmvMaxRows && N <= mmvMaxN || midOK) {
 		v := mmvVariant(N)
+		if midOK {
+			v = mid
+		}
 		if q.mmvForce != "" {
 			v = mmvByName(q.mmvForce)
 		}
@@ -396,6 +401,34 @@ func mmvVariant(N int) mmvKernel {
 		return mmvVariants[1] // mmv_bf16_w16n1m1
 	}
 	return mmvVariants[3] // mmv_bf16_w16n4m1
+}
+
+// mmvMidMaxRows is the most rows of x the few-row kernels take past
+// mmvMaxRows (mmvMidVariant).
+const mmvMidMaxRows = 128
+
+// mmvMidVariant returns the few-row kernel for mmvMaxRows < M ≤
+// mmvMidMaxRows rows against an [N, K] weight where the 64 × 64 tile
+// kernel would give fewer tiles than the device has multiprocessors (a
+// clip's encoder products, a prompt's [2048, ·] products), or false. The
+// few-row kernels split x in registers (no split_bf16 launch) and give
+// every block a weight tile, where the tile kernels' few blocks each walk
+// all of K. BenchmarkEncoderShapes on the H200 (2026-12-02, µs for 16
+// products, rows of exact bf16): 62 × [512, 512] 55 (w4n1m1) against 162
+// for the default then (mma_bf16_m32); 62 × [2048, 512] 124 against 179;
+// 62 × [512, 2048] 101 (w16n1m2) against 356; 62 × [1024, 512] 67 against
+// 162; 100 × [2048, 2048] 530 (w4n1m1) against 621; 100 × [2048, 8192]
+// 1548 (w16n1m2) against 2146; 100 × [8192, 2048] stays on mma_bf16_big
+// (868, against 1879 for the best few-row kernel). The bits are the same
+// on every kernel (TestMmvVariantsBitIdentical).
+func mmvMidVariant(M, N, K, sms int) (mmvKernel, bool) {
+	if M <= mmvMaxRows || M > mmvMidMaxRows || N > mmvMaxN || ((N+63)/64)*((M+63)/64) >= sms {
+		return mmvKernel{}, false
+	}
+	if K <= 1024 || K <= 2048 && N > 1024 {
+		return mmvByName("mmv_bf16_w4n1m1"), true
+	}
+	return mmvByName("mmv_bf16_w16n1m2"), true
 }
 
 // mmvTiledName names the MMVT twin of MMV kernel name: the same kernel

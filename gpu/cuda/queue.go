@@ -565,8 +565,10 @@ func (q *Queue) launchCmd(cm cmd) error {
 	return nil
 }
 
-// staging is pinned, device-mapped host memory that kernels read a
-// batch's uploads from; ev marks when the device finished reading it.
+// staging is pinned, device-mapped host memory a batch's uploads are
+// written to, and its device mirror they are copied to (kernels read the
+// mirror, or with Options.HostUploads the host memory); ev marks when the
+// device finished reading them.
 type staging struct {
 	host, dev uintptr
 	// mirror is n bytes of device memory the uploads are copied to ahead

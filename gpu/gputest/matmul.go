@@ -46,7 +46,9 @@ func checkMatMul(h *harness) {
 	// x of exact bf16 values (what bf16 networks multiply; a GPU may stage
 	// such tiles differently), past the few-row kernels and over several
 	// row tiles.
-	for _, c := range []struct{ M, K, N int }{{40, 1030, 33}, {70, 300, 70}, {130, 24, 5}, {64, 2100, 65}} {
+	// (12 × [8500, 40]: 9–16 rows against weights too wide for the few-row
+	// kernels' tiles on a 132-multiprocessor GPU.)
+	for _, c := range []struct{ M, K, N int }{{40, 1030, 33}, {70, 300, 70}, {130, 24, 5}, {64, 2100, 65}, {12, 40, 8500}} {
 		matmulCase(h, gpu.BF16, false, true, c.M, c.K, c.N, biases[i%3], i%2 == 0, false)
 		i++
 	}
