@@ -61,7 +61,7 @@ func packSampleArgs(rows []gpu.SampleRow) (args []byte, hist []int32) {
 
 // sampleSharedBytes bounds sample_f32's dynamic shared memory when it
 // keeps a row's ew (8V bytes) and cand (4V) there beside the two bitmaps:
-// 40 KiB leaves the kernel's static shared memory (about 2.6 KiB) under
+// 40 KiB leaves the kernel's static shared memory (about 3.6 KiB) under
 // the 48 KiB a launch gets without opting in. It holds V up to 3,343,
 // the audio vocabulary (2,049) among them; the text vocabulary (65,536)
 // takes the global scratch.
