@@ -646,7 +646,7 @@ __device__ double topk_value(int k, int V, Q qval, double* tk) {
 #pragma unroll
     for (int r = 0; r < SAMPLE_TOPK_FAST; r++)
       if (r == k - 1) th = top[r];
-    __syncwarp();
+    // Only lane 0 read tk[0 … 7] (the others, their own warps' places).
     if (lane == 0) tk[0] = th == 0.0 ? 0.0 : th;
   }
   __syncthreads();
