@@ -1148,3 +1148,62 @@ func TestSampleKeepsScratchOnChipWhereItFits(t *testing.T) {
 		}
 	}
 }
+
+// TestLaunchPlans pins the host's shape rules for this stop's kernels: the
+// short convolution's row chunks, conv2d_rows_f32's channel tiles and
+// shared memory, and the few-row kernels' share of 9–128-row products.
+func TestLaunchPlans(t *testing.T) {
+	a, b := fakeTensor(gpu.F32, 40, 8), fakeTensor(gpu.F32, 40, 8)
+	for _, c := range []struct {
+		rows    int
+		inPlace bool
+		chunk   int
+		nz      uint32
+	}{{0, false, 1, 1}, {1, false, 1, 1}, {16, false, 16, 1}, {17, false, 16, 2}, {37, false, 16, 3}, {37, true, 37, 1}} {
+		dst := b
+		if c.inPlace {
+			dst = a
+		}
+		if chunk, nz := shortConvChunks(dst, a, c.rows); chunk != c.chunk || nz != c.nz {
+			t.Errorf("shortConvChunks(%d rows, in place %v) = %d, %d; want %d, %d", c.rows, c.inPlace, chunk, nz, c.chunk, c.nz)
+		}
+	}
+	conv := func(cin, w, wout, k, groups int) gpu.Conv2DParams {
+		return gpu.Conv2DParams{Cin: cin, W: w, Wout: wout, KH: k, KW: k, StrideH: 1, StrideW: 1, Groups: groups}
+	}
+	for _, c := range []struct {
+		name    string
+		cp      gpu.Conv2DParams
+		cout    int
+		ob, shm int
+		ok      bool
+	}{
+		{"pointwise 256 × 32", conv(256, 32, 32, 1, 1), 256, 8, 4 * (256*32 + 8*256), true},
+		{"pointwise 256 × 16", conv(256, 16, 16, 1, 1), 256, 16, 4 * (256*16 + 16*256), true},
+		{"depthwise 256 × 64", conv(256, 64, 32, 3, 256), 256, 8, 4 * (3*9*64 + 8*9), true},
+		{"stem", conv(1, 128, 64, 3, 1), 256, 4, 4 * (3*128 + 4*9), true},
+		{"rows past shared memory", conv(1, 4100, 2050, 3, 1), 2, 0, 0, false},
+	} {
+		ob, shm, ok := conv2dRowsPlan(c.cp, c.cout)
+		if ob != c.ob || shm != c.shm || ok != c.ok {
+			t.Errorf("conv2dRowsPlan(%s) = %d, %d, %v; want %d, %d, %v", c.name, ob, shm, ok, c.ob, c.shm, c.ok)
+		}
+		if ok && shm > conv2dRowsMaxShm {
+			t.Errorf("%s: %d bytes of shared memory", c.name, shm)
+		}
+	}
+	for _, c := range []struct {
+		M, N, K int
+		want    string // "" for none
+	}{
+		{8, 512, 512, ""}, {9, 512, 512, "mmv_bf16_w4n1m1"}, {62, 512, 512, "mmv_bf16_w4n1m1"},
+		{62, 2048, 512, "mmv_bf16_w4n1m1"}, {62, 512, 2048, "mmv_bf16_w16n1m2"}, {100, 2048, 2048, "mmv_bf16_w4n1m1"},
+		{100, 2048, 8192, "mmv_bf16_w16n1m2"}, {100, 8192, 2048, ""}, {100, 6144, 2048, ""}, {129, 512, 512, ""},
+		{12, 8500, 40, ""}, {64, 20000, 64, ""},
+	} {
+		v, ok := mmvMidVariant(c.M, c.N, c.K, 132)
+		if got := map[bool]string{true: v.name}[ok]; got != c.want {
+			t.Errorf("mmvMidVariant(%d, %d, %d) = %q, want %q", c.M, c.N, c.K, got, c.want)
+		}
+	}
+}

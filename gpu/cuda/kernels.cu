@@ -2479,6 +2479,24 @@ MMVT(mmvt_bf16_w16n2m1, 16, 2, 1)
 MMVT(mmvt_bf16_w16n4m1, 16, 4, 1)
 MMVT(mmvt_bf16_w16n1m2, 16, 1, 2)
 
+// MMV_NORM_ROW(W): the fused-norm kernels' row (MMV_NORM, MMV_NORM_GLU):
+// declares xs, K floats of dynamic shared memory, and norm, which
+// normalises x into it with rmsnorm_f32's floats (block 0 also writes h)
+// — mmv_tile's prologue, run after the block's first weights are asked for.
+#define MMV_NORM_ROW(W)                                                                                         \
+  extern __shared__ float4 xs4[];                                                                               \
+  __shared__ float sh[8];                                                                                       \
+  float* xs = (float*)xs4;                                                                                      \
+  auto norm = [&]() {                                                                                           \
+    float inv = rms_inv(x, K, eps, sh);                                                                         \
+    _Pragma("unroll 4") for (int c = threadIdx.x; c < K; c += 32 * W) {                                         \
+      float v = rms_apply(x[c], inv, nrnd, nw, nwdt, nrnd1, c);                                                 \
+      xs[c] = v;                                                                                                \
+      if (blockIdx.x == 0) h[c] = v;                                                                            \
+    }                                                                                                           \
+    __syncthreads();                                                                                            \
+  }
+
 // MMV_NORM(name, W, TL): one row h = rmsnorm(x) (rmsnorm_f32's floats,
 // block 0 writes h) and d = h·wᵀ (+ bias) with mmv_tile's sums (so
 // mma_tile's): GEMV_NORM for the tensor-core order. Every block normalises
@@ -2490,18 +2508,7 @@ MMVT(mmvt_bf16_w16n1m2, 16, 1, 2)
                                                  const void* bias, int bdt, int N, EPI_PARAMS) {                \
     pdl_prefetch_rows(w, TL ? (K + 63) / 64 * 1024LL : ldw, 2, TL ? (K + 63) / 64 * 1024 : K, TL ? (int)blockIdx.x : (int)blockIdx.x * 16, TL ? (int)blockIdx.x + 1 : min(N, (int)(blockIdx.x + 1) * 16)); \
     PDL_ENTER();                                                                                                \
-    extern __shared__ float4 xs4[];                                                                             \
-    __shared__ float sh[8];                                                                                     \
-    float* xs = (float*)xs4;                                                                                    \
-    auto norm = [&]() {                                                                                         \
-      float inv = rms_inv(x, K, eps, sh);                                                                       \
-      _Pragma("unroll 4") for (int c = threadIdx.x; c < K; c += 32 * W) {                                       \
-        float v = rms_apply(x[c], inv, nrnd, nw, nwdt, nrnd1, c);                                               \
-        xs[c] = v;                                                                                              \
-        if (blockIdx.x == 0) h[c] = v;                                                                          \
-      }                                                                                                         \
-      __syncthreads();                                                                                          \
-    };                                                                                                          \
+    MMV_NORM_ROW(W);                                                                                            \
     mmv_tile<W, 1, 1, decltype(norm), 0, TL>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, blockIdx.x, 0, EPI_ARGS); \
   }
 
@@ -2524,18 +2531,7 @@ MMV_NORM(mmvnt_bf16_w16, 16, 1)  // on tiled weights (tiled.go)
     pdl_prefetch_rows(w1, TL ? (K + 63) / 64 * 1024LL : ld1, 2, TL ? (K + 63) / 64 * 1024 : K, TL ? (int)blockIdx.x : (int)blockIdx.x * 16, TL ? (int)blockIdx.x + 1 : min(N, (int)(blockIdx.x + 1) * 16)); \
     pdl_prefetch_rows(w3, TL ? (K + 63) / 64 * 1024LL : ld3, 2, TL ? (K + 63) / 64 * 1024 : K, TL ? (int)blockIdx.x : (int)blockIdx.x * 16, TL ? (int)blockIdx.x + 1 : min(N, (int)(blockIdx.x + 1) * 16)); \
     PDL_ENTER();                                                                                                \
-    extern __shared__ float4 xs4[];                                                                             \
-    __shared__ float sh[8];                                                                                     \
-    float* xs = (float*)xs4;                                                                                    \
-    auto norm = [&]() {                                                                                         \
-      float inv = rms_inv(x, K, eps, sh);                                                                       \
-      _Pragma("unroll 4") for (int c = threadIdx.x; c < K; c += 32 * W) {                                       \
-        float v = rms_apply(x[c], inv, nrnd, nw, nwdt, nrnd1, c);                                               \
-        xs[c] = v;                                                                                              \
-        if (blockIdx.x == 0) h[c] = v;                                                                          \
-      }                                                                                                         \
-      __syncthreads();                                                                                          \
-    };                                                                                                          \
+    MMV_NORM_ROW(W);                                                                                            \
     const u16 *wg = w1, *wu = w3;                                                                               \
     i64 ldg = ld1, ldu = ld3;                                                                                   \
     MMV_GLU_FAULT();                                                                                            \

@@ -68,16 +68,10 @@ func checkNormMatMul(h *harness) {
 		name := fmt.Sprintf("M=%d/K=%d/N=%d/eps=%g/weight=%v", c.M, c.K, c.N, c.eps, c.weight)
 		want, bound := normReplay(xv, wv, c.M, c.K, c.eps)
 		h.verify(name+"/norm", hv, want, bound, x, nw)
-		got, err := h.read(hv)
+		hk, err := h.readRows(hv, c.M, c.K)
 		if err != nil {
 			h.fail(name, "%v", err)
 			continue
-		}
-		hk := make([]float32, c.M*c.K)
-		for r := 0; r < c.M; r++ {
-			for k := 0; k < c.K; k++ {
-				hk[r*c.K+k] = got[hv.at(r, k)]
-			}
 		}
 		want, bound = matmulReplay(hk, w.vals, b.vals, c.M, c.K, c.N)
 		h.verify(name+"/product", dst, want, bound, x, w, b)
@@ -255,16 +249,10 @@ func checkNormGLU(h *harness) {
 		name := fmt.Sprintf("M=%d/K=%d/F=%d/eps=%g/weight=%v/round=%v", c.M, c.K, c.F, c.eps, c.weight, c.round)
 		want, bound := normReplay(xv, wv, c.M, c.K, c.eps)
 		h.verify(name+"/norm", hv, want, bound, x, nw)
-		got, err := h.read(hv)
+		hk, err := h.readRows(hv, c.M, c.K)
 		if err != nil {
 			h.fail(name, "%v", err)
 			continue
-		}
-		hk := make([]float32, c.M*c.K)
-		for r := 0; r < c.M; r++ {
-			for k := 0; k < c.K; k++ {
-				hk[r*c.K+k] = got[hv.at(r, k)]
-			}
 		}
 		replay := matmulReplay
 		if h.opts.TensorCoreMatMul {
@@ -290,4 +278,20 @@ func checkNormGLU(h *harness) {
 		}
 		h.verify(name+"/glu", dst, want, bound, x, w1, w3)
 	}
+}
+
+// readRows reads o's rows × cols values, row after row (the queue's
+// normalised rows that the products after a fused norm are replayed from).
+func (h *harness) readRows(o operand, rows, cols int) ([]float32, error) {
+	got, err := h.read(o)
+	if err != nil {
+		return nil, err
+	}
+	v := make([]float32, rows*cols)
+	for r := 0; r < rows; r++ {
+		for k := 0; k < cols; k++ {
+			v[r*cols+k] = got[o.at(r, k)]
+		}
+	}
+	return v, nil
 }
