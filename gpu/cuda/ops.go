@@ -409,8 +409,11 @@ const mmvMidMaxRows = 128
 
 // mmvMidVariant returns the few-row kernel for mmvMaxRows < M ≤
 // mmvMidMaxRows rows against an [N, K] weight where the 64 × 64 tile
-// kernel would give fewer tiles than the device has multiprocessors (a
-// clip's encoder products, a prompt's [2048, ·] products), or false. The
+// kernel would give tiles to fewer than half the device's multiprocessors
+// (a clip's encoder products, a prompt's [2048, ·] products), or false:
+// the few-row kernels read the weights once per 16 rows of x, which the
+// tile kernel's wide products did not repay where measured (100 ×
+// [8192, 2048], below), so nearer a full wave the tiles keep them. The
 // few-row kernels split x in registers (no split_bf16 launch) and give
 // every block a weight tile, where the tile kernels' few blocks each walk
 // all of K. BenchmarkEncoderShapes on the H200 (2026-12-02, µs for 16
@@ -422,7 +425,7 @@ const mmvMidMaxRows = 128
 // (868, against 1879 for the best few-row kernel). The bits are the same
 // on every kernel (TestMmvVariantsBitIdentical).
 func mmvMidVariant(M, N, K, sms int) (mmvKernel, bool) {
-	if M <= mmvMaxRows || M > mmvMidMaxRows || N > mmvMaxN || ((N+63)/64)*((M+63)/64) >= sms {
+	if M <= mmvMaxRows || M > mmvMidMaxRows || N > mmvMaxN || 2*((N+63)/64)*((M+63)/64) >= sms {
 		return mmvKernel{}, false
 	}
 	if K <= 1024 || K <= 2048 && N > 1024 {
