@@ -429,8 +429,7 @@ func BenchmarkConv2D(b *testing.B) {
 	d := openGPU(b)
 	rng := rand.New(rand.NewPCG(33, 34))
 	for _, sh := range conv2dShapes(false) {
-		cp := sh.cp
-		Hout := (sh.H+2*cp.PadH-cp.KH)/cp.StrideH + 1
+		cp, Hout := sh.cp, sh.Hout()
 		x := d.Alloc(gpu.F32, sh.H, cp.Cin*cp.W)
 		y := d.Alloc(gpu.F32, Hout, sh.Cout*cp.Wout)
 		w := loadNormalBF16(b, d, rng, sh.Cout, cp.Cin/cp.Groups*cp.KH*cp.KW)

@@ -850,15 +850,22 @@ func firstDiffering(a, b []float32) int {
 	return -1
 }
 
+// conv2dShape is one convolution of conv2dShapes: H input rows of Cin
+// channels to Cout.
+type conv2dShape struct {
+	name         string
+	H, Cin, Cout int
+	cp           gpu.Conv2DParams
+}
+
+// Hout is the convolution's output rows.
+func (c conv2dShape) Hout() int { return (c.H+2*c.cp.PadH-c.cp.KH)/c.cp.StrideH + 1 }
+
 // conv2dShapes are the conformer subsampling's convolutions at the
 // released size (a 4.9 s clip: 490 mel rows of 128 bins, 256 channels):
 // the stem, then per stage the depthwise 3 × 3 and the pointwise 1 × 1;
 // the emulator takes the same kinds at a tenth of the channels and rows.
-func conv2dShapes(emulated bool) []struct {
-	name         string
-	H, Cin, Cout int
-	cp           gpu.Conv2DParams
-} {
+func conv2dShapes(emulated bool) []conv2dShape {
 	C, H, F := 256, 490, 128
 	if emulated {
 		C, H, F = 24, 40, 32
@@ -869,11 +876,7 @@ func conv2dShapes(emulated bool) []struct {
 	pw := func(w int) gpu.Conv2DParams {
 		return gpu.Conv2DParams{Cin: C, W: w, Wout: w, KH: 1, KW: 1, StrideH: 1, StrideW: 1, Groups: 1}
 	}
-	return []struct {
-		name         string
-		H, Cin, Cout int
-		cp           gpu.Conv2DParams
-	}{
+	return []conv2dShape{
 		{"stem", H, 1, C, s3(1, F, 1)},
 		{"depthwise1", (H + 1) / 2, C, C, s3(C, F/2, C)},
 		{"pointwise1", (H + 3) / 4, C, C, pw(F / 4)},
@@ -890,8 +893,7 @@ func TestConv2DRowsBitIdentical(t *testing.T) {
 	d := openGPU(t)
 	rng := rand.New(rand.NewPCG(31, 32))
 	for _, sh := range conv2dShapes(d.Emulated()) {
-		cp := sh.cp
-		Hout := (sh.H+2*cp.PadH-cp.KH)/cp.StrideH + 1
+		cp, Hout := sh.cp, sh.Hout()
 		if _, _, ok := conv2dRowsPlan(cp, sh.Cout); !ok {
 			t.Fatalf("%s: conv2d_rows_f32 does not take it", sh.name)
 		}

@@ -3019,6 +3019,34 @@ __global__ void convtr1d_f32(float* d, i64 ldd, const float* x, i64 ldx, const v
   }
 }
 
+}  // extern "C": conv2d_taps is a template
+
+// conv2d_taps adds to acc one input channel's terms of output (ho, wo) in
+// conv2d's order — kernel rows, then columns, fmaf, the taps outside the
+// input skipped: xrow(a) is the input row kernel row a reads, wt(a, bb) the
+// tap's weight. Both convolution kernels sum through it, so they give the
+// same bits.
+template <class XRow, class Wt>
+__device__ __forceinline__ float conv2d_taps(float acc, int ho, int wo, int H, int W, int KH, int KW, int sH, int sW,
+                                             int pH, int pW, XRow xrow, Wt wt) {
+  for (int a = 0; a < KH; a++) {
+    int hi = ho * sH + a - pH;
+    if (hi < 0 || hi >= H) continue;
+    const float* xr = xrow(a);
+    for (int bb = 0; bb < KW; bb++) {
+#ifdef FAULT_CONV2D
+      int wi = wo * sW + bb - pW + (a == 0 ? 1 : 0);
+#else
+      int wi = wo * sW + bb - pW;
+#endif
+      if (wi >= 0 && wi < W) acc = fmaf(wt(a, bb), xr[wi], acc);
+    }
+  }
+  return acc;
+}
+
+extern "C" {
+
 // conv2d over x [H, Cin·W] (channel c's W values at c·W of a row) with w
 // [Cout, cg·KH·KW]; d is [Hout, Cout·Wout].
 __global__ void conv2d_f32(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt, const void* b,
@@ -3034,20 +3062,10 @@ __global__ void conv2d_f32(float* d, i64 ldd, const float* x, i64 ldx, const voi
     float acc = 0.0f;
     for (int c = 0; c < cg; c++) {
       int ci = g * cg + c;
-      for (int a = 0; a < KH; a++) {
-        int hi = ho * sH + a - pH;
-        if (hi < 0 || hi >= H) continue;
-        const float* xr = x + (i64)hi * ldx + (i64)ci * W;
-        i64 wb = (((i64)o * cg + c) * KH + a) * KW;
-        for (int bb = 0; bb < KW; bb++) {
-#ifdef FAULT_CONV2D
-          int wi = wo * sW + bb - pW + (a == 0 ? 1 : 0);
-#else
-          int wi = wo * sW + bb - pW;
-#endif
-          if (wi >= 0 && wi < W) acc = fmaf(load(w, wdt, wb + bb), xr[wi], acc);
-        }
-      }
+      acc = conv2d_taps(
+          acc, ho, wo, H, W, KH, KW, sH, sW, pH, pW,
+          [&](int a) { return x + (i64)(ho * sH + a - pH) * ldx + (i64)ci * W; },
+          [&](int a, int bb) { return load(w, wdt, (((i64)o * cg + c) * KH + a) * KW + bb); });
     }
     if (b) acc += load(b, bdt, o);
     d[(i64)ho * ldd + (i64)o * Wout + wo] = OUT(acc);
@@ -3092,20 +3110,10 @@ __global__ void __launch_bounds__(256) conv2d_rows_f32(float* d, i64 ldd, const 
     float acc = 0.0f;
     for (int c = 0; c < cg; c++) {
       int lc = g * cg + c - c0;
-      for (int a = 0; a < KH; a++) {
-        int hi = ho * sH + a - pH;
-        if (hi < 0 || hi >= H) continue;
-        const float* xr = xs + ((i64)a * nch + lc) * W;
-        const float* wr = ws + ((i64)ol * cg + c) * KH * KW + a * KW;
-        for (int bb = 0; bb < KW; bb++) {
-#ifdef FAULT_CONV2D
-          int wi = wo * sW + bb - pW + (a == 0 ? 1 : 0);
-#else
-          int wi = wo * sW + bb - pW;
-#endif
-          if (wi >= 0 && wi < W) acc = fmaf(wr[bb], xr[wi], acc);
-        }
-      }
+      const float* wc = ws + ((i64)ol * cg + c) * KH * KW;
+      acc = conv2d_taps(
+          acc, ho, wo, H, W, KH, KW, sH, sW, pH, pW, [&](int a) { return xs + ((i64)a * nch + lc) * W; },
+          [&](int a, int bb) { return wc[a * KW + bb]; });
     }
     if (b) acc += load(b, bdt, o);
     d[(i64)ho * ldd + (i64)o * Wout + wo] = OUT(acc);

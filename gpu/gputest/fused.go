@@ -48,14 +48,7 @@ func checkNormMatMul(h *harness) {
 		weight  bool
 	}{{1, 1024, 33, 1e-5, true}, {1, 2048, 300, 0.5, true}, {1, 64, 1029, 0.5, false}, {1, 264, 5, 0.5, true},
 		{1, 1030, 7, 0.5, true}, {3, 296, 5, 0.5, true}, {1, 304, 2110, 0.5, true}, {1, 264, 4220, 0.5, false}} {
-		xv := h.values(c.M*c.K, 1)
-		x := h.input(c.M, c.K, false, xv)
-		var nw operand
-		var wv []float32
-		if c.weight {
-			nw = h.weight(gpu.BF16, 1, c.K, false, 1)
-			wv = nw.vals
-		}
+		xv, x, nw, wv := h.normInput(c.M, c.K, c.weight)
 		w := h.weight(gpu.BF16, c.N, c.K, false, 1)
 		var b operand
 		bt := gpu.Tensor{}
@@ -234,14 +227,7 @@ func checkNormGLU(h *harness) {
 		round   bool
 	}{{1, 1024, 33, 1e-5, true, true}, {1, 2048, 300, 0.5, true, false}, {1, 264, 4220, 0.5, false, true},
 		{1, 1030, 17, 0.5, true, true}, {3, 296, 5, 0.5, true, true}} {
-		xv := h.values(c.M*c.K, 1)
-		x := h.input(c.M, c.K, false, xv)
-		var nw operand
-		var wv []float32
-		if c.weight {
-			nw = h.weight(gpu.BF16, 1, c.K, false, 1)
-			wv = nw.vals
-		}
+		xv, x, nw, wv := h.normInput(c.M, c.K, c.weight)
 		w1 := h.weight(gpu.BF16, c.F, c.K, false, 1)
 		w3 := h.weight(gpu.BF16, c.F, c.K, false, 1)
 		hv, dst, a := h.f32(c.M, c.K, false), h.f32(c.M, c.F, false), h.f32(c.M, c.F, false)
@@ -294,4 +280,16 @@ func (h *harness) readRows(o operand, rows, cols int) ([]float32, error) {
 		}
 	}
 	return v, nil
+}
+
+// normInput makes a fused norm's input: x's M × K values and x itself, and,
+// when weight, the norm's bf16 weight and its values (else zero operands).
+func (h *harness) normInput(M, K int, weight bool) (xv []float32, x, nw operand, wv []float32) {
+	xv = h.values(M*K, 1)
+	x = h.input(M, K, false, xv)
+	if weight {
+		nw = h.weight(gpu.BF16, 1, K, false, 1)
+		wv = nw.vals
+	}
+	return xv, x, nw, wv
 }
