@@ -54,10 +54,11 @@ const (
 )
 
 // blockShm is std_block_f32's dynamic shared memory for b: a normalised
-// row and one head, or attn_rows' q, reductions and parts.
+// row and one head, or attn_rows' q, reductions and parts and its scores
+// and key rows (Pos + 1 each: the attention keeps them in shared memory).
 func blockShm(b gpu.Block) int {
 	D, hd := b.X.Cols, b.HeadDim
-	return 4 * max(D+hd, hd+32+max(128, hd))
+	return 4 * max(D+hd, hd+32+max(128, hd)+2*(b.Pos+1))
 }
 
 // blockUnfusable says why std_block_f32 cannot run b on q ("" when it can).
@@ -140,11 +141,12 @@ func (q *Queue) FuseBlock(b gpu.Block) bool {
 }
 
 // blockScratch lays out std_block_f32's scratch for b: the offsets (in
-// floats, 16-byte aligned) of qkv, q, o, a, g3 and the scores, and the
-// floats needed.
-func blockScratch(b gpu.Block) (offs [6]int, need int) {
+// floats, 16-byte aligned) of qkv, q, o, a and g3, and the floats needed.
+// (The kernel's sc, the op sequence's score scratch, gets a null pointer:
+// the block's attention keeps its scores in shared memory.)
+func blockScratch(b gpu.Block) (offs [5]int, need int) {
 	D, hq, kvd, F := b.Dims()
-	for j, n := range [6]int{hq + 2*kvd, hq, hq, D, F, b.Heads * (b.Pos + 1)} {
+	for j, n := range [5]int{hq + 2*kvd, hq, hq, D, F} {
 		offs[j] = need
 		need += (n + 3) &^ 3
 	}
@@ -195,6 +197,7 @@ func (q *Queue) blockLaunch(b gpu.Block, p0, p1 int) {
 	for _, o := range offs {
 		args = append(args, q.t(gpu.Tensor{Buf: q.blk, Off: o, Rows: 1, Cols: 1, Stride: 1}))
 	}
+	args = append(args, p(0)) // sc
 	args = append(args, q.t(gpu.Tensor{Buf: q.blkBar, Rows: 1, Cols: 2, Stride: 2}), i(p0), i(p1))
 	shm := blockShm(b)
 	q.launch(name, [3]uint32{uint32(q.blockGrid(b)), 1, 1}, [2]uint32{blockThreads, 1}, shm, args...)

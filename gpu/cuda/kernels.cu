@@ -2800,7 +2800,8 @@ __device__ __forceinline__ void grid_sync(unsigned* bar) {
 //      16-row tiles), each head prepared at once (prep_head: q into qs; k
 //      to kc row pos; v copied to vc row pos);
 //   1: o = attention of qs over the cache rows 0 … pos (attn_rows as
-//      attention_f32's 128 threads compute it), rounded, a head at a time;
+//      attention_f32's 128 threads compute it, the scores in shared
+//      memory), rounded, a head at a time;
 //   2: a = round(round(o·Woᵀ) + x), 16 rows at a time;
 //   3: h = n2(a), every block; g3 = round(round(h·W3ᵀ)·g1) with g1 =
 //      round(silu(round(h·W1ᵀ))), both products of 16 rows in one pass
@@ -2814,8 +2815,10 @@ __device__ __forceinline__ void grid_sync(unsigned* bar) {
 // op sequence of the block computes (NormMatMul, PrepHeads, Attention and
 // the products with their folded epilogues), through the same device
 // functions in the same order (mmv_tile's sums depend on K alone), so the
-// two agree bit for bit (TestStdBlockEqualsSeq). qkv, qs, o, a, g3 and sc
-// (the scores: H·(pos+1) floats) are scratch; bar is grid_sync's.
+// two agree bit for bit (TestStdBlockEqualsSeq). qkv, qs, o, a and g3 are
+// scratch (sc is unused: the scores stay in shared memory, where a
+// block's head reads them back after a barrier instead of from L2); bar
+// is grid_sync's.
 }  // extern "C"
 
 // STD_BLOCK_PARAMS are std_block's parameters (and its kernels'),
@@ -2915,7 +2918,7 @@ __device__ __forceinline__ void std_block(STD_BLOCK_PARAMS) {
         int np = pos + 1;
 #endif
         attn_rows(o, 0, qs, 0, kc, ldk, vc, ldv, sc, pos + 1, H, KVH, hd, scale, 0, pos, 1, 0, np, probBF16, nullptr, 1,
-                  1, u, 128, 0);
+                  1, u, 128, 1);
         __syncthreads();
       }
     } else if (ph == 2) {
