@@ -141,9 +141,8 @@ func (q *Queue) FuseBlock(b gpu.Block) bool {
 }
 
 // blockScratch lays out std_block_f32's scratch for b: the offsets (in
-// floats, 16-byte aligned) of qkv, q, o, a and g3, and the floats needed.
-// (The kernel's sc, the op sequence's score scratch, gets a null pointer:
-// the block's attention keeps its scores in shared memory.)
+// floats, 16-byte aligned) of qkv, q, o, a and g3, and the floats needed
+// (the attention's scores stay in shared memory: blockShm).
 func blockScratch(b gpu.Block) (offs [5]int, need int) {
 	D, hq, kvd, F := b.Dims()
 	for j, n := range [5]int{hq + 2*kvd, hq, hq, D, F} {
@@ -197,7 +196,6 @@ func (q *Queue) blockLaunch(b gpu.Block, p0, p1 int) {
 	for _, o := range offs {
 		args = append(args, q.t(gpu.Tensor{Buf: q.blk, Off: o, Rows: 1, Cols: 1, Stride: 1}))
 	}
-	args = append(args, p(0)) // sc
 	args = append(args, q.t(gpu.Tensor{Buf: q.blkBar, Rows: 1, Cols: 2, Stride: 2}), i(p0), i(p1))
 	shm := blockShm(b)
 	q.launch(name, [3]uint32{uint32(q.blockGrid(b)), 1, 1}, [2]uint32{blockThreads, 1}, shm, args...)

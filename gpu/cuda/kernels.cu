@@ -2626,11 +2626,10 @@ __device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i
     return;
   }
   int L = last - first + 1;
-  float* s = sc + ((i64)i * heads + h) * maxL;
-  if (shs) {
-    s = part + max(nthr, hd);
-    rows = (int*)(s + maxL);
-  }
+  // The scores: in shared memory after the parts with shs (sc unused,
+  // may be null), else row (i, h) of the scratch sc.
+  float* s = shs ? part + max(nthr, hd) : sc + ((i64)i * heads + h) * maxL;
+  if (shs) rows = (int*)(s + maxL);
   float m = NEG_INF;
   int jt = (int)threadIdx.x < nthr ? (int)threadIdx.x : L;  // this thread's first key
   for (int j = jt; j < L; j += nthr) {
@@ -2816,9 +2815,9 @@ __device__ __forceinline__ void grid_sync(unsigned* bar) {
 // the products with their folded epilogues), through the same device
 // functions in the same order (mmv_tile's sums depend on K alone), so the
 // two agree bit for bit (TestStdBlockEqualsSeq). qkv, qs, o, a and g3 are
-// scratch (sc is unused: the scores stay in shared memory, where a
-// block's head reads them back after a barrier instead of from L2); bar
-// is grid_sync's.
+// scratch (the attention's scores stay in shared memory, where a block's
+// head reads them back after a barrier instead of from L2); bar is
+// grid_sync's.
 }  // extern "C"
 
 // STD_BLOCK_PARAMS are std_block's parameters (and its kernels'),
@@ -2829,11 +2828,11 @@ __device__ __forceinline__ void grid_sync(unsigned* bar) {
       float kneps, int knrnd, int knrnd1, const float *invf, int interleaved, int ropeBF16, int pos, float *kc,      \
       i64 ldk, float *vc, i64 ldv, float scale, int probBF16, const u16 *wo, i64 ldo, const void *n2w, int n2dt,     \
       float n2eps, int n2rnd, int n2rnd1, const u16 *w1, i64 ld1, const u16 *w3, i64 ld3, int F, const u16 *w2,      \
-      i64 ld2, float *qkv, float *qs, float *o, float *a, float *g3, float *sc, unsigned *bar, int p0, int p1
+      i64 ld2, float *qkv, float *qs, float *o, float *a, float *g3, unsigned *bar, int p0, int p1
 #define STD_BLOCK_ARGS                                                                                            \
   x, D, n1w, n1dt, n1eps, n1rnd, n1rnd1, wqkv, ldqkv, H, KVH, hd, qnw, qndt, qneps, qnrnd, qnrnd1, knw, kndt, kneps,   \
       knrnd, knrnd1, invf, interleaved, ropeBF16, pos, kc, ldk, vc, ldv, scale, probBF16, wo, ldo, n2w, n2dt, n2eps,  \
-      n2rnd, n2rnd1, w1, ld1, w3, ld3, F, w2, ld2, qkv, qs, o, a, g3, sc, bar, p0, p1
+      n2rnd, n2rnd1, w1, ld1, w3, ld3, F, w2, ld2, qkv, qs, o, a, g3, bar, p0, p1
 
 template <int TL>
 __device__ __forceinline__ void std_block(STD_BLOCK_PARAMS) {
@@ -2917,8 +2916,8 @@ __device__ __forceinline__ void std_block(STD_BLOCK_PARAMS) {
 #else
         int np = pos + 1;
 #endif
-        attn_rows(o, 0, qs, 0, kc, ldk, vc, ldv, sc, pos + 1, H, KVH, hd, scale, 0, pos, 1, 0, np, probBF16, nullptr, 1,
-                  1, u, 128, 1);
+        attn_rows(o, 0, qs, 0, kc, ldk, vc, ldv, nullptr, pos + 1, H, KVH, hd, scale, 0, pos, 1, 0, np, probBF16, nullptr,
+                  1, 1, u, 128, 1);
         __syncthreads();
       }
     } else if (ph == 2) {
