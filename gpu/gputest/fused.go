@@ -59,14 +59,11 @@ func checkNormMatMul(h *harness) {
 		hv, dst := h.f32(c.M, c.K, false), h.f32(c.M, c.N, i%3 == 1)
 		gpu.NormMatMul(h.q, dst.view, hv.view, x.view, gpu.RowNorm{Eps: c.eps, W: nw.view}, w.view, bt)
 		name := fmt.Sprintf("M=%d/K=%d/N=%d/eps=%g/weight=%v", c.M, c.K, c.N, c.eps, c.weight)
-		want, bound := normReplay(xv, wv, c.M, c.K, c.eps)
-		h.verify(name+"/norm", hv, want, bound, x, nw)
-		hk, err := h.readRows(hv, c.M, c.K)
-		if err != nil {
-			h.fail(name, "%v", err)
+		hk, ok := h.verifyNorm(name, hv, xv, wv, c.M, c.K, c.eps, x, nw)
+		if !ok {
 			continue
 		}
-		want, bound = matmulReplay(hk, w.vals, b.vals, c.M, c.K, c.N)
+		want, bound := matmulReplay(hk, w.vals, b.vals, c.M, c.K, c.N)
 		h.verify(name+"/product", dst, want, bound, x, w, b)
 	}
 }
@@ -233,11 +230,8 @@ func checkNormGLU(h *harness) {
 		hv, dst, a := h.f32(c.M, c.K, false), h.f32(c.M, c.F, false), h.f32(c.M, c.F, false)
 		gpu.NormGLU(h.q, dst.view, a.view, hv.view, x.view, gpu.RowNorm{Eps: c.eps, W: nw.view}, w1.view, w3.view, c.round)
 		name := fmt.Sprintf("M=%d/K=%d/F=%d/eps=%g/weight=%v/round=%v", c.M, c.K, c.F, c.eps, c.weight, c.round)
-		want, bound := normReplay(xv, wv, c.M, c.K, c.eps)
-		h.verify(name+"/norm", hv, want, bound, x, nw)
-		hk, err := h.readRows(hv, c.M, c.K)
-		if err != nil {
-			h.fail(name, "%v", err)
+		hk, ok := h.verifyNorm(name, hv, xv, wv, c.M, c.K, c.eps, x, nw)
+		if !ok {
 			continue
 		}
 		replay := matmulReplay
@@ -250,7 +244,7 @@ func checkNormGLU(h *harness) {
 		if c.round {
 			ub = uB
 		}
-		want, bound = make([]float64, c.M*c.F), make([]float64, c.M*c.F)
+		want, bound := make([]float64, c.M*c.F), make([]float64, c.M*c.F)
 		for i := range want {
 			s := activation(gpu.SiLU, v1[i])
 			E1 := e1[i] + ub*(math.Abs(v1[i])+e1[i])  // h·w1ᵀ, rounded
@@ -266,20 +260,25 @@ func checkNormGLU(h *harness) {
 	}
 }
 
-// readRows reads o's rows × cols values, row after row (the queue's
-// normalised rows that the products after a fused norm are replayed from).
-func (h *harness) readRows(o operand, rows, cols int) ([]float32, error) {
-	got, err := h.read(o)
+// verifyNorm checks hv, the rows × cols norm a fused op wrote of x's
+// values xv (norm weight values wv), against normReplay, and returns
+// hv's values row after row — what the products after the norm are
+// replayed from — or false, the case failed, where they cannot be read.
+func (h *harness) verifyNorm(name string, hv operand, xv, wv []float32, rows, cols int, eps float32, x, nw operand) ([]float32, bool) {
+	want, bound := normReplay(xv, wv, rows, cols, eps)
+	h.verify(name+"/norm", hv, want, bound, x, nw)
+	got, err := h.read(hv)
 	if err != nil {
-		return nil, err
+		h.fail(name, "%v", err)
+		return nil, false
 	}
 	v := make([]float32, rows*cols)
 	for r := 0; r < rows; r++ {
 		for k := 0; k < cols; k++ {
-			v[r*cols+k] = got[o.at(r, k)]
+			v[r*cols+k] = got[hv.at(r, k)]
 		}
 	}
-	return v, nil
+	return v, true
 }
 
 // normInput makes a fused norm's input: x's M × K values and x itself, and,
