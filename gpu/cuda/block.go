@@ -35,6 +35,11 @@ import (
 // any queue may fuse. Options.GridBlock (OMNIPIPE_CUDA_BLOCK=grid) keeps
 // the one grid. The emulator runs a grid's blocks one after another, so
 // there each phase is always a launch of its own.
+//
+// A phase's launch takes the kernel of that phase alone
+// (std_block(t)_f32_p<n>: only its code, only its registers);
+// Options.OneKernelBlock (OMNIPIPE_CUDA_BLOCK=onekernel) launches the
+// five-phase kernel for each phase instead, for the A/B.
 
 // std_block_f32's shared memory: its static arrays are the products'
 // class sums, one set per mmv_tile instantiation (one tile a pass: 8 KiB;
@@ -197,6 +202,13 @@ func (q *Queue) blockLaunch(b gpu.Block, p0, p1 int) {
 		args = append(args, q.t(gpu.Tensor{Buf: q.blk, Off: o, Rows: 1, Cols: 1, Stride: 1}))
 	}
 	args = append(args, q.t(gpu.Tensor{Buf: q.blkBar, Rows: 1, Cols: 2, Stride: 2}), i(p0), i(p1))
+	if p1 == p0+1 && !q.d.oneKernelBlock {
+		name = phaseKernel(name, p0)
+	}
 	shm := blockShm(b)
 	q.launch(name, [3]uint32{uint32(q.blockGrid(b)), 1, 1}, [2]uint32{blockThreads, 1}, shm, args...)
 }
+
+// phaseKernel names the kernel of the block kernel name that holds phase
+// ph alone.
+func phaseKernel(name string, ph int) string { return fmt.Sprintf("%s_p%d", name, ph) }

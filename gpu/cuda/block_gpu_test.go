@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -183,9 +184,11 @@ func sameBits(a, b []float32) int {
 // and both caches, on every shape of blockShapes. On a GPU it also holds
 // the one-launch kernel (grid barriers between its phases) to the same
 // kernel launched a phase at a time, and counts the launches: one for
-// the block where the sequence takes seven or more. The sequence reads
-// the weights' rows; the block runs on their tiled copies
-// (std_blockt_f32) and on the rows (std_block_f32).
+// the block where the sequence takes seven or more. A phase a launch runs
+// both the kernels of one phase each (the default) and the five-phase
+// kernel (Options.OneKernelBlock). The sequence reads the weights' rows;
+// the block runs on their tiled copies (std_blockt_f32) and on the rows
+// (std_block_f32).
 func TestStdBlockEqualsSeq(t *testing.T) {
 	d := openTestDevice(t, Options{MatMul: "mma"})
 	fq := d.NewQueue("fused").(*Queue)
@@ -203,13 +206,15 @@ func TestStdBlockEqualsSeq(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			modes := []bool{d.Emulated()} // the emulator: always a phase a launch
+			type mode struct{ phased, one bool }
+			modes := []mode{{true, false}, {true, true}} // the emulator: always a phase a launch
 			if !d.Emulated() {
-				modes = append(modes, true)
+				modes = append(modes, mode{false, false})
 			}
+			defer func() { d.phasedBlock, d.oneKernelBlock, fq.untiled = true, false, false }()
 			for m := range 2 * len(modes) {
-				phased := modes[m/2]
-				d.phasedBlock, fq.untiled = phased, m%2 == 1
+				phased := modes[m/2].phased
+				d.phasedBlock, d.oneKernelBlock, fq.untiled = phased, modes[m/2].one, m%2 == 1
 				x, k, v, n, err := c.run(fq, true)
 				if err != nil {
 					t.Fatal(err)
@@ -219,20 +224,20 @@ func TestStdBlockEqualsSeq(t *testing.T) {
 					want = blockPhases
 				}
 				if n != want || seqN < 7 {
-					t.Errorf("phased=%v untiled=%v: %d launches (the sequence %d), want %d", phased, fq.untiled, n, seqN, want)
+					t.Errorf("%+v untiled=%v: %d launches (the sequence %d), want %d", modes[m/2], fq.untiled, n, seqN, want)
 				}
 				for _, o := range []struct {
 					name      string
 					got, want []float32
 				}{{"x", x, wx}, {"k", k, wk}, {"v", v, wv}} {
 					if j := sameBits(o.got, o.want); j >= 0 {
-						t.Errorf("phased=%v untiled=%v: %s[%d] = %v, the sequence %v", phased, fq.untiled, o.name, j, o.got[j], o.want[j])
+						t.Errorf("%+v untiled=%v: %s[%d] = %v, the sequence %v", modes[m/2], fq.untiled, o.name, j, o.got[j], o.want[j])
 					}
 				}
 				// The cache row past pos is the input's (untouched).
 				kvd := s.KVH * s.hd
 				if j := sameBits(k[(s.pos+1)*kvd:], c.kc[(s.pos+1)*kvd:]); j >= 0 {
-					t.Errorf("phased=%v untiled=%v: k row %d written", phased, fq.untiled, s.pos+1)
+					t.Errorf("%+v untiled=%v: k row %d written", modes[m/2], fq.untiled, s.pos+1)
 				}
 			}
 		})
@@ -243,8 +248,9 @@ func TestStdBlockEqualsSeq(t *testing.T) {
 // the released sizes (D 1024, 32 heads of 32, 8 KV heads, F 2816): six
 // layers' weights (135 MB, beyond L2) through positions 0 … 7, 48 blocks
 // a frame as the depthformer runs them, replayed as graphs. Modes: fused
-// (std_block_f32, one launch a block), phased (a launch a phase) and ops
-// (the op sequence). It reports µs a block. GPU only: the emulator's time
+// (std_block_f32, one launch a block), phased (a launch a phase, each the
+// kernel of that phase alone), phased-onekernel (a launch a phase, each
+// the five-phase kernel) and ops (the op sequence). It reports µs a block. GPU only: the emulator's time
 // means nothing.
 func BenchmarkStdBlock(b *testing.B) {
 	d := openTestDevice(b, Options{MatMul: "mma"})
@@ -294,9 +300,11 @@ func BenchmarkStdBlock(b *testing.B) {
 		}
 		return q.Sync()
 	}
-	for _, mode := range []string{"fused", "phased", "ops"} {
+	defer func() { d.phasedBlock, d.oneKernelBlock = true, false }()
+	for _, mode := range []string{"fused", "phased", "phased-onekernel", "ops"} {
 		b.Run(mode, func(b *testing.B) {
-			d.phasedBlock = mode == "phased"
+			d.phasedBlock = strings.HasPrefix(mode, "phased")
+			d.oneKernelBlock = mode == "phased-onekernel"
 			for range 3 { // graphs are built on the second sight
 				if err := frame(mode == "ops"); err != nil {
 					b.Fatal(err)

@@ -81,3 +81,41 @@ func TestBlockFusionRules(t *testing.T) {
 		t.Errorf("the owner refused after a second queue asked: %s", why)
 	}
 }
+
+// TestBlockPhaseKernels: a block a phase a launch takes the kernel of each
+// phase alone by default and the five-phase kernel with
+// Options.OneKernelBlock (on the weights' rows here: fake tensors have no
+// tiled copies); one grid always takes the five-phase kernel.
+func TestBlockPhaseKernels(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		phased, one bool
+		want        []string
+	}{
+		{"a kernel a phase", true, false, []string{"std_block_f32_p0", "std_block_f32_p1", "std_block_f32_p2", "std_block_f32_p3", "std_block_f32_p4"}},
+		{"the five-phase kernel a phase", true, true, []string{"std_block_f32", "std_block_f32", "std_block_f32", "std_block_f32", "std_block_f32"}},
+		{"one grid", false, false, []string{"std_block_f32"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			q := hostQueue()
+			q.d.mmaMatMul, q.d.phasedBlock, q.d.oneKernelBlock = true, c.phased, c.one
+			q.blk = &buffer{ptr: 1 << 41, dt: gpu.F32, n: 1 << 20}
+			q.blkBar = &buffer{ptr: 1 << 42, dt: gpu.I32, n: 2}
+			if !q.FuseBlock(fakeBlock(1, 1024, 32, 2816)) {
+				t.Fatal("the depthformer's block was not fused")
+			}
+			if len(q.rec.cmds) != len(c.want) {
+				t.Fatalf("%d launches, want %d", len(q.rec.cmds), len(c.want))
+			}
+			names := map[uintptr]string{}
+			for k, f := range q.d.fns {
+				names[f] = k
+			}
+			for j, cm := range q.rec.cmds {
+				if cm.fn != q.d.fns[c.want[j]] {
+					t.Errorf("launch %d: %s, want %s", j, names[cm.fn], c.want[j])
+				}
+			}
+		})
+	}
+}

@@ -183,6 +183,11 @@ func forcedOnlyVariants() map[string]bool {
 		}
 	}
 	delete(all, mmvNormDefault.name)
+	// The five-phase block kernels run only as one grid or with
+	// Options.OneKernelBlock; TestStdBlockEqualsSeq holds both, launched
+	// either way, to the op sequence (and so to the kernels of one phase
+	// each, which the contract checks) bit for bit.
+	all["std_block_f32"], all["std_blockt_f32"] = true, true
 	return all
 }
 

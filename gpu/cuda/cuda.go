@@ -119,6 +119,11 @@ type Options struct {
 	// launch boundary cost less than the barrier (a one-session frame 2.14
 	// against 2.29 ms, docs/performance.md).
 	GridBlock bool
+	// OneKernelBlock launches std_block_f32 a phase at a time as the
+	// default does, but each launch the kernel that holds all five phases
+	// instead of the kernel of that phase alone (std_block_f32_p<n>; for
+	// A/B measurements; env OMNIPIPE_CUDA_BLOCK=onekernel). See block.go.
+	OneKernelBlock bool
 	// NoTiledWeights keeps no tiled copy of the bf16 weights (tiled.go):
 	// the few-row tensor-core products then read their rows (for A/B
 	// measurements and on a GPU short of memory: the copies take as much
@@ -170,6 +175,8 @@ func New(o Options) (*Device, error) {
 		o.NoFusedBlock = true
 	case "grid":
 		o.GridBlock = true
+	case "onekernel":
+		o.OneKernelBlock = true
 	}
 	if v := os.Getenv("OMNIPIPE_CUDA_PROFILE"); v != "" {
 		o.Profile, o.profilePath = true, v

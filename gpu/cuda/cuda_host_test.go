@@ -71,7 +71,7 @@ func TestCompileOptionsTargetMachineCode(t *testing.T) {
 func TestKernelSourceDefinesEveryLaunchedKernel(t *testing.T) {
 	for _, k := range kernelNames {
 		plain := regexp.MustCompile(`__global__ void (__launch_bounds__\(\d+\) )?` + k + `\(`)
-		macro := regexp.MustCompile(`((MATMUL|MMA)_KERNEL|\nMATMUL_TILED|\nGEMV(R|_NORM)?|\nMMVT?(_NORM(_GLU)?)?)\(` + k + `,`)
+		macro := regexp.MustCompile(`((MATMUL|MMA)_KERNEL|\nMATMUL_TILED|\nGEMV(R|_NORM)?|\nMMVT?(_NORM(_GLU)?)?|\nSTD_BLOCK)\(` + k + `,`)
 		if !plain.MatchString(kernelSource) && !macro.MatchString(kernelSource) {
 			t.Errorf("kernels.cu defines no kernel %s", k)
 		}

@@ -62,6 +62,9 @@ type Device struct {
 	// tests set it on devices of their own; the emulator always launches
 	// a phase at a time).
 	phasedBlock bool
+	// oneKernelBlock: Options.OneKernelBlock (a phase a launch, each
+	// launch the five-phase kernel).
+	oneKernelBlock bool
 	// noTiled: Options.NoTiledWeights (Load keeps no tiled copies).
 	noTiled bool
 	// devUploads: not Options.HostUploads (staging's mirror).
@@ -127,7 +130,7 @@ func openDevice(o Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, phasedBlock: !o.GridBlock, noTiled: o.NoTiledWeights, devUploads: !o.HostUploads, work: make(chan func()), exited: make(chan struct{})}
+	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, phasedBlock: !o.GridBlock, oneKernelBlock: o.OneKernelBlock, noTiled: o.NoTiledWeights, devUploads: !o.HostUploads, work: make(chan func()), exited: make(chan struct{})}
 	if o.Profile {
 		p, err := newProfiler(drv)
 		if err != nil {

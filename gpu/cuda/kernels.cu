@@ -2834,7 +2834,9 @@ __device__ __forceinline__ void grid_sync(unsigned* bar) {
       knrnd, knrnd1, invf, interleaved, ropeBF16, pos, kc, ldk, vc, ldv, scale, probBF16, wo, ldo, n2w, n2dt, n2eps,  \
       n2rnd, n2rnd1, w1, ld1, w3, ld3, F, w2, ld2, qkv, qs, o, a, g3, bar, p0, p1
 
-template <int TL>
+// PH ≥ 0 compiles phase PH alone (a kernel a phase: std_block_kernel
+// below), p0 and p1 then unread; PH < 0 runs the launch's p0 … p1 − 1.
+template <int TL, int PH = -1>
 __device__ __forceinline__ void std_block(STD_BLOCK_PARAMS) {
   extern __shared__ float4 sb4[];
   __shared__ float sh[8];
@@ -2865,8 +2867,9 @@ __device__ __forceinline__ void std_block(STD_BLOCK_PARAMS) {
     __syncthreads();
     pmode = 0;
   };
-  for (int ph = p0; ph < p1; ph++) {
-    owe = ph > p0;
+  int q0 = PH >= 0 ? PH : p0, q1 = PH >= 0 ? PH + 1 : p1;
+  for (int ph = q0; ph < q1; ph++) {
+    owe = ph > q0;
     pmode = ph == 0 ? 1 : ph == 3 ? 2 : 0;  // a block without items skips the norm
     if (ph == 1 && owe) {  // the attention loads no weights first
       grid_sync(bar);
@@ -2945,21 +2948,48 @@ __device__ __forceinline__ void std_block(STD_BLOCK_PARAMS) {
   }
 }
 
+// std_block_kernel: std_block on weights in rows (TL 0) or on their
+// tiled copies (TL 1, tiled.go), phase PH alone or (PH < 0) the launch's
+// phases; a launch that begins with phase 0 first asks L2 for its block's
+// qkv tiles.
+template <int TL, int PH>
+__device__ __forceinline__ void std_block_kernel(STD_BLOCK_PARAMS) {
+  if ((PH >= 0 ? PH : p0) == 0) {
+    int nq = (H + 2 * KVH) * hd;
+    if (TL)
+      pdl_prefetch_rows(wqkv, (D + 63) / 64 * 1024LL, 2, (D + 63) / 64 * 1024, blockIdx.x * 2, min((nq + 15) / 16, (int)blockIdx.x * 2 + 2));
+    else
+      pdl_prefetch_rows(wqkv, ldqkv, 2, D, blockIdx.x * 32, min(nq, (int)blockIdx.x * 32 + 32));
+  }
+  PDL_ENTER();
+  std_block<TL, PH>(STD_BLOCK_ARGS);
+}
+
+// STD_BLOCK(name, TL, PH): std_block_kernel as a kernel. std_block_f32 and
+// std_blockt_f32 hold every phase (a grid that runs them all with its
+// barriers, or the one-kernel A/B of Options.OneKernelBlock); the _p<n>
+// kernels one phase each, which a phase a launch (the default) takes: a
+// kernel holds only its phase's code and registers, where the five-phase
+// kernel kept 128 registers (8 spilled) and ≈ 40 % of its warps' stalls
+// were instruction fetches (docs/performance.md). The same floats: the
+// same device functions in the same order (TestStdBlockEqualsSeq).
+#define STD_BLOCK(name, TL, PH) \
+  __global__ void __launch_bounds__(512) name(STD_BLOCK_PARAMS) { std_block_kernel<TL, PH>(STD_BLOCK_ARGS); }
+
 extern "C" {
 
-// std_block_f32 on weights in rows; std_blockt_f32 on the weights' tiled
-// copies (tiled.go), the same floats.
-__global__ void __launch_bounds__(512) std_block_f32(STD_BLOCK_PARAMS) {
-  if (p0 == 0) pdl_prefetch_rows(wqkv, ldqkv, 2, D, blockIdx.x * 32, min((H + 2 * KVH) * hd, (int)blockIdx.x * 32 + 32));
-  PDL_ENTER();
-  std_block<0>(STD_BLOCK_ARGS);
-}
-
-__global__ void __launch_bounds__(512) std_blockt_f32(STD_BLOCK_PARAMS) {
-  if (p0 == 0) pdl_prefetch_rows(wqkv, (D + 63) / 64 * 1024LL, 2, (D + 63) / 64 * 1024, blockIdx.x * 2, min(((H + 2 * KVH) * hd + 15) / 16, (int)blockIdx.x * 2 + 2));
-  PDL_ENTER();
-  std_block<1>(STD_BLOCK_ARGS);
-}
+STD_BLOCK(std_block_f32, 0, -1)
+STD_BLOCK(std_blockt_f32, 1, -1)
+STD_BLOCK(std_block_f32_p0, 0, 0)
+STD_BLOCK(std_block_f32_p1, 0, 1)
+STD_BLOCK(std_block_f32_p2, 0, 2)
+STD_BLOCK(std_block_f32_p3, 0, 3)
+STD_BLOCK(std_block_f32_p4, 0, 4)
+STD_BLOCK(std_blockt_f32_p0, 1, 0)
+STD_BLOCK(std_blockt_f32_p1, 1, 1)
+STD_BLOCK(std_blockt_f32_p2, 1, 2)
+STD_BLOCK(std_blockt_f32_p3, 1, 3)
+STD_BLOCK(std_blockt_f32_p4, 1, 4)
 
 // ---- convolutions ----------------------------------------------------------
 
