@@ -36,6 +36,14 @@ import (
 // the one grid. The emulator runs a grid's blocks one after another, so
 // there each phase is always a launch of its own.
 //
+// The fused block is not the default (Options.FusedBlock,
+// OMNIPIPE_CUDA_BLOCK=phased, turns it on): once the op sequence's kernels
+// had their fused norms, the fused SwiGLU and the exact-bf16 fast path,
+// the sequence measured faster on the H200 (BenchmarkStdBlock 31.9–32.5
+// against 35.3–35.7 µs a block; a one-session frame 1.77–1.80 against
+// 1.88–1.92 ms, 2026-12-02). It stays, bit for bit the sequence's, for
+// the A/B and for GPUs where the launches cost more.
+//
 // A phase's launch takes the kernel of that phase alone
 // (std_block(t)_f32_p<n>: only its code, only its registers);
 // Options.OneKernelBlock (OMNIPIPE_CUDA_BLOCK=onekernel) launches the

@@ -190,7 +190,7 @@ func sameBits(a, b []float32) int {
 // the block runs on their tiled copies (std_blockt_f32) and on the rows
 // (std_block_f32).
 func TestStdBlockEqualsSeq(t *testing.T) {
-	d := openTestDevice(t, Options{MatMul: "mma"})
+	d := openTestDevice(t, Options{MatMul: "mma", FusedBlock: true})
 	fq := d.NewQueue("fused").(*Queue)
 	sq := d.NewQueue("seq").(*Queue)
 	sq.unfused = true
@@ -253,7 +253,7 @@ func TestStdBlockEqualsSeq(t *testing.T) {
 // the five-phase kernel) and ops (the op sequence). It reports µs a block. GPU only: the emulator's time
 // means nothing.
 func BenchmarkStdBlock(b *testing.B) {
-	d := openTestDevice(b, Options{MatMul: "mma"})
+	d := openTestDevice(b, Options{MatMul: "mma", FusedBlock: true})
 	if d.Emulated() {
 		b.Skip("timing a kernel needs a GPU")
 	}

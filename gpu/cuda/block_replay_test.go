@@ -199,7 +199,7 @@ func spanSiLU(x span) span {
 // catch.
 func TestStdBlockPhasesReplay(t *testing.T) {
 	for _, fault := range []string{"", "STDBLOCK"} {
-		d := openTestDevice(t, Options{MatMul: "mma", Fault: fault})
+		d := openTestDevice(t, Options{MatMul: "mma", Fault: fault, FusedBlock: true})
 		q := d.NewQueue("replay").(*Queue)
 		bad := 0
 		for i, s := range blockShapes {

@@ -36,7 +36,7 @@ func TestKernelContract(t *testing.T) {
 	}
 	// The tensor-core products (MatMul "mma", the default; openGPU's
 	// device runs the FMA kernels) pass the same contract.
-	md, err := New(Options{MatMul: "mma"})
+	md, err := New(Options{MatMul: "mma", FusedBlock: true}) // the fused block's checks too
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestKernelContract(t *testing.T) {
 // what went wrong.
 func runControl(f string) string {
 	op := Faults[f]
-	o := Options{Fault: f, MatMul: "mma"}
+	o := Options{Fault: f, MatMul: "mma", FusedBlock: true}
 	if f == "MATMUL" || f == "GEMV" {
 		o.MatMul = "fma" // faults in the FMA kernels' BF16 paths
 	}
@@ -202,7 +202,7 @@ func TestContractUnderShuffledSchedule(t *testing.T) {
 	}
 	t.Setenv("OMNIPIPE_CUDA_EMU_SCHEDULE", "random:20261201")
 	for _, mm := range []string{"fma", "mma"} {
-		d, err := New(Options{MatMul: mm})
+		d, err := New(Options{MatMul: mm, FusedBlock: true})
 		if err != nil {
 			t.Fatal(err)
 		}

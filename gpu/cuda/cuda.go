@@ -108,21 +108,23 @@ type Options struct {
 	// kernel then starts only after the one before it has ended; env
 	// OMNIPIPE_CUDA_PDL=off does the same). See launch.go.
 	NoPDL bool
-	// NoFusedBlock runs every gpu.Block as its op sequence (seven
-	// launches) instead of std_block_f32's one (for A/B measurements; env
-	// OMNIPIPE_CUDA_BLOCK=off does the same). See block.go.
-	NoFusedBlock bool
+	// FusedBlock runs each one-row gpu.Block through std_block_f32, its
+	// five phases a launch each (env OMNIPIPE_CUDA_BLOCK=phased), instead
+	// of as its op sequence (the default; =off). The floats are the same;
+	// on the H200 the op sequence measured faster since its kernels got
+	// their fused norms and exact-bf16 paths (a one-session frame 1.77–1.80
+	// against 1.88–1.92 ms, 2026-12-02, docs/performance.md). See block.go.
+	FusedBlock bool
 	// GridBlock launches std_block_f32 as one grid whose phases are
-	// separated by grid-wide barriers (env OMNIPIPE_CUDA_BLOCK=grid). The
-	// default launches it a phase at a time, five programmatically
-	// dependent launches a block: on the H200 with the tiled weights the
-	// launch boundary cost less than the barrier (a one-session frame 2.14
-	// against 2.29 ms, docs/performance.md).
+	// separated by grid-wide barriers (env OMNIPIPE_CUDA_BLOCK=grid;
+	// implies FusedBlock). A phase a launch measured faster on the H200
+	// with the tiled weights (a one-session frame 2.14 against 2.29 ms).
 	GridBlock bool
-	// OneKernelBlock launches std_block_f32 a phase at a time as the
-	// default does, but each launch the kernel that holds all five phases
-	// instead of the kernel of that phase alone (std_block_f32_p<n>; for
-	// A/B measurements; env OMNIPIPE_CUDA_BLOCK=onekernel). See block.go.
+	// OneKernelBlock launches std_block_f32 a phase at a time as
+	// FusedBlock does, but each launch the kernel that holds all five
+	// phases instead of the kernel of that phase alone (std_block_f32_p<n>;
+	// for A/B measurements; env OMNIPIPE_CUDA_BLOCK=onekernel; implies
+	// FusedBlock). See block.go.
 	OneKernelBlock bool
 	// NoTiledWeights keeps no tiled copy of the bf16 weights (tiled.go):
 	// the few-row tensor-core products then read their rows (for A/B
@@ -171,8 +173,8 @@ func New(o Options) (*Device, error) {
 		o.HostUploads = true
 	}
 	switch os.Getenv("OMNIPIPE_CUDA_BLOCK") {
-	case "off":
-		o.NoFusedBlock = true
+	case "phased":
+		o.FusedBlock = true
 	case "grid":
 		o.GridBlock = true
 	case "onekernel":

@@ -55,7 +55,7 @@ type Device struct {
 	// blockOwner is the one queue that may launch std_block_f32 as one
 	// grid (see block.go: two such grids on two streams could wait on each
 	// other's multiprocessors); nil until a queue first fuses a block so.
-	// noBlock: Options.NoFusedBlock.
+	// noBlock: none of Options.FusedBlock, GridBlock, OneKernelBlock.
 	blockOwner atomic.Pointer[Queue]
 	noBlock    bool
 	// phasedBlock: std_block_f32 a phase a launch (not Options.GridBlock;
@@ -130,7 +130,7 @@ func openDevice(o Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: o.NoFusedBlock, phasedBlock: !o.GridBlock, oneKernelBlock: o.OneKernelBlock, noTiled: o.NoTiledWeights, devUploads: !o.HostUploads, work: make(chan func()), exited: make(chan struct{})}
+	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: !o.FusedBlock && !o.GridBlock && !o.OneKernelBlock, phasedBlock: !o.GridBlock, oneKernelBlock: o.OneKernelBlock, noTiled: o.NoTiledWeights, devUploads: !o.HostUploads, work: make(chan func()), exited: make(chan struct{})}
 	if o.Profile {
 		p, err := newProfiler(drv)
 		if err != nil {

@@ -2948,33 +2948,24 @@ __device__ __forceinline__ void std_block(STD_BLOCK_PARAMS) {
   }
 }
 
-// std_block_kernel: std_block on weights in rows (TL 0) or on their
-// tiled copies (TL 1, tiled.go), phase PH alone or (PH < 0) the launch's
-// phases; a launch that begins with phase 0 first asks L2 for its block's
-// qkv tiles.
-template <int TL, int PH>
-__device__ __forceinline__ void std_block_kernel(STD_BLOCK_PARAMS) {
-  if ((PH >= 0 ? PH : p0) == 0) {
-    int nq = (H + 2 * KVH) * hd;
-    if (TL)
-      pdl_prefetch_rows(wqkv, (D + 63) / 64 * 1024LL, 2, (D + 63) / 64 * 1024, blockIdx.x * 2, min((nq + 15) / 16, (int)blockIdx.x * 2 + 2));
-    else
-      pdl_prefetch_rows(wqkv, ldqkv, 2, D, blockIdx.x * 32, min(nq, (int)blockIdx.x * 32 + 32));
+// STD_BLOCK(name, TL, PH): std_block on weights in rows (TL 0) or on
+// their tiled copies (TL 1, tiled.go), phase PH alone or (PH < 0) the
+// launch's phases; a launch that begins with phase 0 first asks L2 for its
+// block's qkv tiles. std_block_f32 and std_blockt_f32 hold every phase (a
+// grid that runs them all with its barriers, or the one-kernel A/B of
+// Options.OneKernelBlock); the _p<n> kernels one phase each, which a phase
+// a launch takes: a kernel holds only its phase's code and registers,
+// where the five-phase kernel kept 128 registers (8 spilled) and ≈ 40 % of
+// its warps' stalls were instruction fetches (docs/performance.md). The
+// same floats: the same device functions in the same order
+// (TestStdBlockEqualsSeq).
+#define STD_BLOCK_NQ ((H + 2 * KVH) * hd)
+#define STD_BLOCK(name, TL, PH)                                                                                   \
+  __global__ void __launch_bounds__(512) name(STD_BLOCK_PARAMS) {                                                 \
+    if ((PH >= 0 ? PH : p0) == 0) pdl_prefetch_rows(wqkv, TL ? (D + 63) / 64 * 1024LL : ldqkv, 2, TL ? (D + 63) / 64 * 1024 : D, TL ? (int)blockIdx.x * 2 : (int)blockIdx.x * 32, TL ? min((STD_BLOCK_NQ + 15) / 16, (int)blockIdx.x * 2 + 2) : min(STD_BLOCK_NQ, (int)blockIdx.x * 32 + 32)); \
+    PDL_ENTER();                                                                                                  \
+    std_block<TL, PH>(STD_BLOCK_ARGS);                                                                            \
   }
-  PDL_ENTER();
-  std_block<TL, PH>(STD_BLOCK_ARGS);
-}
-
-// STD_BLOCK(name, TL, PH): std_block_kernel as a kernel. std_block_f32 and
-// std_blockt_f32 hold every phase (a grid that runs them all with its
-// barriers, or the one-kernel A/B of Options.OneKernelBlock); the _p<n>
-// kernels one phase each, which a phase a launch (the default) takes: a
-// kernel holds only its phase's code and registers, where the five-phase
-// kernel kept 128 registers (8 spilled) and ≈ 40 % of its warps' stalls
-// were instruction fetches (docs/performance.md). The same floats: the
-// same device functions in the same order (TestStdBlockEqualsSeq).
-#define STD_BLOCK(name, TL, PH) \
-  __global__ void __launch_bounds__(512) name(STD_BLOCK_PARAMS) { std_block_kernel<TL, PH>(STD_BLOCK_ARGS); }
 
 extern "C" {
 
