@@ -220,3 +220,15 @@ func (q *Queue) blockLaunch(b gpu.Block, p0, p1 int) {
 // phaseKernel names the kernel of the block kernel name that holds phase
 // ph alone.
 func phaseKernel(name string, ph int) string { return fmt.Sprintf("%s_p%d", name, ph) }
+
+// blockPhaseKernels lists the kernels of one phase each of both block
+// kernels (kernels.cu: STD_BLOCK).
+func blockPhaseKernels() []string {
+	var ks []string
+	for _, name := range []string{"std_block_f32", "std_blockt_f32"} {
+		for ph := range blockPhases {
+			ks = append(ks, phaseKernel(name, ph))
+		}
+	}
+	return ks
+}

@@ -185,7 +185,7 @@ func sameBits(a, b []float32) int {
 // the one-launch kernel (grid barriers between its phases) to the same
 // kernel launched a phase at a time, and counts the launches: one for
 // the block where the sequence takes seven or more. A phase a launch runs
-// both the kernels of one phase each (the default) and the five-phase
+// both the kernels of one phase each (the fused block's default) and the five-phase
 // kernel (Options.OneKernelBlock). The sequence reads the weights' rows;
 // the block runs on their tiled copies (std_blockt_f32) and on the rows
 // (std_block_f32).
@@ -250,7 +250,8 @@ func TestStdBlockEqualsSeq(t *testing.T) {
 // a frame as the depthformer runs them, replayed as graphs. Modes: fused
 // (std_block_f32, one launch a block), phased (a launch a phase, each the
 // kernel of that phase alone), phased-onekernel (a launch a phase, each
-// the five-phase kernel) and ops (the op sequence). It reports µs a block. GPU only: the emulator's time
+// the five-phase kernel) and ops (the op sequence, the default). It
+// reports µs a block. GPU only: the emulator's time
 // means nothing.
 func BenchmarkStdBlock(b *testing.B) {
 	d := openTestDevice(b, Options{MatMul: "mma", FusedBlock: true})

@@ -107,13 +107,9 @@ func TestBlockPhaseKernels(t *testing.T) {
 			if len(q.rec.cmds) != len(c.want) {
 				t.Fatalf("%d launches, want %d", len(q.rec.cmds), len(c.want))
 			}
-			names := map[uintptr]string{}
-			for k, f := range q.d.fns {
-				names[f] = k
-			}
 			for j, cm := range q.rec.cmds {
 				if cm.fn != q.d.fns[c.want[j]] {
-					t.Errorf("launch %d: %s, want %s", j, names[cm.fn], c.want[j])
+					t.Errorf("launch %d: %s, want %s", j, q.d.fnNames[cm.fn], c.want[j])
 				}
 			}
 		})

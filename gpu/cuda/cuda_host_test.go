@@ -257,9 +257,10 @@ func TestGraphShapes(t *testing.T) {
 func hostQueue() *Queue {
 	// closed: whatever would go to the owner thread fails at once (there is
 	// no GPU): a recorder is what these tests look at.
-	d := &Device{fns: map[string]uintptr{}, sms: 132, closed: true}
+	d := &Device{fns: map[string]uintptr{}, fnNames: map[uintptr]string{}, sms: 132, closed: true}
 	for j, k := range kernelNames {
 		d.fns[k] = uintptr(j + 1)
+		d.fnNames[uintptr(j+1)] = k
 	}
 	return &Queue{d: d, name: "host"}
 }

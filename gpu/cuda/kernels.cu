@@ -2809,8 +2809,9 @@ __device__ __forceinline__ void grid_sync(unsigned* bar) {
 // The phases' items go round the grid's blocks, grid_sync between phases
 // (a block waits there with its first weights of the next phase already
 // requested: pro below).
-// A launch runs phases p0 … p1 − 1: a GPU all of them; the emulator, whose
-// blocks run one after another, one a launch. Every value is the one the
+// A launch runs phases p0 … p1 − 1: one grid all of them; a phase a launch
+// (how the fused block runs by default, and always on the emulator, whose
+// blocks run one after another) one, in the kernel of that phase alone. Every value is the one the
 // op sequence of the block computes (NormMatMul, PrepHeads, Attention and
 // the products with their folded epilogues), through the same device
 // functions in the same order (mmv_tile's sums depend on K alone), so the
@@ -2834,8 +2835,8 @@ __device__ __forceinline__ void grid_sync(unsigned* bar) {
       knrnd, knrnd1, invf, interleaved, ropeBF16, pos, kc, ldk, vc, ldv, scale, probBF16, wo, ldo, n2w, n2dt, n2eps,  \
       n2rnd, n2rnd1, w1, ld1, w3, ld3, F, w2, ld2, qkv, qs, o, a, g3, bar, p0, p1
 
-// PH ≥ 0 compiles phase PH alone (a kernel a phase: std_block_kernel
-// below), p0 and p1 then unread; PH < 0 runs the launch's p0 … p1 − 1.
+// PH ≥ 0 compiles phase PH alone (a kernel a phase: STD_BLOCK below), p0
+// and p1 then unread; PH < 0 runs the launch's p0 … p1 − 1.
 template <int TL, int PH = -1>
 __device__ __forceinline__ void std_block(STD_BLOCK_PARAMS) {
   extern __shared__ float4 sb4[];
