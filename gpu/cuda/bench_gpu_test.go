@@ -463,20 +463,27 @@ func BenchmarkConv2D(b *testing.B) {
 }
 
 // BenchmarkEncoderShapes times the conformer's products of one clip (≈ 62
-// rows after the 8× subsampling of a 4.9 s clip, rows of exact bf16
-// values) on each tensor-core kernel that gives their bits: the default
-// pick, the tile kernels forced, and the few-row kernels forced.
+// rows after the 8× subsampling of a 4.9 s clip), a 100-row prefill's and a
+// 256-session step's (rows of exact bf16 values) on each tensor-core
+// kernel that gives their bits: the default pick, the tile kernels forced
+// (mma_bf16_big as mmaBigSplit splits it, and split over 1–16 blocks a
+// tile: "/S"), and the few-row kernels forced.
 func BenchmarkEncoderShapes(b *testing.B) {
 	d := openGPU(b)
 	rng := rand.New(rand.NewPCG(35, 36))
-	for _, sh := range []struct{ M, N, K int }{{62, 512, 512}, {62, 2048, 512}, {62, 512, 2048}, {62, 1024, 512}, {100, 2048, 2048}, {100, 8192, 2048}, {100, 2048, 8192}} {
+	for _, sh := range []struct{ M, N, K int }{{62, 512, 512}, {62, 2048, 512}, {62, 512, 2048}, {62, 1024, 512}, {100, 2048, 2048}, {100, 8192, 2048}, {100, 2048, 8192}, {100, 512, 2048},
+		{130, 2048, 2048}, {256, 2048, 2048}, {256, 2048, 8192}, {256, 512, 2048}, {256, 8192, 2048}} {
 		d.mmaMatMul = true
 		ws := []gpu.Tensor{}
 		for range 16 {
 			ws = append(ws, loadNormalBF16(b, d, rng, sh.N, sh.K))
 		}
 		d.mmaMatMul = false
-		for _, name := range []string{"default", "mma_bf16_m32", "mma_bf16_m16", "mma_bf16_big", "mmv_bf16_w16n1m2", "mmv_bf16_w16n1m1", "mmv_bf16_w4n1m1"} {
+		names := []string{"default", "mma_bf16_m32", "mma_bf16_big", "mma_bf16_big/1", "mma_bf16_big/2", "mma_bf16_big/4", "mma_bf16_big/8", "mma_bf16_big/16"}
+		if sh.M <= mmvMidMaxRows {
+			names = append(names, "mmv_bf16_w16n1m2", "mmv_bf16_w4n1m1")
+		}
+		for _, name := range names {
 			b.Run(fmt.Sprintf("%dx%dx%d/%s", sh.M, sh.N, sh.K, name), func(b *testing.B) {
 				d.mmaMatMul = true
 				defer func() { d.mmaMatMul = false }()

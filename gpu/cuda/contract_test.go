@@ -188,6 +188,13 @@ func forcedOnlyVariants() map[string]bool {
 	// either way, to the op sequence (and so to the kernels of one phase
 	// each, which the contract checks) bit for bit.
 	all["std_block_f32"], all["std_blockt_f32"] = true, true
+	// mma_tile's 32-row blocks: since the 64 × 64 tiles split their
+	// classes over blocks where they are few (mmaBigSplit) they take every
+	// product of mmaBigMinRows rows or more; the 8- and 16-row blocks of
+	// the same code are picked and checked, and the bit-identity tests
+	// hold the tile kernels to this one (TestMmaBigBitIdentical,
+	// TestMmvVariantsBitIdentical, …).
+	all["mma_bf16_m32"] = true
 	return all
 }
 

@@ -381,7 +381,10 @@ func TestMmvVariantsBitIdentical(t *testing.T) {
 // mma_tile's kernel for every output — rows all exact bf16 (its staged
 // path), all fp32 and mixed (its global-memory path, parts per 8-row
 // tile), K below 1024 (empty classes), ragged K and N, weights whose rows
-// are not 16-byte aligned, and rows past the last tile.
+// are not 16-byte aligned, and rows past the last tile — unsplit
+// ("/1"), with its classes split over 2, 5 or 16 blocks a tile
+// (mma_bf16_bigp and mma_fold_f32; fewer where K has fewer classes) and
+// as mmaBigSplit picks.
 func TestMmaBigBitIdentical(t *testing.T) {
 	d := openGPU(t)
 	d.mmaMatMul = true
@@ -408,9 +411,68 @@ func TestMmaBigBitIdentical(t *testing.T) {
 		t.Run("x="+pn, func(t *testing.T) {
 			variantsEqualTile(t, d, rng, "mma_bf16_m32",
 				[]struct{ N, K int }{{2048, 2048}, {777, 1000}, {130, 4104}, {64, 264}, {100, 7}, {3, 2056}, {1536, 8192}},
-				[]int{1, 33, 64, 100, 130}, []string{"mma_bf16_big"},
+				[]int{1, 33, 64, 100, 130}, []string{"mma_bf16_big", "mma_bf16_big/1", "mma_bf16_big/2", "mma_bf16_big/5", "mma_bf16_big/16"},
 				func(q *Queue, name string) { q.tileForce, q.tileKernel = name != "", name }, preps[pn])
 		})
+	}
+}
+
+// TestMmaBigSplitBitIdentical is TestMmaBigBitIdentical's split at sizes
+// the CUDA emulator runs in seconds: the 64 × 64 tile kernel with its
+// classes split over 2, 3 or 16 blocks a tile (mma_bf16_bigp, then
+// mma_fold_f32), and as mmaBigSplit picks, equals mma_tile's bits on
+// rows of exact bf16 (the staged path) and of fp32 (the global path) —
+// K with every class (18 superblocks: classes of one and two), K with 5
+// classes, ragged M and N, a bias and a folded activation.
+func TestMmaBigSplitBitIdentical(t *testing.T) {
+	d := openGPU(t)
+	d.mmaMatMul = true
+	defer func() { d.mmaMatMul = false }()
+	rng := rand.New(rand.NewPCG(23, 24))
+	bf16 := func(xs []float32, M, K int) {
+		for i := range xs {
+			xs[i] = gpu.RoundBF16(xs[i])
+		}
+	}
+	for _, pn := range []string{"bf16", "fp32"} {
+		prep := bf16
+		if pn == "fp32" {
+			prep = nil
+		}
+		t.Run("x="+pn, func(t *testing.T) {
+			variantsEqualTile(t, d, rng, "mma_bf16_m32", []struct{ N, K int }{{130, 1100}, {70, 300}},
+				[]int{17, 70}, []string{"mma_bf16_big/1", "mma_bf16_big/2", "mma_bf16_big/3", "mma_bf16_big/16", "mma_bf16_big"},
+				func(q *Queue, name string) { q.tileForce, q.tileKernel = name != "", name }, prep)
+		})
+	}
+	// The fold's bias and epilogue: a split product with a bias, then a
+	// folded SiLU, equals the unsplit kernel's.
+	const M, N, K = 40, 100, 700
+	w := loadNormalBF16(t, d, rng, N, K)
+	bias := d.Alloc(gpu.F32, 1, N)
+	x, y := d.Alloc(gpu.F32, M, K), d.Alloc(gpu.F32, M, N)
+	q := d.NewQueue("split-epi").(*Queue)
+	q.Write(bias, normals(rng, N))
+	q.Write(x, normals(rng, M*K))
+	var want []float32
+	stop := d.countLaunches()
+	for _, name := range []string{"mma_bf16_big/1", "mma_bf16_big/4"} {
+		q.tileForce, q.tileKernel = true, name
+		q.Fill(y, float32(math.NaN()))
+		q.MatMul(y, x, w, bias)
+		q.Act(y, y, gpu.SiLU)
+		got := make([]float32, M*N)
+		if err := q.Read(got, y); err != nil {
+			t.Fatal(err)
+		}
+		if want == nil {
+			want = got
+		} else if bad := differing(got, want); bad > 0 {
+			t.Errorf("%s with a bias and SiLU: %d/%d outputs differ from the unsplit kernel's", name, bad, len(got))
+		}
+	}
+	if n := stop(); n["mma_fold_f32"] == 0 || n["mma_bf16_bigp"] == 0 {
+		t.Errorf("the split kernels were not launched: %v", n)
 	}
 }
 

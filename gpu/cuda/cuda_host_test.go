@@ -149,9 +149,11 @@ func TestMMALaunchShape(t *testing.T) {
 		{17, 65536, "", "mma_bf16_big"}, {32, 8192, "", "mma_bf16_big"}, {33, 4096, "", "mma_bf16_big"}, {20, 100, "mma_bf16_m32", "mma_bf16_m32"}, {93, 2049, "", "mma_bf16_big"},
 		{512, 8192, "", "mma_bf16_big"}, {93, 2048, "mma_bf16_m32", "mma_bf16_m32"}, {5, 100, "mma_bf16_big", "mma_bf16_big"},
 		{40, 100, "mma_bf16_m8", "mma_bf16_m8"},
-		// Too few 64 × 64 tiles for a quarter of 132 SMs: mma_tile's blocks.
-		{62, 512, "", "mma_bf16_m32"}, {62, 2048, "", "mma_bf16_m32"}, {32, 2048, "", "mma_bf16_m32"}, {20, 100, "", "mma_bf16_m32"},
-		{100, 1024, "", "mma_bf16_m32"}, {100, 1088, "", "mma_bf16_big"}, {1000, 64, "", "mma_bf16_m32"}, {4096, 64, "", "mma_bf16_big"},
+		// Few 64 × 64 tiles: still the tile kernel (its classes split over
+		// blocks, mmaBigSplit), not mma_tile's blocks.
+		{62, 512, "", "mma_bf16_big"}, {62, 2048, "", "mma_bf16_big"}, {32, 2048, "", "mma_bf16_big"}, {20, 100, "", "mma_bf16_big"},
+		{100, 1024, "", "mma_bf16_big"}, {100, 1088, "", "mma_bf16_big"}, {1000, 64, "", "mma_bf16_big"}, {4096, 64, "", "mma_bf16_big"},
+		{20, 100, "mma_bf16_m16", "mma_bf16_m16"},
 	} {
 		name, g := mmaLaunch(c.m, c.n, 132, c.force)
 		tn, tm := 16, map[string]int{"mma_bf16_m8": 8, "mma_bf16_m16": 16, "mma_bf16_m32": 32}[name]
@@ -161,6 +163,47 @@ func TestMMALaunchShape(t *testing.T) {
 		if name != c.name || int(g[0])*tn < c.n || int(g[0]-1)*tn >= c.n || int(g[1])*tm < c.m || int(g[1]-1)*tm >= c.m {
 			t.Errorf("mmaLaunch(%d, %d, %q) = %s %v", c.m, c.n, c.force, name, g)
 		}
+	}
+}
+
+func TestMMABigSplit(t *testing.T) {
+	for _, c := range []struct {
+		m, n, k int
+		force   string
+		want    int
+	}{
+		{100, 2048, 2048, "", 8}, // 64 tiles: doubled while under 3 × 132 blocks
+		{256, 2048, 8192, "", 4}, // 128 tiles; 16 planes of 256 × 2048 sums are 32 MiB
+		{130, 2048, 2048, "", 8}, // 96 tiles
+		{64, 8192, 2048, "", 4},  // 128 tiles
+		{64, 8448, 2048, "", 1},  // 132 tiles fill the device
+		{257, 2048, 8192, "", 1}, // their sums past 32 MiB
+		{256, 8192, 2048, "", 1}, // 512 tiles fill the device
+		{130, 1100, 300, "", 4},  // five classes: not 8
+		{130, 1100, 64, "", 1},   // one class
+		{17, 64, 2048, "", 16},   // one tile
+		{100, 2048, 2048, "mma_bf16_big/1", 1},
+		{100, 2048, 2048, "mma_bf16_big/3", 3},
+		{100, 2048, 300, "mma_bf16_big/16", 5}, // at most the classes
+		{100, 2048, 2048, "mma_bf16_big", 8},   // the name alone: the pick
+	} {
+		if got := mmaBigSplit(c.m, c.n, c.k, 132, c.force); got != c.want {
+			t.Errorf("mmaBigSplit(%d, %d, %d, %q) = %d, want %d", c.m, c.n, c.k, c.force, got, c.want)
+		}
+	}
+	for _, force := range []string{"mma_bf16_big/", "mma_bf16_big/0", "mma_bf16_big/x"} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("mmaBigSplit(%q) did not panic", force)
+				}
+			}()
+			mmaBigSplit(100, 2048, 2048, 132, force)
+		}()
+	}
+	// A forced split still names the 64 × 64 kernel.
+	if name, _ := mmaLaunch(5, 100, 132, "mma_bf16_big/4"); name != "mma_bf16_big" {
+		t.Errorf("mmaLaunch(mma_bf16_big/4) = %s", name)
 	}
 }
 

@@ -2288,11 +2288,18 @@ __device__ __forceinline__ void big_fold(float (&sum)[2][4][4], float (&acc)[2][
 
 extern "C" {
 
-__global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16* xs, const u32* flags, int Kp,
-                                                    const u16* w, i64 ldw, const void* bias, int bdt, int M, int N,
-                                                    int K, EPI_PARAMS) {
-  if (blockIdx.y == 0) pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * BIG_T, min(N, (int)(blockIdx.x + 1) * BIG_T));
-  PDL_ENTER();
+// mma_big_run is mma_bf16_big's body. With parts nil it walks every class
+// and ends in the epilogue; with parts set (mma_bf16_bigp) block z of the
+// grid's gridDim.z walks only classes [z·ncls/S, (z+1)·ncls/S) of the ncls =
+// min(16, ⌈K/64⌉) that have superblocks (S = gridDim.z ≤ ncls) and stores
+// each class's sum — its own accumulators from +0, the same MMAs in the
+// same order — to parts [ncls][M][N], for mma_fold_f32 to add in class
+// order. The classes are independent until that fold, so splitting them
+// over blocks changes no bit, and a product whose 64 × 64 tiles are fewer
+// than the multiprocessors gets S times the blocks.
+__device__ __forceinline__ void mma_big_run(float* d, i64 ldd, const u16* xs, const u32* flags, int Kp, const u16* w,
+                                            i64 ldw, const void* bias, int bdt, int M, int N, int K, float* parts,
+                                            EPI_PARAMS) {
   // Three stages of one superblock: 64 weight rows and 64 x rows of 64
   // bf16 (128 bytes) each, 16-byte chunk h of row r at chunk h ^ 4·(r & 1)
   // (a quarter warp's loads of rows r and r + 1 then hit all 32 banks).
@@ -2312,6 +2319,32 @@ __global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16
       for (int q = 0; q < 4; q++) acc[i][j][q] = sum[i][j][q] = 0.0f;
   int nsb = (K + 63) / 64;
   int ncls = min(16, nsb);
+  int c0 = 0, c1 = ncls;  // the classes this block walks
+  if (parts) {
+    c0 = (int)blockIdx.z * ncls / (int)gridDim.z;
+    c1 = ((int)blockIdx.z + 1) * ncls / (int)gridDim.z;
+  }
+  int iters = 0;  // their superblocks
+  for (int c = c0; c < c1; c++) iters += (nsb - c + 15) / 16;
+  // A class's end: its sum into parts (split) or onto the classes before
+  // it.
+  auto endClass = [&](int c) {
+    if (!parts) {
+      big_fold(sum, acc, c);
+      return;
+    }
+    float* pc = parts + (i64)c * M * N;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+          int n = n0 + wn + 16 * i + g + (q >> 1) * 8, m = m0 + wm + 8 * j + 2 * t + (q & 1);
+          if (n < N && m < M) pc[(i64)m * N + n] = acc[i][j][q];
+          acc[i][j][q] = 0.0f;
+        }
+  };
   if (need == 0 && ((((unsigned long long)w) & 15) == 0) && ldw % 8 == 0) {
     // Stage loads: 512 16-byte chunks of weights and 512 of x, 4 + 4 a
     // thread.
@@ -2328,19 +2361,19 @@ __global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16
         cp_async16(&sx[st][r][4 * (h ^ ((r & 1) << 2))], xsrc, 16);
       }
     };
-    int lc = 0, ls = 0;  // the next superblock to load
+    int lc = c0, ls = c0;  // the next superblock to load
     for (int p = 0; p < 2; p++) {
-      if (p < nsb) {
+      if (p < iters) {
         load(p, ls);
         big_next(lc, ls, nsb);
       }
       cp_async_commit();
     }
-    int c = 0, s = 0;
-    for (int it = 0; it < nsb; it++) {
+    int c = c0, s = c0;
+    for (int it = 0; it < iters; it++) {
       cp_async_wait1();
       __syncthreads();
-      if (it + 2 < nsb) {
+      if (it + 2 < iters) {
         load((it + 2) % 3, ls);
         big_next(lc, ls, nsb);
       }
@@ -2369,7 +2402,7 @@ __global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16
         }
       }
       big_mmas(acc, wf, xf);
-      if (s + 16 >= nsb) big_fold(sum, acc, c);
+      if (s + 16 >= nsb) endClass(c);
       big_next(c, s, nsb);
     }
   } else {
@@ -2390,8 +2423,8 @@ __global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16
       tneed[j] = __reduce_or_sync(0xffffffffu, flags[m]);
     }
     i64 pstride = (i64)M * Kp;
-    int c = 0, s = 0;
-    for (int it = 0; it < nsb; it++) {
+    int c = c0, s = c0;
+    for (int it = 0; it < iters; it++) {
       int k = 64 * s + 8 * t;
       u32 wf[2][2][8];
 #pragma unroll
@@ -2415,10 +2448,11 @@ __global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16
                        px[BIG_XP(2 * jj)], px[BIG_XP(2 * jj + 1)]);
         }
       }
-      if (s + 16 >= nsb) big_fold(sum, acc, c);
+      if (s + 16 >= nsb) endClass(c);
       big_next(c, s, nsb);
     }
   }
+  if (parts) return;
   // Classes without superblocks (K < 1024) add +0, as in mma_tile.
   for (int c = ncls; c < 16; c++)
 #pragma unroll
@@ -2440,6 +2474,45 @@ __global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16
           d[(i64)m * ldd + n] = epi(v, EPI_ARGS, m, n);
         }
       }
+}
+
+__global__ void __launch_bounds__(128) mma_bf16_big(float* d, i64 ldd, const u16* xs, const u32* flags, int Kp,
+                                                    const u16* w, i64 ldw, const void* bias, int bdt, int M, int N,
+                                                    int K, EPI_PARAMS) {
+  if (blockIdx.y == 0) pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * BIG_T, min(N, (int)(blockIdx.x + 1) * BIG_T));
+  PDL_ENTER();
+  mma_big_run(d, ldd, xs, flags, Kp, w, ldw, bias, bdt, M, N, K, nullptr, EPI_ARGS);
+}
+
+// mma_bf16_bigp: mma_bf16_big's class sums, split over gridDim.z blocks a
+// tile (mma_big_run), into parts; mma_fold_f32 ends the product.
+__global__ void __launch_bounds__(128) mma_bf16_bigp(float* parts, const u16* xs, const u32* flags, int Kp,
+                                                     const u16* w, i64 ldw, int M, int N, int K) {
+  if (blockIdx.y == 0 && blockIdx.z == 0) pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * BIG_T, min(N, (int)(blockIdx.x + 1) * BIG_T));
+  PDL_ENTER();
+  mma_big_run(nullptr, 0, xs, flags, Kp, w, ldw, nullptr, 0, M, N, K, parts, 0, 0, 0, nullptr, 0, 0, 0);
+}
+
+// mma_fold_f32 ends a split product: d = epi(p0 + p1 + … + p15 + bias), the
+// ncls class sums of parts [ncls][M][N] added in class order onto class
+// 0's, then +0 for each class without superblocks — mma_bf16_big's fold,
+// bias and epilogue, a thread an output.
+__global__ void __launch_bounds__(256) mma_fold_f32(float* d, i64 ldd, const float* parts, int ncls, const void* bias,
+                                                    int bdt, int M, int N, EPI_PARAMS) {
+  PDL_ENTER();
+  i64 plane = (i64)M * N;
+  for (i64 id = (i64)blockIdx.x * 256 + threadIdx.x; id < plane; id += (i64)gridDim.x * 256) {
+    int m = (int)(id / N), n = (int)(id % N);
+    float v = parts[id];
+#ifdef FAULT_MMA_FOLD
+    for (int c = 1; c < ncls - 1; c++) v = v + parts[c * plane + id];  // drops the last class
+#else
+    for (int c = 1; c < ncls; c++) v = v + parts[c * plane + id];
+#endif
+    for (int c = ncls; c < 16; c++) v = v + 0.0f;
+    if (bias) v += load(bias, bdt, n);
+    d[(i64)m * ldd + n] = epi(v, EPI_ARGS, m, n);
+  }
 }
 
 // MMV(name, W, NT, MT): mmv_tile as a kernel (blocks of W warps; grid.x

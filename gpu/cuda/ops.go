@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -81,18 +82,21 @@ func matmulGrid(m, n, r int) [3]uint32 {
 // 39.9 at 256, 154 against 43.3 at 1024).
 const mmaBigMinRows = 17
 
-// mmaLaunch picks the tensor-core kernel for M rows (8, 16 or 32 rows of x
-// a block of 16 weight rows, or 64 × 64 tiles past mmaBigMinRows rows
-// where they give at least a quarter of the device's sms multiprocessors a
-// tile: the order of the sums does not depend on it) and its grid; force,
-// when set, names the kernel (tests and benchmarks). The encoder's
-// products of one clip (≈ 60 rows against [512, 512]) made 8 tiles of 64 ×
-// 64 on a 132-SM H200; mma_tile's 16 × 32 blocks make 64.
+// mmaLaunch picks the tensor-core kernel for M rows (8 or 16 rows of x a
+// block of 16 weight rows, or 64 × 64 tiles from mmaBigMinRows rows — split
+// over blocks where they are few, mmaBigSplit: the order of the sums does
+// not depend on it) and its grid; force, when set, names the kernel (tests
+// and benchmarks; mma_bf16_m32, mma_tile's 32-row blocks, is the tile
+// order the other kernels are held to bit for bit). Until the split,
+// products of fewer tiles than a quarter of the multiprocessors took
+// mma_tile's blocks; on the H200 (BenchmarkEncoderShapes, 2026-12-02, µs
+// for 16 products of exact bf16 rows) the split tiles beat them: 256 ×
+// [512, 2048] 329 against 432, 62 × [512, 512] 128 against 181.
 func mmaLaunch(m, n, sms int, force string) (string, [3]uint32) {
 	rows, name := 32, "mma_bf16_m32"
-	bigTiles := ((n + 63) / 64) * ((m + 63) / 64)
+	force, _, _ = strings.Cut(force, "/") // "mma_bf16_big/S": the split too (mmaBigSplit)
 	switch {
-	case force == "mma_bf16_big" || force == "" && m >= mmaBigMinRows && 4*bigTiles >= sms:
+	case force == "mma_bf16_big" || force == "" && m >= mmaBigMinRows:
 		return "mma_bf16_big", [3]uint32{uint32((n + 63) / 64), uint32((m + 63) / 64), 1}
 	case force != "":
 		rows, name = map[string]int{"mma_bf16_m8": 8, "mma_bf16_m16": 16, "mma_bf16_m32": 32}[force], force
@@ -102,6 +106,46 @@ func mmaLaunch(m, n, sms int, force string) (string, [3]uint32) {
 		rows, name = 16, "mma_bf16_m16"
 	}
 	return name, [3]uint32{uint32((n + 15) / 16), uint32((m + rows - 1) / rows), 1}
+}
+
+// mmaSplitMaxBytes bounds a split product's class sums (mmaBigSplit):
+// 16 planes of M × N floats, 32 MiB at 256 rows × 2048 outputs.
+const mmaSplitMaxBytes = 32 << 20
+
+// mmaBigSplit returns over how many blocks mma_bf16_big's 16 superblock
+// classes are split a 64 × 64 tile (mma_bf16_bigp, then mma_fold_f32 adds
+// the class sums in class order: the same bits), 1 for one block a tile:
+// where the tiles of M × N outputs are fewer than the sms multiprocessors
+// (a 100-row prefill's or a 256-session step's [2048, ·] products: 64 and
+// 128 tiles, each walking K alone), the split doubles until the blocks
+// number three times the multiprocessors, up to the classes that have
+// superblocks and mmaSplitMaxBytes of sums. force "mma_bf16_big/S" sets S
+// (tests and benchmarks). On the H200 (BenchmarkEncoderShapes, 2026-12-02,
+// µs for 16 products of exact bf16 rows, unsplit / the pick / the best):
+// 100 × [2048, 2048] 634 / 380 (S 8); 100 × [2048, 8192] 2143 / 1083 (8);
+// 130 × [2048, 2048] 732 / 477 (8); 256 × [2048, 8192] 2733 / 1656 (4) /
+// 1635 (8); 256 × [2048, 2048] 784 / 633 (4); 256 × [512, 2048] 772 / 329
+// (16). Where the tiles fill the device the split costs more than it
+// gives (100 × [8192, 2048], 256 tiles: 883 unsplit, 1026 at S 2): every
+// class's sums are written and read back.
+func mmaBigSplit(m, n, k, sms int, force string) int {
+	ncls := min(16, (k+63)/64)
+	if _, f, ok := strings.Cut(force, "/"); ok {
+		s, err := strconv.Atoi(f)
+		if err != nil || s < 1 {
+			panic(fmt.Sprintf("cuda: tile kernel %q", force))
+		}
+		return min(s, ncls)
+	}
+	tiles := ((n + 63) / 64) * ((m + 63) / 64)
+	s := 1
+	if tiles >= sms || 4*ncls*m*n > mmaSplitMaxBytes {
+		return s
+	}
+	for 2*s <= ncls && tiles*s < 3*sms {
+		s *= 2
+	}
+	return s
 }
 
 // MatMul implements gpu.Queue. BF16 weights run on the tensor cores (the
@@ -180,6 +224,18 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		fl := gpu.Tensor{Buf: q.flags, Rows: 1, Cols: M, Stride: M}
 		q.launch("split_bf16", [3]uint32{uint32(M), 1, 1}, blk128, 0, q.t(xs), q.t(fl), q.t(x), ld(x), i(M), i(K), i(Kp))
 		name, g := mmaLaunch(M, N, q.d.sms, q.tileKernel)
+		if s := mmaBigSplit(M, N, K, q.d.sms, q.tileKernel); name == "mma_bf16_big" && s > 1 {
+			ncls := min(16, (K+63)/64)
+			if q.parts == nil || q.parts.n < ncls*M*N {
+				q.grow(&q.parts, gpu.F32, ncls*M*N)
+			}
+			parts := gpu.Tensor{Buf: q.parts, Rows: 1, Cols: ncls * M * N, Stride: ncls * M * N}
+			g[2] = uint32(s)
+			q.launch("mma_bf16_bigp", g, blk128, 0, q.t(parts), q.t(xs), q.t(fl), i(Kp), q.t(w), ld(w), i(M), i(N), i(K))
+			q.launchEpi(epiProduct, dst, "mma_fold_f32", q.grid1(M*N), blk256, 0,
+				q.t(dst), ld(dst), q.t(parts), i(ncls), q.t(bias), p(dtCode(bias.DType())), i(M), i(N))
+			return
+		}
 		q.launchEpi(epiProduct, dst, name, g, blk128, 0,
 			q.t(dst), ld(dst), q.t(xs), q.t(fl), i(Kp), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
@@ -409,8 +465,11 @@ const mmvMidMaxRows = 128
 
 // mmvMidVariant returns the few-row kernel for mmvMaxRows < M ≤
 // mmvMidMaxRows rows against an [N, K] weight where the 64 × 64 tile
-// kernel would give tiles to fewer than half the device's multiprocessors
-// (a clip's encoder products, a prompt's [2048, ·] products), or false:
+// kernel would give tiles to fewer than a quarter of the device's
+// multiprocessors (a clip's encoder products; until the tiles could be
+// split, mmaBigSplit, below half of them: a prompt's [2048, ·] products,
+// which the split tiles now take: 100 × [2048, 2048] 380 µs against 537
+// for w4n1m1, 100 × [2048, 8192] 1083 against 1570 for w16n1m2), or false:
 // the few-row kernels read the weights once per 16 rows of x, which the
 // tile kernel's wide products did not repay where measured (100 ×
 // [8192, 2048], below), so nearer a full wave the tiles keep them. The
@@ -425,7 +484,7 @@ const mmvMidMaxRows = 128
 // (868, against 1879 for the best few-row kernel). The bits are the same
 // on every kernel (TestMmvVariantsBitIdentical).
 func mmvMidVariant(M, N, K, sms int) (mmvKernel, bool) {
-	if M <= mmvMaxRows || M > mmvMidMaxRows || N > mmvMaxN || 2*((N+63)/64)*((M+63)/64) >= sms {
+	if M <= mmvMaxRows || M > mmvMidMaxRows || N > mmvMaxN || 4*((N+63)/64)*((M+63)/64) >= sms {
 		return mmvKernel{}, false
 	}
 	if K <= 1024 || K <= 2048 && N > 1024 {
