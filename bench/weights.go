@@ -54,7 +54,7 @@ func BackboneBytes(bb *lfm2.Model) (body, head int64) {
 			body += tensorBytes(c.InProj, c.InProjB, c.Conv, c.ConvB, c.OutProj, c.OutProjB)
 		}
 		if a := b.Attn; a != nil {
-			body += tensorBytes(a.Q, a.K, a.V, a.Out, a.QNorm, a.KNorm)
+			body += tensorBytes(a.QKV, a.Out, a.QNorm, a.KNorm)
 		}
 	}
 	return body, tensorBytes(bb.Embed)

@@ -75,7 +75,10 @@ type ShortConv struct {
 
 // Attention is LFM2's grouped-query attention with per-head q/k RMSNorm.
 type Attention struct {
-	Q, K, V, Out          gpu.Tensor
+	// QKV holds q_proj's, k_proj's and v_proj's rows one after another,
+	// so that their products run as one (the same floats: each output
+	// depends only on its own weight row).
+	QKV, Out              gpu.Tensor
 	QNorm, KNorm          gpu.Tensor // [1, head_dim]
 	Heads, KVHeads, HeadD int
 	Window                int // 0: full causal attention
@@ -118,9 +121,8 @@ func Load(b *weights.Binder, cfg config.LFM2) (*Model, error) {
 			blk.Conv = c
 		} else {
 			a := &Attention{
-				Q:       lb.Tensor("self_attn.q_proj.weight", cfg.NumAttentionHeads*hd, H),
-				K:       lb.Tensor("self_attn.k_proj.weight", kv, H),
-				V:       lb.Tensor("self_attn.v_proj.weight", kv, H),
+				QKV: lb.Rows([]string{"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"},
+					[][]int{{cfg.NumAttentionHeads * hd, H}, {kv, H}, {kv, H}}),
 				Out:     lb.Tensor("self_attn.out_proj.weight", H, cfg.NumAttentionHeads*hd),
 				QNorm:   lb.Tensor("self_attn.q_layernorm.weight", hd),
 				KNorm:   lb.Tensor("self_attn.k_layernorm.weight", hd),
@@ -466,10 +468,12 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 	// data as the cache rows move, not the arguments of the products, norm
 	// and rotation that would write the cache directly — on a GPU each
 	// changed kernel argument costs a graph-node update on the host.
-	q, k, v := c.Tmp(R, qd), c.Tmp(R, kvd), c.Tmp(R, kvd)
-	c.NormLinear(q, h, w, m.norm(c, m.Blocks[i].OpNorm), at.Q, gpu.Tensor{})
-	c.Linear(k, h, at.K, gpu.Tensor{})
-	c.Linear(v, h, at.V, gpu.Tensor{})
+	qkv := c.Tmp(R, qd+2*kvd)
+	c.NormLinear(qkv, h, w, m.norm(c, m.Blocks[i].OpNorm), at.QKV, gpu.Tensor{})
+	// q and k leave the packed rows for contiguous ones as their heads are
+	// prepared (each head's norm is then one op over all rows, whatever
+	// the batch); v goes to the cache from its columns.
+	q, k, v := c.Tmp(R, qd), c.Tmp(R, kvd), qkv.ColSlice(qd+kvd, qd+2*kvd)
 	pos := make([]int32, R)
 	r0 := 0
 	for _, s := range seqs {
@@ -482,8 +486,8 @@ func (m *Model) attention(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 	// gpu.PrepHeads for both: one launch on a GPU).
 	rp := gpu.RoPEParams{Style: gpu.RotateHalf, HeadDim: hd, InvFreq: m.InvFreq, Pos: pos, BF16: c.P == nn.BF16}
 	gpu.PrepHeads(c.Q, rp, false,
-		gpu.HeadPrep{Dst: q, Src: q, Norm: m.norm(c, at.QNorm)},
-		gpu.HeadPrep{Dst: k, Src: k, Norm: m.norm(c, at.KNorm)})
+		gpu.HeadPrep{Dst: q, Src: qkv.ColSlice(0, qd), Norm: m.norm(c, at.QNorm)},
+		gpu.HeadPrep{Dst: k, Src: qkv.ColSlice(qd, qd+kvd), Norm: m.norm(c, at.KNorm)})
 	o := c.Tmp(R, qd)
 	// The new rows go into their blocks of the pools (a chunk may span
 	// several), all sequences' in one row copy per pool; then one attention

@@ -96,6 +96,90 @@ func (b *Binder) Optional(name string, shape ...int) (gpu.Tensor, bool) {
 	return t, true
 }
 
+// Rows binds the named tensors, each of its shape in shapes (PyTorch
+// order; the same dtype and the same columns), as one tensor of their rows
+// one after another: a layer's q, k and v projections, whose products then
+// run as one (every output of a product depends only on its own weight
+// row, on every backend, so the floats do not change). The result is
+// [Σ shapes[i][0], columns]; on failure it records the errors and returns
+// a stand-in of that shape (see standIn). The rows are copied into one
+// buffer on the host before the device loads them.
+func (b *Binder) Rows(names []string, shapes [][]int) gpu.Tensor {
+	if len(names) != len(shapes) || len(names) == 0 {
+		panic(fmt.Sprintf("weights: Rows of %d names and %d shapes", len(names), len(shapes)))
+	}
+	rows, cols := 0, -1
+	ok := true
+	for i, sh := range shapes {
+		r, c := dims(sh)
+		rows += r
+		if cols >= 0 && c != cols {
+			panic(fmt.Sprintf("weights: Rows of %v: columns %d and %d", names, cols, c))
+		}
+		cols = c
+		ok = b.check(names[i], sh) && ok
+	}
+	full := []int{rows, cols}
+	if !ok {
+		return b.standIn(full)
+	}
+	first := b.file.Tensor(b.name(names[0]))
+	var data []byte
+	for _, n := range names {
+		t := b.file.Tensor(b.name(n))
+		if t.DType != first.DType {
+			b.fail(fmt.Errorf("tensor %q has dtype %s, %q %s: rows bound together must share one", b.name(n), t.DType, b.name(names[0]), first.DType))
+			return b.standIn(full)
+		}
+		data = append(data, t.Data...)
+	}
+	dt, err := deviceDType(first)
+	if err != nil {
+		b.fail(err)
+		return b.standIn(full)
+	}
+	g, err := b.dev.Load(dt, rows, cols, data)
+	if err != nil {
+		b.fail(fmt.Errorf("tensors %v as one: %w", names, err))
+		return b.standIn(full)
+	}
+	for i, n := range names {
+		r, c := dims(shapes[i])
+		b.st.record(b.name(n), int64(r*c))
+	}
+	return g
+}
+
+// check reports whether the checkpoint holds name with exactly shape,
+// marking it used, and records an error where it does not.
+func (b *Binder) check(name string, shape []int) bool {
+	full := b.name(name)
+	t := b.file.Tensor(full)
+	if t == nil {
+		b.fail(fmt.Errorf("missing tensor %q (want shape %v)", full, shape))
+		return false
+	}
+	b.st.used[full] = true
+	if !slices.Equal(t.Shape, shape) {
+		b.fail(fmt.Errorf("tensor %q has shape %v, want %v", full, t.Shape, shape))
+		return false
+	}
+	return true
+}
+
+// deviceDType is the device dtype of a checkpoint tensor's, for weights.
+func deviceDType(t *safetensors.Tensor) (gpu.DType, error) {
+	switch t.DType {
+	case safetensors.BF16:
+		return gpu.BF16, nil
+	case safetensors.F16:
+		return gpu.F16, nil
+	case safetensors.F32:
+		return gpu.F32, nil
+	}
+	return 0, fmt.Errorf("tensor %q has dtype %s; weights must be BF16, F16 or F32", t.Name, t.DType)
+}
+
 // Values returns name's values as float32 on the host (for small buffers
 // that setup code transforms: BatchNorm statistics, codebooks), checking the
 // shape.
@@ -178,26 +262,13 @@ func (b *Binder) Bound() []string { return append([]string(nil), b.st.bound...) 
 
 func (b *Binder) lookup(name string, shape []int, record bool) (gpu.Tensor, bool) {
 	full := b.name(name)
+	if !b.check(name, shape) {
+		return gpu.Tensor{}, false
+	}
 	t := b.file.Tensor(full)
-	if t == nil {
-		b.fail(fmt.Errorf("missing tensor %q (want shape %v)", full, shape))
-		return gpu.Tensor{}, false
-	}
-	b.st.used[full] = true
-	if !slices.Equal(t.Shape, shape) {
-		b.fail(fmt.Errorf("tensor %q has shape %v, want %v", full, t.Shape, shape))
-		return gpu.Tensor{}, false
-	}
-	var dt gpu.DType
-	switch t.DType {
-	case safetensors.BF16:
-		dt = gpu.BF16
-	case safetensors.F16:
-		dt = gpu.F16
-	case safetensors.F32:
-		dt = gpu.F32
-	default:
-		b.fail(fmt.Errorf("tensor %q has dtype %s; weights must be BF16, F16 or F32", full, t.DType))
+	dt, err := deviceDType(t)
+	if err != nil {
+		b.fail(err)
 		return gpu.Tensor{}, false
 	}
 	rows, cols := dims(shape)

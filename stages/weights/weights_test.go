@@ -118,3 +118,62 @@ func TestErrListsAFew(t *testing.T) {
 		}
 	}
 }
+
+// TestRows: tensors bound as one hold their rows one after another, each
+// name counted as bound; a missing one, another shape, mismatched columns'
+// dtypes or one past the device's dtypes is reported by name, with a
+// stand-in of the whole shape; columns that differ are the caller's error
+// (a panic).
+func TestRows(t *testing.T) {
+	dev := cpu.New(1)
+	defer dev.Close()
+	f := file(t,
+		safetensors.NewF32("q", []float32{1, 2, 3, 4}, 2, 2),
+		safetensors.NewF32("k", []float32{5, 6}, 1, 2),
+		safetensors.NewF32("v", []float32{7, 8}, 1, 2),
+		safetensors.NewI64("i", []int64{1, 2}, 1, 2),
+	)
+	b := New(dev, f)
+	qkv := b.Rows([]string{"q", "k", "v"}, [][]int{{2, 2}, {1, 2}, {1, 2}})
+	if qkv.Rows != 4 || qkv.Cols != 2 || b.Err() != nil {
+		t.Fatalf("bound %v, err %v", qkv, b.Err())
+	}
+	got := make([]float32, 8)
+	q := dev.NewQueue("t")
+	if err := q.Read(got, qkv); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range got {
+		if v != float32(i+1) {
+			t.Fatalf("rows %v, want 1 … 8", got)
+		}
+	}
+	if b.Params() != 8 || len(b.Bound()) != 3 {
+		t.Errorf("params %d, bound %v", b.Params(), b.Bound())
+	}
+	for _, c := range []struct {
+		names  []string
+		shapes [][]int
+		want   string
+	}{
+		{[]string{"q", "nope"}, [][]int{{2, 2}, {1, 2}}, `missing tensor "nope"`},
+		{[]string{"q", "k"}, [][]int{{2, 2}, {2, 2}}, `"k" has shape [1 2], want [2 2]`},
+		{[]string{"q", "i"}, [][]int{{2, 2}, {1, 2}}, `"i" has dtype I64, "q" F32`},
+		{[]string{"i"}, [][]int{{1, 2}}, `"i" has dtype I64; weights must be`},
+	} {
+		b := New(dev, f)
+		r := b.Rows(c.names, c.shapes)
+		err := b.Err()
+		if err == nil || !strings.Contains(err.Error(), c.want) || !r.IsNil() {
+			t.Errorf("Rows(%v): %v, err %v, want %q and a stand-in", c.names, r, err, c.want)
+		}
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("Rows of different columns did not panic")
+			}
+		}()
+		New(dev, f).Rows([]string{"q", "k"}, [][]int{{2, 2}, {1, 3}})
+	}()
+}
