@@ -163,6 +163,38 @@ func ShortConvSeqsSeq(q Queue, dst, x, w Tensor, states []Tensor, rows []int) {
 	}
 }
 
+// GatedConvolver is a Queue that runs LFM2's gated short convolution —
+// the gate's product, then ShortConvSeqs — as one op, with exactly the
+// floats of ShortConvSeqsGatedSeq, or does nothing and reports false where
+// it cannot take the shapes.
+type GatedConvolver interface {
+	ShortConvSeqsGated(dst, b, x, w Tensor, states []Tensor, rows []int, round bool) bool
+}
+
+// ShortConvSeqsGated is LFM2's conv operator between its projections:
+// bx = b ⊙ x (rounded to bfloat16 when round), then ShortConvSeqs(dst, bx,
+// w, states, rows) — the states take the gated rows — as one op where q
+// can (GatedConvolver). bx is scratch of x's shape for the sequence (its
+// contents afterwards are unspecified); it must not alias dst, b or x.
+func ShortConvSeqsGated(q Queue, dst, bx, b, x, w Tensor, states []Tensor, rows []int, round bool) {
+	if b.Rows != x.Rows || b.Cols != x.Cols || bx.Rows != x.Rows || bx.Cols != x.Cols {
+		panic(fmt.Sprintf("gpu: gated short conv of %v ⊙ %v (scratch %v)", b, x, bx))
+	}
+	if g, ok := q.(GatedConvolver); ok && g.ShortConvSeqsGated(dst, b, x, w, states, rows, round) {
+		return
+	}
+	ShortConvSeqsGatedSeq(q, dst, bx, b, x, w, states, rows, round)
+}
+
+// ShortConvSeqsGatedSeq is ShortConvSeqsGated as its sequence of ops.
+func ShortConvSeqsGatedSeq(q Queue, dst, bx, b, x, w Tensor, states []Tensor, rows []int, round bool) {
+	q.Mul(bx, b, x)
+	if round {
+		q.RoundBF16(bx)
+	}
+	ShortConvSeqs(q, dst, bx, w, states, rows)
+}
+
 // Copier is a Queue that runs many independent copies in one op.
 type Copier interface {
 	// CopyMany is CopyMany's sequence of copies; see there.

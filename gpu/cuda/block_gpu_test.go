@@ -321,3 +321,87 @@ func BenchmarkStdBlock(b *testing.B) {
 		})
 	}
 }
+
+// TestShortConvGatedEqualsSeq holds shortconv_seqs_gated_f32
+// (gpu.ShortConvSeqsGated's one launch) to its ops (Mul, RoundBF16 and
+// shortconv_seqs_f32, on a queue that fuses nothing), bit for bit — the
+// output after the epilogue LFM2 folds into it (RoundBF16, ⊙ C,
+// RoundBF16) and every state — for a decode step of three sequences, a
+// prefill of 40 rows (chunks of rows) and the gate unrounded.
+func TestShortConvGatedEqualsSeq(t *testing.T) {
+	d := openTestDevice(t, Options{MatMul: "mma"})
+	fq := d.NewQueue("fused").(*Queue)
+	sq := d.NewQueue("seq").(*Queue)
+	sq.unfused = true
+	rng := rand.New(rand.NewPCG(43, 44))
+	const C, L = 300, 3
+	wb := make([]byte, 2*C*L)
+	for i := range C * L {
+		h := gpu.F32ToBF16(float32(rng.NormFloat64()))
+		wb[2*i], wb[2*i+1] = byte(h), byte(h>>8)
+	}
+	w, err := d.Load(gpu.BF16, C, L, wb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free(w)
+	for _, c := range []struct {
+		rows  []int
+		round bool
+	}{{[]int{1, 1, 1}, true}, {[]int{40}, true}, {[]int{2, 5}, false}} {
+		t.Run(fmt.Sprintf("rows=%v/round=%v", c.rows, c.round), func(t *testing.T) {
+			T := 0
+			for _, r := range c.rows {
+				T += r
+			}
+			bcx := normals(rng, T*3*C)
+			st0 := make([][]float32, len(c.rows))
+			for i := range st0 {
+				st0[i] = normals(rng, (L-1)*C)
+			}
+			run := func(q *Queue) (out []float32, states [][]float32, launched map[string]int) {
+				x, dst, bx := d.Alloc(gpu.F32, T, 3*C), d.Alloc(gpu.F32, T, C), d.Alloc(gpu.F32, T, C)
+				defer func() { d.Free(x); d.Free(dst); d.Free(bx) }()
+				sts := make([]gpu.Tensor, len(c.rows))
+				for i := range sts {
+					sts[i] = d.Alloc(gpu.F32, L-1, C)
+					defer d.Free(sts[i])
+					q.Write(sts[i], st0[i])
+				}
+				q.Write(x, bcx)
+				q.Fill(dst, float32(math.NaN()))
+				stop := d.countLaunches()
+				B, Cg, X := x.ColSlice(0, C), x.ColSlice(C, 2*C), x.ColSlice(2*C, 3*C)
+				gpu.ShortConvSeqsGated(q, dst, bx, B, X, w, sts, c.rows, c.round)
+				q.RoundBF16(dst)
+				q.Mul(dst, Cg, dst)
+				q.RoundBF16(dst)
+				out = make([]float32, T*C)
+				if err := q.Read(out, dst); err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range sts {
+					v := make([]float32, (L-1)*C)
+					if err := q.Read(v, s); err != nil {
+						t.Fatal(err)
+					}
+					states = append(states, v)
+				}
+				return out, states, stop()
+			}
+			want, wantSt, ns := run(sq)
+			got, gotSt, nf := run(fq)
+			if ns["shortconv_seqs_gated_f32"] != 0 || nf["shortconv_seqs_gated_f32"] != 1 || nf["binary_f32"] != 0 {
+				t.Errorf("launches: the sequence %v, fused %v", ns, nf)
+			}
+			if j := sameBits(got, want); j >= 0 {
+				t.Errorf("out[%d] = %v, the sequence %v", j, got[j], want[j])
+			}
+			for i := range gotSt {
+				if j := sameBits(gotSt[i], wantSt[i]); j >= 0 {
+					t.Errorf("state %d [%d] = %v, the sequence %v", i, j, gotSt[i][j], wantSt[i][j])
+				}
+			}
+		})
+	}
+}

@@ -948,15 +948,16 @@ func TestPDLUsable(t *testing.T) {
 // kernel), constants and weights; they write nothing global before it.
 // The value names the function whose body holds their PDL_ENTER.
 var preWaitKernels = map[string]string{
-	"prep_heads_f32":     "prep_heads_f32",
-	"sample_f32":         "sample_f32",
-	"attention_seqs_f32": "attention_seqs_f32",
-	"shortconv_seqs_f32": "shortconv_seqs_f32",
-	"copy_rows_u32":      "copy_rows",
-	"copy_rows_u16":      "copy_rows",
-	"copy_many_u32":      "copy_many",
-	"copy_many_u16":      "copy_many",
-	"conv2d_rows_f32":    "conv2d_rows_f32", // stages its weights in shared memory first
+	"prep_heads_f32":           "prep_heads_f32",
+	"sample_f32":               "sample_f32",
+	"attention_seqs_f32":       "attention_seqs_f32",
+	"shortconv_seqs_f32":       "shortconv_seqs_f32",
+	"shortconv_seqs_gated_f32": "shortconv_seqs_gated_f32",
+	"copy_rows_u32":            "copy_rows",
+	"copy_rows_u16":            "copy_rows",
+	"copy_many_u32":            "copy_many",
+	"copy_many_u16":            "copy_many",
+	"conv2d_rows_f32":          "conv2d_rows_f32", // stages its weights in shared memory first
 }
 
 // TestKernelsBeginWithPDLEnter checks that every kernel in kernels.cu

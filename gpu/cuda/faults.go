@@ -40,6 +40,7 @@ var Faults = map[string]string{
 	"HEADROPE":        "headnormrope",    // the fused rotation reads the frequencies reversed
 	"ATTN_SEQS":       "attentionseqs",   // every row of a batch attends as its first row does
 	"SHORTCONV_SEQS":  "shortconvseqs",   // every sequence convolves with the first one's state
+	"SHORTCONV_GATE":  "shortconvgated",  // the gated convolution drops the gate's b (convolves x as it is)
 	"COPY_ROWS":       "copyrows",        // every row copies the first pair's source row
 	"COPY_MANY":       "copymany",        // drops the last row of every copy of several rows
 	"RELPOS_SCORES":   "relposscores",    // the rows after the first take rel_shift one column on

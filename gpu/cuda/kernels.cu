@@ -935,22 +935,39 @@ __global__ void __launch_bounds__(512) sample_f32(int* ids, i64 ldi, const float
 // x), and chunk 0 writes the new one, from x and what it read: no chunk
 // reads what another writes. (d may be x only with one chunk: the host
 // passes chunk ≥ T then.)
+//
+// With gate b not null the convolution's input is x ⊙ b instead of x (the
+// LFM2 conv operator's B·x, rounded to bf16 when grnd): each value as
+// binary_f32's product computes it and its folded rounding, the state
+// taking those values too — the two ops' floats in one pass.
 __device__ __forceinline__ void shortconv_rows(float* d, i64 ldd, const float* x, i64 ldx, const void* w, int wdt,
                                                float* state, i64 lds, int r0, int T, int chunk, int C, int L,
-                                               EPI_PARAMS) {
+                                               EPI_PARAMS, const float* gb = nullptr, i64 ldb = 0, int grnd = 0) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   int t0 = (int)blockIdx.z * chunk;
   if (c >= C || t0 >= T) return;
   int t1 = min(T, t0 + chunk);
+  // xr(r): row r's input at channel c.
+  auto xr = [&](int r) {
+    float v = x[(i64)r * ldx + c];
+    if (gb) {
+      // (The planted fault drops the gate's b: x convolved as it is.)
+#ifndef FAULT_SHORTCONV_GATE
+      v = gb[(i64)r * ldb + c] * v;
+#endif
+      if (grnd) v = rbf16(v);
+    }
+    return v;
+  };
   float win[16];  // L ≤ 16 (checked on the host)
   float old[16];  // chunk 0: the state it read
   for (int j = 0; j < L - 1; j++) {
     int s = t0 + j;  // row s of x'
-    win[j] = s < L - 1 ? state[(i64)s * lds + c] : x[(i64)(r0 + s - (L - 1)) * ldx + c];
+    win[j] = s < L - 1 ? state[(i64)s * lds + c] : xr(r0 + s - (L - 1));
     old[j] = win[j];
   }
   for (int t = t0; t < t1; t++) {
-    win[L - 1] = x[(i64)(r0 + t) * ldx + c];
+    win[L - 1] = xr(r0 + t);
     float acc = 0.0f;
     for (int k = 0; k < L; k++) acc += load(w, wdt, (i64)c * L + k) * win[k];
 #ifdef FAULT_SHORTCONV
@@ -962,7 +979,7 @@ __device__ __forceinline__ void shortconv_rows(float* d, i64 ldd, const float* x
   if (t0 != 0) return;
   for (int j = 0; j < L - 1; j++) {
     int s = T + j;  // row s of x'
-    state[(i64)j * lds + c] = s < L - 1 ? old[s] : x[(i64)(r0 + s - (L - 1)) * ldx + c];
+    state[(i64)j * lds + c] = s < L - 1 ? old[s] : xr(r0 + s - (L - 1));
   }
 }
 
@@ -993,6 +1010,16 @@ __global__ void shortconv_seqs_f32(float* d, i64 ldd, const float* x, i64 ldx, c
 #endif
   PDL_ENTER();
   shortconv_rows(d, ldd, x, ldx, w, wdt, cs.state, cs.lds, cs.r0, cs.rows, chunk, C, L, EPI_ARGS);
+}
+
+// shortconv_seqs_gated_f32: shortconv_seqs_f32 of x ⊙ b (rounded when
+// grnd): gpu.ShortConvSeqsGated, the gate's product folded in.
+__global__ void shortconv_seqs_gated_f32(float* d, i64 ldd, const float* x, i64 ldx, const float* b, i64 ldb, int grnd,
+                                         const void* w, int wdt, const conv_seq* seqs, int chunk, int C, int L,
+                                         EPI_PARAMS) {
+  conv_seq cs = seqs[blockIdx.y];
+  PDL_ENTER();
+  shortconv_rows(d, ldd, x, ldx, w, wdt, cs.state, cs.lds, cs.r0, cs.rows, chunk, C, L, EPI_ARGS, b, ldb, grnd);
 }
 
 // copy_many: pair blockIdx.x of the uploaded copy_pair list, d = s (its

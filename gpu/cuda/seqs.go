@@ -135,6 +135,27 @@ func attnSeqKeys(s gpu.AttnSeq, ap gpu.AttnParams) (int, error) {
 // launch, a grid row per sequence with rows (the arithmetic of
 // shortconv_f32, each sequence with its own state).
 func (q *Queue) ShortConvSeqs(dst, x, w gpu.Tensor, states []gpu.Tensor, rows []int) {
+	q.shortConvSeqs(dst, x, w, states, rows, gpu.Tensor{}, false)
+}
+
+// ShortConvSeqsGated implements gpu.GatedConvolver: one launch of
+// shortconv_seqs_gated_f32, which forms each input value as b ⊙ x (and its
+// rounding) where shortconv_seqs_f32 reads it — the floats of the Mul, the
+// RoundBF16 and the convolution (TestShortConvGatedEqualsSeq). dst may not
+// be b or x (the rows are cut into chunks); there it reports false.
+func (q *Queue) ShortConvSeqsGated(dst, b, x, w gpu.Tensor, states []gpu.Tensor, rows []int, round bool) bool {
+	if q.unfused || dst.Buf == x.Buf || dst.Buf == b.Buf {
+		return false
+	}
+	sameShape("shortconv", b, x)
+	wantF32("shortconv", b)
+	q.shortConvSeqs(dst, x, w, states, rows, b, round)
+	return true
+}
+
+// shortConvSeqs launches shortconv_seqs_f32, or with gate b (not nil)
+// shortconv_seqs_gated_f32.
+func (q *Queue) shortConvSeqs(dst, x, w gpu.Tensor, states []gpu.Tensor, rows []int, b gpu.Tensor, round bool) {
 	sameShape("shortconv", dst, x)
 	C, L := x.Cols, w.Cols
 	if w.Rows != C || !w.Contiguous() || L < 1 || L > maxShortConv {
@@ -165,7 +186,13 @@ func (q *Queue) ShortConvSeqs(dst, x, w gpu.Tensor, states []gpu.Tensor, rows []
 	}
 	off := q.put(buf)
 	chunk, nz := shortConvChunks(dst, x, most)
-	q.launchEpi(epiProduct, dst, "shortconv_seqs_f32", [3]uint32{uint32((C + 127) / 128), uint32(n), nz}, blk128, 0,
+	grid := [3]uint32{uint32((C + 127) / 128), uint32(n), nz}
+	if !b.IsNil() {
+		q.launchEpi(epiProduct, dst, "shortconv_seqs_gated_f32", grid, blk128, 0,
+			q.t(dst), ld(dst), q.t(x), ld(x), q.t(b), ld(b), b2i(round), q.t(w), p(dtCode(w.DType())), upload(off), i(chunk), i(C), i(L))
+		return
+	}
+	q.launchEpi(epiProduct, dst, "shortconv_seqs_f32", grid, blk128, 0,
 		q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())), upload(off), i(chunk), i(C), i(L))
 }
 

@@ -115,7 +115,7 @@ var Ops = []string{
 	"fill", "copy", "write", "transpose", "add", "mul", "addrow", "mulrow", "scale", "roundbf16",
 	"act", "glu", "rmsnorm", "layernorm", "softmax", "rope", "embed", "embedids", "shortconv", "matmul",
 	"attention", "conv1d", "convtranspose1d", "conv2d", "sample", "normmatmul", "headnormrope",
-	"attentionseqs", "shortconvseqs", "copyrows", "copymany", "relposscores", "headsmatmul", "block", "normglu",
+	"attentionseqs", "shortconvseqs", "copyrows", "copymany", "relposscores", "headsmatmul", "block", "normglu", "shortconvgated",
 }
 
 // checkers maps every op name of Ops to its checks.
@@ -155,6 +155,7 @@ var checkers = map[string]func(*harness){
 	"headsmatmul":     checkHeadsMatMul,
 	"block":           checkBlock,
 	"normglu":         checkNormGLU,
+	"shortconvgated":  checkShortConvGated,
 }
 
 // Run checks every op of a queue of dev against a float64 host replay and

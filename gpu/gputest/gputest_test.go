@@ -349,6 +349,16 @@ func (q *faultQueue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu
 	gpu.NormMatMul(q.Queue, dst, h, x, n, w, bias)
 }
 
+// ShortConvSeqsGated makes faultQueue a gpu.GatedConvolver: its planted
+// fault convolves x without the gate's b.
+func (q *faultQueue) ShortConvSeqsGated(dst, b, x, w gpu.Tensor, states []gpu.Tensor, rows []int, round bool) bool {
+	if q.fault != "shortconvgated/gate-dropped" {
+		return false
+	}
+	gpu.ShortConvSeqs(q.Queue, dst, x, w, states, rows)
+	return true
+}
+
 func (q *faultQueue) PrepHeads(rp gpu.RoPEParams, round bool, items []gpu.HeadPrep) {
 	if q.fault == "headnormrope/freq-reversed" {
 		inv := slices.Clone(rp.InvFreq)
@@ -618,6 +628,7 @@ func TestFaults(t *testing.T) {
 		{fault: "copyrows/first-source", mustFail: contains("")},
 		{fault: "copymany/last-row", mustFail: func(c Check) bool { return !strings.Contains(c.Case, "/1x") }},
 		{fault: "headnormrope/freq-reversed", mustFail: func(c Check) bool { return c.Case != "prep/v-copy" }},
+		{fault: "shortconvgated/gate-dropped", mustFail: func(c Check) bool { return !strings.Contains(c.Case, "/state") }},
 		{fault: "relposscores/shift+1", mustFail: func(c Check) bool { return !strings.HasPrefix(c.Case, "T=1/") }},
 		{fault: "headsmatmul/head-offset", mustFail: func(c Check) bool { return !strings.Contains(c.Case, "/heads=1/") }},
 	} {

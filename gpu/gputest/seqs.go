@@ -169,6 +169,74 @@ func checkShortConvSeqs(h *harness) {
 	}
 }
 
+// checkShortConvGated: gpu.ShortConvSeqsGated as checkShortConvSeqs
+// checks the convolution, its input the gate's product b ⊙ x — a float32
+// product, rounded to bfloat16 when round, replayed exactly — and the
+// states holding the gated rows; a batch of sequences over two calls
+// (chunks of rows on CUDA in the first), a strided batch, and the gate
+// unrounded.
+func checkShortConvGated(h *harness) {
+	for _, c := range []struct {
+		L, C    int
+		calls   [][]int
+		strided bool
+		round   bool
+	}{
+		{3, 130, [][]int{{37, 1, 4}, {1, 1, 1}}, false, true},
+		{4, 33, [][]int{{1, 2}, {3, 0}}, true, false},
+	} {
+		w := h.weight(gpu.BF16, c.C, c.L, false, 1)
+		nseq := len(c.calls[0])
+		st := make([][]float32, nseq)
+		states := make([]operand, nseq)
+		for i := range st {
+			st[i] = h.values((c.L-1)*c.C, 1)
+			states[i] = h.input(c.L-1, c.C, c.strided, append([]float32(nil), st[i]...))
+		}
+		name := fmt.Sprintf("L=%d/C=%d/seqs=%d/round=%v%s", c.L, c.C, nseq, c.round, tag(c.strided))
+		for call, rows := range c.calls {
+			T := 0
+			for _, r := range rows {
+				T += r
+			}
+			bv, xv := h.values(T*c.C, 1), h.values(T*c.C, 1)
+			b, x := h.input(T, c.C, c.strided, bv), h.input(T, c.C, c.strided, xv)
+			gated := make([]float32, T*c.C)
+			for i := range gated {
+				gated[i] = bv[i] * xv[i]
+				if c.round {
+					gated[i] = gpu.RoundBF16(gated[i])
+				}
+			}
+			dst, bx := h.f32(T, c.C, c.strided), h.f32(T, c.C, false)
+			want, bound := make([]float64, T*c.C), make([]float64, T*c.C)
+			r0 := 0
+			for si, n := range rows {
+				xp := append(append([]float32(nil), st[si]...), gated[r0*c.C:(r0+n)*c.C]...)
+				shortConvReplay(want[r0*c.C:], bound[r0*c.C:], w.vals, xp, n, c.C, c.L)
+				st[si] = append([]float32(nil), xp[n*c.C:]...)
+				r0 += n
+			}
+			views := make([]gpu.Tensor, nseq)
+			for i, s := range states {
+				views[i] = s.view
+			}
+			gpu.ShortConvSeqsGated(h.q, dst.view, bx.view, b.view, x.view, w.view, views, rows, c.round)
+			cs := fmt.Sprintf("%s/call%d/rows=%v", name, call+1, rows)
+			h.verify(cs, dst, want, bound, b, x)
+			for si, s := range states {
+				got, err := h.read(s)
+				if err != nil {
+					h.fail(cs+"/state", "%v", err)
+					continue
+				}
+				d := compare(s, got, widen(st[si]), nil, true)
+				h.record(fmt.Sprintf("%s/state%d", cs, si), d.ok(), d.err, 0, d.String())
+			}
+		}
+	}
+}
+
 // checkCopyRows scatters and gathers rows (shuffled, with runs of
 // consecutive rows and single ones) and checks the destination exactly:
 // the named rows hold their sources, every other row its old contents.

@@ -437,16 +437,15 @@ func (m *Model) shortConv(c *nn.Ctx, i int, dst, h, w gpu.Tensor, seqs []Seq) {
 	c.NormLinear(bcx, h, w, m.norm(c, m.Blocks[i].OpNorm), sc.InProj, sc.InProjB)
 	B, C, X := bcx.ColSlice(0, H), bcx.ColSlice(H, 2*H), bcx.ColSlice(2*H, 3*H)
 	bx := c.Tmp(R, H)
-	c.Q.Mul(bx, B, X)
-	c.Round(bx)
 	conv := c.Tmp(R, H)
-	// One op for every sequence, each with its own state (one launch on a
-	// GPU however many sessions the step holds).
+	// B ⊙ x, rounded, then one convolution for every sequence, each with
+	// its own state (one launch on a GPU, the gate's product in it, however
+	// many sessions the step holds).
 	states, rows := make([]gpu.Tensor, len(seqs)), make([]int, len(seqs))
 	for k, s := range seqs {
 		states[k], rows[k] = s.Cache.conv[i], s.Rows
 	}
-	gpu.ShortConvSeqs(c.Q, conv, bx, sc.Conv, states, rows)
+	gpu.ShortConvSeqsGated(c.Q, conv, bx, B, X, sc.Conv, states, rows, c.P == nn.BF16)
 	if !sc.ConvB.IsNil() {
 		c.Q.AddRow(conv, conv, sc.ConvB)
 	}
