@@ -124,48 +124,8 @@ func checkShortConvSeqs(h *harness) {
 		{4, 5, gpu.BF16, [][]int{{1}, {3}}, true},
 		{3, 33, gpu.F32, [][]int{{37, 1, 18}, {1, 1, 1}}, false}, // chunks of 16 rows on CUDA
 	} {
-		w := h.weight(c.wdt, c.C, c.L, false, 1)
-		nseq := len(c.calls[0])
-		st := make([][]float32, nseq)
-		states := make([]operand, nseq)
-		for i := range st {
-			st[i] = h.values((c.L-1)*c.C, 1)
-			states[i] = h.input(c.L-1, c.C, c.strided, append([]float32(nil), st[i]...))
-		}
-		name := fmt.Sprintf("L=%d/C=%d/w=%s/seqs=%d%s", c.L, c.C, dtName(c.wdt), nseq, tag(c.strided))
-		for call, rows := range c.calls {
-			T := 0
-			for _, r := range rows {
-				T += r
-			}
-			xv := h.values(T*c.C, 1)
-			x := h.input(T, c.C, c.strided, xv)
-			dst := h.f32(T, c.C, c.strided)
-			want, bound := make([]float64, T*c.C), make([]float64, T*c.C)
-			r0 := 0
-			for si, n := range rows {
-				xp := append(append([]float32(nil), st[si]...), xv[r0*c.C:(r0+n)*c.C]...)
-				shortConvReplay(want[r0*c.C:], bound[r0*c.C:], w.vals, xp, n, c.C, c.L)
-				st[si] = append([]float32(nil), xp[n*c.C:]...)
-				r0 += n
-			}
-			views := make([]gpu.Tensor, nseq)
-			for i, s := range states {
-				views[i] = s.view
-			}
-			gpu.ShortConvSeqs(h.q, dst.view, x.view, w.view, views, rows)
-			cs := fmt.Sprintf("%s/call%d/rows=%v", name, call+1, rows)
-			h.verify(cs, dst, want, bound, x)
-			for si, s := range states {
-				got, err := h.read(s)
-				if err != nil {
-					h.fail(cs+"/state", "%v", err)
-					continue
-				}
-				d := compare(s, got, widen(st[si]), nil, true)
-				h.record(fmt.Sprintf("%s/state%d", cs, si), d.ok(), d.err, 0, d.String())
-			}
-		}
+		name := fmt.Sprintf("L=%d/C=%d/w=%s/seqs=%d%s", c.L, c.C, dtName(c.wdt), len(c.calls[0]), tag(c.strided))
+		shortConvCalls(h, name, c.L, c.C, c.wdt, c.calls, c.strided, false, false)
 	}
 }
 
@@ -185,54 +145,77 @@ func checkShortConvGated(h *harness) {
 		{3, 130, [][]int{{37, 1, 4}, {1, 1, 1}}, false, true},
 		{4, 33, [][]int{{1, 2}, {3, 0}}, true, false},
 	} {
-		w := h.weight(gpu.BF16, c.C, c.L, false, 1)
-		nseq := len(c.calls[0])
-		st := make([][]float32, nseq)
-		states := make([]operand, nseq)
-		for i := range st {
-			st[i] = h.values((c.L-1)*c.C, 1)
-			states[i] = h.input(c.L-1, c.C, c.strided, append([]float32(nil), st[i]...))
+		name := fmt.Sprintf("L=%d/C=%d/seqs=%d/round=%v%s", c.L, c.C, len(c.calls[0]), c.round, tag(c.strided))
+		shortConvCalls(h, name, c.L, c.C, gpu.BF16, c.calls, c.strided, true, c.round)
+	}
+}
+
+// shortConvCalls runs the batched convolution of one weight over calls in
+// a row (calls[i]: each sequence's rows), each sequence on its own state;
+// gated, each call's input is b ⊙ x (ShortConvSeqsGated, rounded when
+// round). It checks every output against shortConvReplay of the input as
+// the op forms it, and every state exactly after every call.
+func shortConvCalls(h *harness, name string, L, C int, wdt gpu.DType, calls [][]int, strided, gated, round bool) {
+	w := h.weight(wdt, C, L, false, 1)
+	nseq := len(calls[0])
+	st := make([][]float32, nseq)
+	states := make([]operand, nseq)
+	for i := range st {
+		st[i] = h.values((L-1)*C, 1)
+		states[i] = h.input(L-1, C, strided, append([]float32(nil), st[i]...))
+	}
+	views := make([]gpu.Tensor, nseq)
+	for i, s := range states {
+		views[i] = s.view
+	}
+	for call, rows := range calls {
+		T := 0
+		for _, r := range rows {
+			T += r
 		}
-		name := fmt.Sprintf("L=%d/C=%d/seqs=%d/round=%v%s", c.L, c.C, nseq, c.round, tag(c.strided))
-		for call, rows := range c.calls {
-			T := 0
-			for _, r := range rows {
-				T += r
-			}
-			bv, xv := h.values(T*c.C, 1), h.values(T*c.C, 1)
-			b, x := h.input(T, c.C, c.strided, bv), h.input(T, c.C, c.strided, xv)
-			gated := make([]float32, T*c.C)
-			for i := range gated {
-				gated[i] = bv[i] * xv[i]
-				if c.round {
-					gated[i] = gpu.RoundBF16(gated[i])
+		var b operand
+		var bv []float32
+		if gated {
+			bv = h.values(T*C, 1)
+			b = h.input(T, C, strided, bv)
+		}
+		xv := h.values(T*C, 1)
+		x := h.input(T, C, strided, xv)
+		in, srcs := xv, []operand{x}
+		if gated {
+			in, srcs = make([]float32, T*C), append(srcs, b)
+			for i := range in {
+				in[i] = bv[i] * xv[i]
+				if round {
+					in[i] = gpu.RoundBF16(in[i])
 				}
 			}
-			dst, bx := h.f32(T, c.C, c.strided), h.f32(T, c.C, false)
-			want, bound := make([]float64, T*c.C), make([]float64, T*c.C)
-			r0 := 0
-			for si, n := range rows {
-				xp := append(append([]float32(nil), st[si]...), gated[r0*c.C:(r0+n)*c.C]...)
-				shortConvReplay(want[r0*c.C:], bound[r0*c.C:], w.vals, xp, n, c.C, c.L)
-				st[si] = append([]float32(nil), xp[n*c.C:]...)
-				r0 += n
+		}
+		dst := h.f32(T, C, strided)
+		want, bound := make([]float64, T*C), make([]float64, T*C)
+		r0 := 0
+		for si, n := range rows {
+			xp := append(append([]float32(nil), st[si]...), in[r0*C:(r0+n)*C]...)
+			shortConvReplay(want[r0*C:], bound[r0*C:], w.vals, xp, n, C, L)
+			st[si] = append([]float32(nil), xp[n*C:]...)
+			r0 += n
+		}
+		if gated {
+			bx := h.f32(T, C, false)
+			gpu.ShortConvSeqsGated(h.q, dst.view, bx.view, b.view, x.view, w.view, views, rows, round)
+		} else {
+			gpu.ShortConvSeqs(h.q, dst.view, x.view, w.view, views, rows)
+		}
+		cs := fmt.Sprintf("%s/call%d/rows=%v", name, call+1, rows)
+		h.verify(cs, dst, want, bound, srcs...)
+		for si, s := range states {
+			got, err := h.read(s)
+			if err != nil {
+				h.fail(cs+"/state", "%v", err)
+				continue
 			}
-			views := make([]gpu.Tensor, nseq)
-			for i, s := range states {
-				views[i] = s.view
-			}
-			gpu.ShortConvSeqsGated(h.q, dst.view, bx.view, b.view, x.view, w.view, views, rows, c.round)
-			cs := fmt.Sprintf("%s/call%d/rows=%v", name, call+1, rows)
-			h.verify(cs, dst, want, bound, b, x)
-			for si, s := range states {
-				got, err := h.read(s)
-				if err != nil {
-					h.fail(cs+"/state", "%v", err)
-					continue
-				}
-				d := compare(s, got, widen(st[si]), nil, true)
-				h.record(fmt.Sprintf("%s/state%d", cs, si), d.ok(), d.err, 0, d.String())
-			}
+			d := compare(s, got, widen(st[si]), nil, true)
+			h.record(fmt.Sprintf("%s/state%d", cs, si), d.ok(), d.err, 0, d.String())
 		}
 	}
 }
