@@ -124,7 +124,11 @@ func (b *Binder) Rows(names []string, shapes [][]int) gpu.Tensor {
 		return b.standIn(full)
 	}
 	first := b.file.Tensor(b.name(names[0]))
-	var data []byte
+	size := 0
+	for _, n := range names {
+		size += len(b.file.Tensor(b.name(n)).Data)
+	}
+	data := make([]byte, 0, size)
 	for _, n := range names {
 		t := b.file.Tensor(b.name(n))
 		if t.DType != first.DType {
