@@ -944,11 +944,15 @@ func conv2dShapes(emulated bool) []conv2dShape {
 		{"pointwise1", (H + 3) / 4, C, C, pw(F / 4)},
 		{"depthwise2", (H + 3) / 4, C, C, s3(C, F/4, C)},
 		{"pointwise2", (H + 7) / 8, C, C, pw(F / 8)},
+		// Ragged tiles of conv2d_pw_f32: input channels past a 32-channel
+		// step, output channels past 64, positions past 32.
+		{"pointwise-ragged", 3, 70, 67, gpu.Conv2DParams{Cin: 70, W: 37, Wout: 37, KH: 1, KW: 1, StrideH: 1, StrideW: 1, Groups: 1}},
 	}
 }
 
 // TestConv2DRowsBitIdentical: conv2d_rows_f32 (a block an output row and
-// tile of channels, operands in shared memory) gives conv2d_f32's bits
+// tile of channels, operands in shared memory) and conv2d_pw_f32 (the
+// pointwise ones as tiles of 64 channels × 32 positions) give conv2d_f32's bits
 // for every output of the conformer's convolutions, with bf16 weights and
 // biases as the checkpoint holds them.
 func TestConv2DRowsBitIdentical(t *testing.T) {
@@ -964,9 +968,11 @@ func TestConv2DRowsBitIdentical(t *testing.T) {
 		b := loadNormalBF16(t, d, rng, 1, sh.Cout)
 		q := d.NewQueue("conv2d").(*Queue)
 		q.Write(x, normals(rng, sh.H*cp.Cin*cp.W))
-		var got [2][]float32
-		for k, direct := range []bool{true, false} {
-			q.conv2dDirect = direct
+		// conv2d_f32, conv2d_rows_f32, and the default pick (conv2d_pw_f32
+		// for the pointwise ones).
+		var got [3][]float32
+		for k, mode := range []struct{ direct, rows bool }{{true, false}, {false, true}, {false, false}} {
+			q.conv2dDirect, q.conv2dRows = mode.direct, mode.rows
 			y := d.Alloc(gpu.F32, Hout, sh.Cout*cp.Wout)
 			got[k] = make([]float32, Hout*sh.Cout*cp.Wout)
 			q.Conv2D(y, x, w, b, cp)
@@ -978,6 +984,9 @@ func TestConv2DRowsBitIdentical(t *testing.T) {
 		}
 		if i := sameBits(got[0], got[1]); i >= 0 {
 			t.Errorf("%s: output %d: conv2d_rows_f32 %v, conv2d_f32 %v", sh.name, i, got[1][i], got[0][i])
+		}
+		if i := sameBits(got[0], got[2]); i >= 0 {
+			t.Errorf("%s: output %d: the default pick %v, conv2d_f32 %v", sh.name, i, got[2][i], got[0][i])
 		}
 		d.Free(x)
 		d.Free(w)

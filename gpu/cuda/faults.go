@@ -36,6 +36,7 @@ var Faults = map[string]string{
 	"CONV1D":          "conv1d",          // input index off by one
 	"CONVTR":          "convtranspose1d", // kernel taps reversed
 	"CONV2D":          "conv2d",          // first kernel row's column shifted
+	"CONV2D_PW":       "conv2d",          // the pointwise kernel drops the last input channel
 	"NORMFUSE":        "normmatmul",      // the fused norms drop eps (GEMV_NORM, prep_heads: rms_inv)
 	"HEADROPE":        "headnormrope",    // the fused rotation reads the frequencies reversed
 	"ATTN_SEQS":       "attentionseqs",   // every row of a batch attends as its first row does

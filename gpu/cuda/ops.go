@@ -380,12 +380,25 @@ func (q *Queue) Conv2D(dst, x, w, bias gpu.Tensor, cp gpu.Conv2DParams) {
 	args := []arg{q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())),
 		q.t(bias), p(dtCode(bias.DType())), i(x.Rows), i(cp.Cin), i(cp.W), i(dst.Rows), i(Cout), i(cp.Wout), i(cp.KH), i(cp.KW),
 		i(cp.StrideH), i(cp.StrideW), i(cp.PadH), i(cp.PadW), i(cp.Groups)}
+	if pointwise(cp, x.Rows, dst.Rows) && !q.conv2dDirect && !q.conv2dRows {
+		q.launchOut(dst, "conv2d_pw_f32", [3]uint32{uint32((Cout + 63) / 64), uint32(dst.Rows), uint32((cp.W + 31) / 32)}, blk256, 0,
+			q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), p(dtCode(w.DType())), q.t(bias), p(dtCode(bias.DType())),
+			i(cp.Cin), i(cp.W), i(Cout))
+		return
+	}
 	if ob, shm, ok := conv2dRowsPlan(cp, Cout); ok && !q.conv2dDirect {
 		q.launchOut(dst, "conv2d_rows_f32", [3]uint32{uint32((Cout + ob - 1) / ob), uint32(dst.Rows), 1}, blk256, shm,
 			append(args, i(ob))...)
 		return
 	}
 	q.launchOut(dst, "conv2d_f32", q.grid1(dst.Len()), blk256, 0, args...)
+}
+
+// pointwise reports whether cp is a dense 1 × 1 convolution that keeps the
+// rows and positions (conv2d_pw_f32's case).
+func pointwise(cp gpu.Conv2DParams, rows, outRows int) bool {
+	return cp.KH == 1 && cp.KW == 1 && cp.StrideH == 1 && cp.StrideW == 1 && cp.PadH == 0 && cp.PadW == 0 &&
+		cp.Groups == 1 && cp.Wout == cp.W && rows == outRows
 }
 
 // conv2dRowsMaxShm bounds conv2d_rows_f32's dynamic shared memory (a

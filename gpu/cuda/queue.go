@@ -29,7 +29,7 @@ var kernelNames = []string{
 	"mmv_bf16_w4n1m1", "mmv_bf16_w16n1m1", "mmv_bf16_w16n2m1", "mmv_bf16_w16n4m1", "mmv_bf16_w16n1m2",
 	"mmvn_bf16_w4", "mmvn_bf16_w16",
 	"mmvt_bf16_w4n1m1", "mmvt_bf16_w16n1m1", "mmvt_bf16_w16n2m1", "mmvt_bf16_w16n4m1", "mmvt_bf16_w16n1m2", "mmvnt_bf16_w16",
-	"attention_f32", "attention_seqs_f32", "shortconv_seqs_f32", "shortconv_seqs_gated_f32", "copy_rows_u32", "copy_rows_u16", "copy_many_u32", "copy_many_u16", "conv1d_f32", "convtr1d_f32", "conv2d_f32", "conv2d_rows_f32", "mmvng_bf16_w16", "mmvngt_bf16_w16",
+	"attention_f32", "attention_seqs_f32", "shortconv_seqs_f32", "shortconv_seqs_gated_f32", "copy_rows_u32", "copy_rows_u16", "copy_many_u32", "copy_many_u16", "conv1d_f32", "convtr1d_f32", "conv2d_f32", "conv2d_rows_f32", "conv2d_pw_f32", "mmvng_bf16_w16", "mmvngt_bf16_w16",
 	"relpos_scores_f32", "heads_matmul_f32", "std_block_f32", "std_blockt_f32",
 }
 
@@ -134,6 +134,9 @@ type Queue struct {
 	// conv2dDirect keeps every Conv2D on conv2d_f32, the one-thread-an-
 	// output kernel (tests: conv2d_rows_f32 equals it bit for bit).
 	conv2dDirect bool
+	// conv2dRows keeps pointwise convolutions on conv2d_rows_f32 instead
+	// of conv2d_pw_f32 (tests: the two give the same bits).
+	conv2dRows bool
 	// fp32 keeps the queue's products on the FMA kernels whatever
 	// Options.MatMul says (gpu.FP32Products).
 	fp32 bool

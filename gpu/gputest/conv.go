@@ -167,6 +167,7 @@ func checkConv2D(h *harness) {
 		// depthwise, a stem with one input channel; then rows too wide for
 		// its shared memory (conv2d_f32).
 		{4, 12, 40, 48, 1, 1, 1, 1, 0, 0, 1, gpu.BF16, gpu.BF16, true},
+		{3, 37, 70, 67, 1, 1, 1, 1, 0, 0, 1, gpu.F32, gpu.F32, true}, // ragged 64 × 32 tiles and channel steps
 		{7, 16, 36, 36, 3, 3, 2, 2, 1, 1, 36, gpu.BF16, gpu.BF16, false},
 		{9, 40, 1, 24, 3, 3, 2, 2, 1, 1, 1, gpu.BF16, gpu.BF16, false},
 		{3, 4100, 1, 2, 3, 3, 2, 2, 1, 1, 1, gpu.F32, gpu.F32, false},
