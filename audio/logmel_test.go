@@ -559,6 +559,8 @@ func TestLogMelConfig(t *testing.T) {
 		{func(p *config.Preprocessor) { p.Window = "kaiser" }, `window "kaiser"`},
 		{func(p *config.Preprocessor) { p.Normalize = "per_utterance" }, `normalize "per_utterance"`},
 		{func(p *config.Preprocessor) { p.NFFT = 256 }, "n_fft 256"},
+		{func(p *config.Preprocessor) { p.NFFT = 1 << 20 }, "n_fft 1048576 is larger"},
+		{func(p *config.Preprocessor) { p.NFFT = 1<<16 + 1 }, "n_fft 65537 is larger"},
 		{func(p *config.Preprocessor) { p.PadTo = -1 }, "pad_to -1"},
 	}
 	for _, tc := range bad {
