@@ -19,6 +19,7 @@ var Faults = map[string]string{
 	"SAMPLE_PENALTY":  "sample",          // divides negative penalised logits instead of multiplying
 	"SAMPLE_EXP":      "sample",          // drops the low part of ln 2 in exp's reduction (one-ulp-scale errors)
 	"SAMPLE_SUPPRESS": "sample",          // ignores the suppressed ids
+	"SAMPLE_ARGMAX":   "sample",          // the greedy pick's unrolled loop lets the last of equal values win
 	"SHORTCONV":       "shortconv",       // zeroes the first output row
 	"MATMUL":          "matmul",          // bias index off by one (FMA kernels)
 	"MATMUL_TILED":    "matmul",          // the FMA 64 × 64 tile kernel loses lane 16's partial (terms 128–135 of every 256)

@@ -513,7 +513,24 @@ template <typename F>
 __device__ int block_argmax(int n, F val, double* shd, int* shi) {
   double bv = 0.0;
   int bi = -1;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+  // Eight entries a thread are loaded before they are compared, in index
+  // order: the loop with one load a step waited out each load's latency
+  // (a 65,536-token head took 58 µs in one block on an H200).
+  const int nt = blockDim.x;
+  int i = threadIdx.x;
+  for (; i + 7 * nt < n; i += 8 * nt) {
+    double v[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) v[u] = val(i + u * nt);
+#pragma unroll
+    for (int u = 0; u < 8; u++)
+#ifdef FAULT_SAMPLE_ARGMAX
+      if (v[u] == v[u] && (bi < 0 || v[u] >= bv)) bv = v[u], bi = i + u * nt;  // the last of equal values wins
+#else
+      if (v[u] == v[u] && (bi < 0 || v[u] > bv)) bv = v[u], bi = i + u * nt;
+#endif
+  }
+  for (; i < n; i += nt) {
     double v = val(i);
     if (v == v && (bi < 0 || v > bv)) bv = v, bi = i;
   }

@@ -16,6 +16,7 @@ type sampleCase struct {
 	histLen    int           // history ids per row (with repeats and ids out of range)
 	scale      float32       // logits scale
 	ties, nans bool          // plant tied maxima / a NaN row
+	tieStride  int           // > 0: plant tied maxima tieStride apart (one GPU thread's entries)
 	negInf     bool          // a row of −∞ but one entry
 	suppress   bool          // suppress the row's argmax, the last id and an id out of range
 	strided    bool
@@ -41,6 +42,10 @@ func checkSample(h *harness) {
 		{name: "one-entry", B: 3, V: 1, row: gpu.SampleRow{Temperature: 1, TopK: 4}, scale: 1},
 		{name: "suppress-greedy", B: 4, V: 2049, row: gpu.SampleRow{}, scale: 2, ties: true, suppress: true},
 		{name: "suppress-topk4", B: 32, V: 2049, row: gpu.SampleRow{Temperature: 1, TopK: 4}, scale: 2, suppress: true},
+		// The text head greedy, ragged, with maxima tied 512 apart (the
+		// entries one thread of a 512-thread block compares in turn).
+		{name: "text-greedy", B: 3, V: 65549, row: gpu.SampleRow{}, scale: 2, tieStride: 512, nans: true, strided: true},
+		{name: "text-greedy-suppress", B: 2, V: 65536, row: gpu.SampleRow{}, scale: 2, ties: true, suppress: true},
 		{name: "text-topk50", B: 4, V: 65536, row: gpu.SampleRow{Temperature: 0.8, TopK: 50, TopP: 0.95}, scale: 2},
 		// Vocabularies on either side of where a backend may keep a row's
 		// scratch on chip (cuda: up to 3,343 entries in shared memory),
@@ -65,6 +70,10 @@ func (h *harness) sampleCase(c sampleCase) {
 		if c.ties && c.V > 3 { // the maximum twice: the first index must win
 			i, j := h.rng.IntN(c.V/2), c.V/2+h.rng.IntN(c.V/2)
 			row[i], row[j] = 4*c.scale, 4*c.scale
+		}
+		if c.tieStride > 0 && c.V > c.tieStride {
+			i := h.rng.IntN(c.V - c.tieStride)
+			row[i], row[i+c.tieStride] = 4*c.scale, 4*c.scale
 		}
 		if c.nans && r == 1 && c.V > 2 {
 			row[0], row[2] = float32(math.NaN()), float32(math.NaN())
