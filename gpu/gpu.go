@@ -155,6 +155,24 @@ type Device interface {
 	Close() error
 }
 
+// PriorityQueuer is a Device that can give a queue precedence: where
+// queues compete for the device, the scheduler takes the priority queue's
+// work first (CUDA: a stream of the greatest priority). The codec's queue
+// takes it, since its frames are what a listener waits for while the
+// backbone computes the next step.
+type PriorityQueuer interface {
+	NewPriorityQueue(name string) Queue
+}
+
+// NewUrgentQueue returns d's priority queue where d has one, else a plain
+// queue.
+func NewUrgentQueue(d Device, name string) Queue {
+	if p, ok := d.(PriorityQueuer); ok {
+		return p.NewPriorityQueue(name)
+	}
+	return d.NewQueue(name)
+}
+
 // ErrClosed is returned by queues whose device was closed.
 var ErrClosed = errors.New("gpu: device closed")
 

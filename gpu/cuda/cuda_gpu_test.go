@@ -60,6 +60,39 @@ func TestDeviceOpens(t *testing.T) {
 	}
 }
 
+// TestPriorityQueue: gpu.NewUrgentQueue gives a stream of the device's
+// greatest priority where the driver has stream priorities (an H200's
+// range is 0 to −5), a plain one elsewhere (the emulator), and its work
+// runs and orders like any queue's.
+func TestPriorityQueue(t *testing.T) {
+	d := openGPU(t)
+	q := gpu.NewUrgentQueue(d, "urgent").(*Queue)
+	c := d.drv
+	switch {
+	case c.cuStreamCreateWithPriority == 0 || c.cuCtxGetStreamPriorityRange == 0:
+		if q.priority != 0 {
+			t.Errorf("priority %d without the driver's stream priorities", q.priority)
+		}
+	case !d.Emulated() && q.priority >= 0:
+		t.Errorf("priority %d: want the greatest (negative) priority", q.priority)
+	}
+	t.Logf("stream priority %d", q.priority)
+	x := d.Alloc(gpu.F32, 3, 5)
+	defer d.Free(x)
+	in := []float32{1, -2, 3, 4.5, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, -15}
+	q.Write(x, in)
+	q.Scale(x, x, 2)
+	got := make([]float32, len(in))
+	if err := q.Read(got, x); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range in {
+		if got[i] != 2*v {
+			t.Fatalf("element %d: %v, want %v", i, got[i], 2*v)
+		}
+	}
+}
+
 // TestMatchesCPUBackend runs a small mixed sequence of ops on both
 // backends and compares the results (a smoke test: the per-kernel
 // contract with float64 replays is in contract_test.go).

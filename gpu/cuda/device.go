@@ -387,11 +387,30 @@ func (d *Device) Free(t gpu.Tensor) {
 }
 
 // NewQueue implements gpu.Device: a CUDA stream.
-func (d *Device) NewQueue(name string) gpu.Queue {
+func (d *Device) NewQueue(name string) gpu.Queue { return d.newQueue(name, false) }
+
+// NewPriorityQueue implements gpu.PriorityQueuer: a CUDA stream of the
+// device's greatest priority, whose blocks the GPU schedules before those
+// of the other streams as multiprocessors free up (running blocks are not
+// preempted). Where the driver has no stream priorities, or with
+// OMNIPIPE_CUDA_PRIORITY=off, it is a plain stream.
+func (d *Device) NewPriorityQueue(name string) gpu.Queue { return d.newQueue(name, true) }
+
+func (d *Device) newQueue(name string, high bool) gpu.Queue {
 	q := &Queue{d: d, name: name}
 	c := d.drv
+	high = high && c.cuStreamCreateWithPriority != 0 && c.cuCtxGetStreamPriorityRange != 0 && os.Getenv("OMNIPIPE_CUDA_PRIORITY") != "off"
 	if err := d.do(func() error {
-		if err := c.call("cuStreamCreate", c.cuStreamCreate, uintptr(unsafe.Pointer(&q.stream)), streamNoSync); err != nil {
+		if high {
+			var least, greatest int32
+			if err := c.call("cuCtxGetStreamPriorityRange", c.cuCtxGetStreamPriorityRange, uintptr(unsafe.Pointer(&least)), uintptr(unsafe.Pointer(&greatest))); err != nil {
+				return err
+			}
+			if err := c.call("cuStreamCreateWithPriority", c.cuStreamCreateWithPriority, uintptr(unsafe.Pointer(&q.stream)), streamNoSync, uintptr(greatest)); err != nil {
+				return err
+			}
+			q.priority = int(greatest)
+		} else if err := c.call("cuStreamCreate", c.cuStreamCreate, uintptr(unsafe.Pointer(&q.stream)), streamNoSync); err != nil {
 			return err
 		}
 		return c.call("cuEventCreate", c.cuEventCreate, uintptr(unsafe.Pointer(&q.st.ev)), eventNoTime)

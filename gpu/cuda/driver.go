@@ -52,8 +52,9 @@ type driver struct {
 	cuGraphAddKernelNode, cuGraphExecKernelNodeSetParams, cuDeviceGetDefaultMemPool, cuMemPoolSetAttribute                    uintptr
 
 	// Optional entry points (0 where the driver lacks them): programmatic
-	// dependent launch (launch.go).
-	cuGraphAddDependencies, cuLaunchKernelEx uintptr
+	// dependent launch (launch.go); stream priorities (NewPriorityQueue).
+	cuGraphAddDependencies, cuLaunchKernelEx                uintptr
+	cuStreamCreateWithPriority, cuCtxGetStreamPriorityRange uintptr
 }
 
 var (
@@ -128,7 +129,8 @@ func loadDriver() (*driver, error) {
 		for _, s := range []struct {
 			p    *uintptr
 			name string
-		}{{&d.cuGraphAddDependencies, "cuGraphAddDependencies_v2"}, {&d.cuLaunchKernelEx, "cuLaunchKernelEx"}} {
+		}{{&d.cuGraphAddDependencies, "cuGraphAddDependencies_v2"}, {&d.cuLaunchKernelEx, "cuLaunchKernelEx"},
+			{&d.cuStreamCreateWithPriority, "cuStreamCreateWithPriority"}, {&d.cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange"}} {
 			if p, err := purego.Dlsym(h, s.name); err == nil {
 				*s.p = p
 			}

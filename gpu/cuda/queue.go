@@ -134,6 +134,9 @@ type Queue struct {
 	// conv2dDirect keeps every Conv2D on conv2d_f32, the one-thread-an-
 	// output kernel (tests: conv2d_rows_f32 equals it bit for bit).
 	conv2dDirect bool
+	// priority is the stream's priority (0, the default; lower is more
+	// urgent: NewPriorityQueue).
+	priority int
 	// conv2dRows keeps pointwise convolutions on conv2d_rows_f32 instead
 	// of conv2d_pw_f32 (tests: the two give the same bits).
 	conv2dRows bool
@@ -1200,9 +1203,9 @@ func (d *Device) writeStats() {
 		if s.flushes == 0 {
 			continue
 		}
-		fmt.Fprintf(os.Stderr, "cuda queue %-12s %6d batches (%5.1f cmds each): %d graph replays, %d direct, %d node updates; recording %.1f µs/batch, hand-over %.1f µs/batch, read wait %.1f µs/read, %d waits for upload memory, %d graphs evicted\n",
+		fmt.Fprintf(os.Stderr, "cuda queue %-12s %6d batches (%5.1f cmds each): %d graph replays, %d direct, %d node updates; recording %.1f µs/batch, hand-over %.1f µs/batch, read wait %.1f µs/read, %d waits for upload memory, %d graphs evicted; stream priority %d\n",
 			q.name, s.flushes, float64(s.cmds)/float64(s.flushes), s.graphRuns, s.direct, s.updates,
-			float64(s.recTime)/1e3/float64(s.flushes), float64(s.flushTime)/1e3/float64(s.flushes), float64(s.waitTime)/1e3/float64(max(s.waits, 1)), s.upWaits, s.evictions)
+			float64(s.recTime)/1e3/float64(s.flushes), float64(s.flushTime)/1e3/float64(s.flushes), float64(s.waitTime)/1e3/float64(max(s.waits, 1)), s.upWaits, s.evictions, q.priority)
 	}
 }
 

@@ -192,7 +192,7 @@ func New(dev gpu.Device, f *safetensors.File, cfg Config) (*Decoder, error) {
 		d.window[i] = float64(v)
 		d.win2[i] = float64(v) * float64(v)
 	}
-	d.ctx = nn.NewCtx(dev, dev.NewQueue("detokenizer"), nn.F32)
+	d.ctx = nn.NewCtx(dev, gpu.NewUrgentQueue(dev, "detokenizer"), nn.F32)
 	return d, nil
 }
 

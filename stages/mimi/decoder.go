@@ -182,7 +182,7 @@ func New(dev gpu.Device, f *safetensors.File, cfg Config) (*Decoder, error) {
 	d := &Decoder{
 		cfg:      cfg,
 		dev:      dev,
-		q:        dev.NewQueue("mimi"),
+		q:        gpu.NewUrgentQueue(dev, "mimi"),
 		bins:     cfg.Quantizer.Bins,
 		upStride: up,
 		frameLen: cfg.FrameSamples(),
