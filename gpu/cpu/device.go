@@ -40,7 +40,9 @@ package cpu
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -96,6 +98,9 @@ func New(workers int) *Device { return newDevice(workers, defaultAsm()) }
 func newDevice(workers int, asm bool) *Device {
 	if workers <= 0 {
 		workers = runtime.NumCPU()
+		if n, err := strconv.Atoi(os.Getenv("OMNIPIPE_CPU_WORKERS")); err == nil && n > 0 {
+			workers = n
+		}
 	}
 	asm = asm && haveAsm
 	return &Device{

@@ -2,6 +2,8 @@ package cpu
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"unsafe"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -31,6 +33,17 @@ import (
 // was still the faster; at 32 they were even). Either way a row's outputs
 // are the same floats (the summation order above).
 const streamRows = 16
+
+// chunksPerWorker is how many column chunks per worker a one-pass product
+// is cut into at least (OMNIPIPE_CPU_CHUNKS; a tuning knob).
+var chunksPerWorker = envInt("OMNIPIPE_CPU_CHUNKS", 2)
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
 
 // Blocking of the assembly GEMM (more than streamRows rows). The x
 // micro-panel of a tile (4 rows × kcBlock floats, 8 KB) stays in L1 while
@@ -158,7 +171,7 @@ func (q *Queue) gemm(g *mm) {
 		if g.M <= streamRows {
 			grain = max(12, (192<<10)/(max(g.K, 1)*g.wt.Size())/12*12)
 		}
-		grain = min(grain, max(12, (g.N+2*p.workers-1)/(2*p.workers)/12*12))
+		grain = min(grain, max(12, (g.N+chunksPerWorker*p.workers-1)/(chunksPerWorker*p.workers)/12*12))
 		p.ForW(g.N, grain, func(w, lo, hi int) { g.run(ws[w], 0, g.M, lo, hi, asm) })
 	case g.M >= 8:
 		grain := min(mcBlock, max(4, (g.M+2*p.workers-1)/(2*p.workers)/4*4))

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -64,12 +65,16 @@ func newJob() *job {
 	return j
 }
 
-const (
+var (
 	// spinFor is how long a helper polls for the next loop before it
 	// parks.
-	spinFor = 50 * time.Microsecond
-	// yieldEvery is how often a polling helper yields its P.
-	yieldEvery = 2 * time.Microsecond
+	spinFor = envDuration("OMNIPIPE_CPU_SPIN", 50*time.Microsecond)
+	// yieldEvery is how often a polling helper yields its P (never when
+	// zero).
+	yieldEvery = envDuration("OMNIPIPE_CPU_YIELD", 2*time.Microsecond)
+)
+
+const (
 	// looksPerClock is how many looks at the loop counter a polling
 	// helper takes between readings of the clock.
 	looksPerClock = 64
@@ -125,7 +130,7 @@ func (p *pool) help(id int, inbox chan *job) {
 			if now = time.Now(); !now.Before(until) {
 				break
 			}
-			if !now.Before(yield) {
+			if yieldEvery > 0 && !now.Before(yield) {
 				runtime.Gosched()
 				yield = time.Now().Add(yieldEvery)
 			}
@@ -265,7 +270,16 @@ func (p *pool) run(n, grain int, fn func(w, lo, hi int), fn2 func(lo, hi int)) {
 
 // joinFor is how long a submitter looks for its loop's last helper to
 // leave before it parks on the loop's end.
-const joinFor = 20 * time.Microsecond
+var joinFor = envDuration("OMNIPIPE_CPU_JOIN", 20*time.Microsecond)
+
+// envDuration returns the duration in the environment variable name, or def
+// when it is unset or not a duration (a tuning knob for measurements).
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d >= 0 {
+		return d
+	}
+	return def
+}
 
 // waitLeft returns once every helper has left j, or after joinFor.
 func waitLeft(j *job) {
