@@ -157,9 +157,11 @@ type Device interface {
 
 // PriorityQueuer is a Device that can give a queue precedence: where
 // queues compete for the device, the scheduler takes the priority queue's
-// work first (CUDA: a stream of the greatest priority). The codec's queue
-// takes it, since its frames are what a listener waits for while the
-// backbone computes the next step.
+// work first (CUDA, with OMNIPIPE_CUDA_PRIORITY=on: a stream of the
+// greatest priority). The codec asks for it, since its frames are what a
+// listener waits for; on an H200 it shortened the codec's call but slowed
+// the backbone's step, which the next frame waits for, more (package
+// cuda's NewPriorityQueue), so a backend may hand out a plain queue.
 type PriorityQueuer interface {
 	NewPriorityQueue(name string) Queue
 }

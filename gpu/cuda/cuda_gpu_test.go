@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -60,12 +61,16 @@ func TestDeviceOpens(t *testing.T) {
 	}
 }
 
-// TestPriorityQueue: gpu.NewUrgentQueue gives a stream of the device's
-// greatest priority where the driver has stream priorities (an H200's
-// range is 0 to −5), a plain one elsewhere (the emulator), and its work
-// runs and orders like any queue's.
+// TestPriorityQueue: with OMNIPIPE_CUDA_PRIORITY=on, gpu.NewUrgentQueue
+// gives a stream of the device's greatest priority where the driver has
+// stream priorities (an H200's range is 0 to −5), a plain one elsewhere
+// (the emulator) and by default; its work runs like any queue's.
 func TestPriorityQueue(t *testing.T) {
 	d := openGPU(t)
+	if q := gpu.NewUrgentQueue(d, "default").(*Queue); os.Getenv("OMNIPIPE_CUDA_PRIORITY") != "on" && q.priority != 0 {
+		t.Errorf("priority %d by default", q.priority)
+	}
+	t.Setenv("OMNIPIPE_CUDA_PRIORITY", "on")
 	q := gpu.NewUrgentQueue(d, "urgent").(*Queue)
 	c := d.drv
 	switch {

@@ -389,17 +389,21 @@ func (d *Device) Free(t gpu.Tensor) {
 // NewQueue implements gpu.Device: a CUDA stream.
 func (d *Device) NewQueue(name string) gpu.Queue { return d.newQueue(name, false) }
 
-// NewPriorityQueue implements gpu.PriorityQueuer: a CUDA stream of the
-// device's greatest priority, whose blocks the GPU schedules before those
-// of the other streams as multiprocessors free up (running blocks are not
-// preempted). Where the driver has no stream priorities, or with
-// OMNIPIPE_CUDA_PRIORITY=off, it is a plain stream.
+// NewPriorityQueue implements gpu.PriorityQueuer. With
+// OMNIPIPE_CUDA_PRIORITY=on it is a CUDA stream of the device's greatest
+// priority, whose blocks the GPU schedules before those of the other
+// streams as multiprocessors free up (running blocks are not preempted);
+// by default, and where the driver has no stream priorities, a plain
+// stream. Not the default because on an H200 (2026-12-02, 17:54 UTC) the
+// codec's call fell from 1.73 to 1.34 ms but the backbone's audio step,
+// which the next frame waits for, rose from 1.31 to 1.64 ms: 4.1 ms of
+// wall time a frame against 3.8, first audio no sooner (25–27 ms).
 func (d *Device) NewPriorityQueue(name string) gpu.Queue { return d.newQueue(name, true) }
 
 func (d *Device) newQueue(name string, high bool) gpu.Queue {
 	q := &Queue{d: d, name: name}
 	c := d.drv
-	high = high && c.cuStreamCreateWithPriority != 0 && c.cuCtxGetStreamPriorityRange != 0 && os.Getenv("OMNIPIPE_CUDA_PRIORITY") != "off"
+	high = high && c.cuStreamCreateWithPriority != 0 && c.cuCtxGetStreamPriorityRange != 0 && os.Getenv("OMNIPIPE_CUDA_PRIORITY") == "on"
 	if err := d.do(func() error {
 		if high {
 			var least, greatest int32
