@@ -133,7 +133,7 @@ func runControl(f string) string {
 // precompile compiles the kernels with a planted fault into the disk cache
 // (the contract's controls compile in parallel before their devices open).
 func (d *Device) precompile(cacheDir, fault string) error {
-	opts := compileOptions(d.arch, fault)
+	opts := d.moduleOptions(fault)
 	_, _, err := compileCached(d.nv, nil, d.arch, kernelSource, opts, cachePath(cacheDir, cacheKey(kernelSource, opts, d.drvVer, d.nvVer)))
 	return err
 }

@@ -207,7 +207,7 @@ func (d *Device) init(o Options) error {
 	}
 	maj, min := d.nv.Version()
 	d.nvVer = fmt.Sprintf("%d.%d", maj, min)
-	opts := compileOptions(d.arch, o.Fault)
+	opts := d.moduleOptions(o.Fault)
 	src, srcPath, err := kernelsToCompile()
 	if err != nil {
 		return err

@@ -127,6 +127,27 @@ func compileOptions(arch string, fault string) []string {
 	return opts
 }
 
+// emuQuickBuild is the define that has the CUDA emulator compile a module
+// without optimisation (g++ -O0: about half -Og's build time, its kernels
+// 3–4× slower).
+const emuQuickBuild = "-DOMNI_EMU_QUICK_BUILD"
+
+// moduleOptions is compileOptions for d: on the emulator a planted fault
+// whose check is light (all but the products') builds quickly, since the
+// contract's controls are a C++ build each there and their checks run in
+// milliseconds; NVRTC never sees the define.
+func (d *Device) moduleOptions(fault string) []string {
+	opts := compileOptions(d.arch, fault)
+	if d.drv.emulated && fault != "" {
+		switch Faults[fault] {
+		case "matmul", "normglu", "fused", "sample": // checks of seconds
+		default:
+			opts = append(opts, emuQuickBuild)
+		}
+	}
+	return opts
+}
+
 // cacheKey names the compiled module of source under opts for a driver
 // and NVRTC version: any change to one of them compiles afresh.
 func cacheKey(source string, opts []string, driverVersion int, nvrtcVersion string) string {
