@@ -55,6 +55,29 @@ func TestCachePath(t *testing.T) {
 	}
 }
 
+// TestModuleOptionsQuickBuild: only the emulator's builds of light
+// controls carry the quick-build define; a GPU's modules, the emulator's
+// fault-free module and its heavy controls never do.
+func TestModuleOptionsQuickBuild(t *testing.T) {
+	quick := func(emulated bool, fault string) bool {
+		d := &Device{drv: &driver{emulated: emulated}, arch: "sm_90"}
+		return slices.Contains(d.moduleOptions(fault), emuQuickBuild)
+	}
+	for _, c := range []struct {
+		emulated bool
+		fault    string
+		want     bool
+	}{
+		{false, "", false}, {false, "ROPE", false}, {false, "MMA", false},
+		{true, "", false}, {true, "ROPE", true}, {true, "CONV2D_PW", true},
+		{true, "MMA", false}, {true, "GEMV", false}, {true, "MMV_GLU", false}, {true, "EPILOGUE", false}, {true, "SAMPLE_TOPK", false},
+	} {
+		if got := quick(c.emulated, c.fault); got != c.want {
+			t.Errorf("emulated %v, fault %q: quick build %v, want %v", c.emulated, c.fault, got, c.want)
+		}
+	}
+}
+
 func TestCompileOptionsTargetMachineCode(t *testing.T) {
 	o := strings.Join(compileOptions("sm_90", ""), " ")
 	if !strings.Contains(o, "--gpu-architecture=sm_90") || strings.Contains(o, "compute_") {

@@ -133,8 +133,9 @@ func compileOptions(arch string, fault string) []string {
 const emuQuickBuild = "-DOMNI_EMU_QUICK_BUILD"
 
 // moduleOptions is compileOptions for d: on the emulator a planted fault
-// whose check is light (all but the products') builds quickly, since the
-// contract's controls are a C++ build each there and their checks run in
+// whose check is light (all but the products', the fused ops' and the
+// sampler's, which take seconds there) builds quickly, since the contract's
+// controls are a C++ build each there and their checks then run in
 // milliseconds; NVRTC never sees the define.
 func (d *Device) moduleOptions(fault string) []string {
 	opts := compileOptions(d.arch, fault)
