@@ -40,9 +40,7 @@ package cpu
 
 import (
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -97,10 +95,7 @@ func New(workers int) *Device { return newDevice(workers, defaultAsm()) }
 
 func newDevice(workers int, asm bool) *Device {
 	if workers <= 0 {
-		workers = runtime.NumCPU()
-		if n, err := strconv.Atoi(os.Getenv("OMNIPIPE_CPU_WORKERS")); err == nil && n > 0 {
-			workers = n
-		}
+		workers = envInt("OMNIPIPE_CPU_WORKERS", runtime.NumCPU())
 	}
 	asm = asm && haveAsm
 	return &Device{

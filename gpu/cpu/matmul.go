@@ -2,8 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"unsafe"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -37,13 +35,6 @@ const streamRows = 16
 // chunksPerWorker is how many column chunks per worker a one-pass product
 // is cut into at least (OMNIPIPE_CPU_CHUNKS; a tuning knob).
 var chunksPerWorker = envInt("OMNIPIPE_CPU_CHUNKS", 2)
-
-func envInt(name string, def int) int {
-	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
-		return n
-	}
-	return def
-}
 
 // Blocking of the assembly GEMM (more than streamRows rows). The x
 // micro-panel of a tile (4 rows × kcBlock floats, 8 KB) stays in L1 while

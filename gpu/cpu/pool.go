@@ -3,6 +3,7 @@ package cpu
 import (
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -277,6 +278,15 @@ var joinFor = envDuration("OMNIPIPE_CPU_JOIN", 20*time.Microsecond)
 func envDuration(name string, def time.Duration) time.Duration {
 	if d, err := time.ParseDuration(os.Getenv(name)); err == nil && d >= 0 {
 		return d
+	}
+	return def
+}
+
+// envInt returns the positive integer in the environment variable name, or
+// def (a tuning knob for measurements).
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
 	}
 	return def
 }
