@@ -104,8 +104,14 @@ func BenchmarkMatMulTiles(b *testing.B) {
 			d.Free(w)
 		}
 	}()
-	for _, kernel := range []string{"mma_bf16_m32", "mma_bf16_big"} {
-		for _, M := range []int{16, 32, 64, 128, 256, 512, 1024} {
+	kernels := []string{"mma_bf16_m32", "mma_bf16_big", "mma_bf16_t128x128", "mma_bf16_t128x64", "mma_bf16_t64x128"}
+	for _, k := range kernels {
+		if r, err := d.KernelResources(k); err == nil {
+			b.Logf("%s: %d registers, %d bytes local, %d bytes shared", k, r.Registers, r.LocalBytes, r.SharedBytes)
+		}
+	}
+	for _, kernel := range kernels {
+		for _, M := range []int{16, 32, 64, 128, 256, 512, 1024, 4096} {
 			b.Run(fmt.Sprintf("%s/M=%d", kernel, M), func(b *testing.B) { timeTileKernel(b, d, rng, kernel, M, ws) })
 		}
 	}
@@ -472,14 +478,16 @@ func BenchmarkEncoderShapes(b *testing.B) {
 	d := openGPU(b)
 	rng := rand.New(rand.NewPCG(35, 36))
 	for _, sh := range []struct{ M, N, K int }{{62, 512, 512}, {62, 2048, 512}, {62, 512, 2048}, {62, 1024, 512}, {100, 2048, 2048}, {100, 8192, 2048}, {100, 2048, 8192}, {100, 512, 2048},
-		{130, 2048, 2048}, {256, 2048, 2048}, {256, 2048, 8192}, {256, 512, 2048}, {256, 8192, 2048}} {
+		{130, 2048, 2048}, {256, 2048, 2048}, {256, 2048, 8192}, {256, 512, 2048}, {256, 8192, 2048},
+		{512, 2048, 2048}, {512, 8192, 2048}, {512, 2048, 8192}, {2048, 2048, 2048}} {
 		d.mmaMatMul = true
 		ws := []gpu.Tensor{}
 		for range 16 {
 			ws = append(ws, loadNormalBF16(b, d, rng, sh.N, sh.K))
 		}
 		d.mmaMatMul = false
-		names := []string{"default", "mma_bf16_m32", "mma_bf16_big", "mma_bf16_big/1", "mma_bf16_big/2", "mma_bf16_big/4", "mma_bf16_big/8", "mma_bf16_big/16"}
+		names := []string{"default", "mma_bf16_m32", "mma_bf16_big", "mma_bf16_big/1", "mma_bf16_big/2", "mma_bf16_big/4", "mma_bf16_big/8", "mma_bf16_big/16",
+			"mma_bf16_t128x128", "mma_bf16_t128x64", "mma_bf16_t64x128"}
 		if sh.M <= mmvMidMaxRows {
 			names = append(names, "mmv_bf16_w16n1m2", "mmv_bf16_w4n1m1")
 		}

@@ -257,6 +257,39 @@ func (d *Device) init(o Options) error {
 	return nil
 }
 
+// KernelResources are what the compiler gave a kernel: registers a
+// thread, bytes of local memory a thread (spilled registers among them)
+// and bytes of static shared memory a block.
+type KernelResources struct{ Registers, LocalBytes, SharedBytes int }
+
+// KernelResources reports the kernel named's resources (cuFuncGetAttribute).
+func (d *Device) KernelResources(name string) (KernelResources, error) {
+	var r KernelResources
+	err := d.do(func() error {
+		f, ok := d.fns[name]
+		if !ok {
+			return fmt.Errorf("cuda: no kernel %q", name)
+		}
+		c := d.drv
+		if c.cuFuncGetAttribute == 0 {
+			return fmt.Errorf("cuda: the driver has no cuFuncGetAttribute")
+		}
+		// CU_FUNC_ATTRIBUTE_NUM_REGS, _LOCAL_SIZE_BYTES, _SHARED_SIZE_BYTES.
+		for _, a := range []struct {
+			v    *int
+			attr uintptr
+		}{{&r.Registers, 4}, {&r.LocalBytes, 3}, {&r.SharedBytes, 1}} {
+			var v int32
+			if err := c.call("cuFuncGetAttribute", c.cuFuncGetAttribute, uintptr(unsafe.Pointer(&v)), a.attr, f); err != nil {
+				return err
+			}
+			*a.v = int(v)
+		}
+		return nil
+	})
+	return r, err
+}
+
 // do runs f on the owner thread and waits for it.
 func (d *Device) do(f func() error) error {
 	var err error

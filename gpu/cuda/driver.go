@@ -52,9 +52,11 @@ type driver struct {
 	cuGraphAddKernelNode, cuGraphExecKernelNodeSetParams, cuDeviceGetDefaultMemPool, cuMemPoolSetAttribute                    uintptr
 
 	// Optional entry points (0 where the driver lacks them): programmatic
-	// dependent launch (launch.go); stream priorities (NewPriorityQueue).
+	// dependent launch (launch.go); stream priorities (NewPriorityQueue);
+	// a kernel's registers and spills (KernelResources).
 	cuGraphAddDependencies, cuLaunchKernelEx                uintptr
 	cuStreamCreateWithPriority, cuCtxGetStreamPriorityRange uintptr
+	cuFuncGetAttribute                                      uintptr
 }
 
 var (
@@ -130,7 +132,8 @@ func loadDriver() (*driver, error) {
 			p    *uintptr
 			name string
 		}{{&d.cuGraphAddDependencies, "cuGraphAddDependencies_v2"}, {&d.cuLaunchKernelEx, "cuLaunchKernelEx"},
-			{&d.cuStreamCreateWithPriority, "cuStreamCreateWithPriority"}, {&d.cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange"}} {
+			{&d.cuStreamCreateWithPriority, "cuStreamCreateWithPriority"}, {&d.cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange"},
+			{&d.cuFuncGetAttribute, "cuFuncGetAttribute"}} {
 			if p, err := purego.Dlsym(h, s.name); err == nil {
 				*s.p = p
 			}

@@ -2559,6 +2559,219 @@ __global__ void __launch_bounds__(256) mma_fold_f32(float* d, i64 ldd, const flo
   }
 }
 
+}  // extern "C": mma_wide_run is a template
+
+// mma_wide_run: mma_bf16_big's products, bit for bit, on larger tiles: a
+// block of NW × MW warps computes BN = 16·WI·NW weight rows × BM = 8·WJ·MW
+// rows of x, a warp (16·WI) × (8·WJ) of them. Each output receives the
+// same MMAs with the same fragments in the same order as in mma_bf16_big
+// (class by class, a class's superblocks in order, a superblock's four
+// k16 steps in order, then p0 + p1 + … + p15), so the bits are the same;
+// what changes is how much a block reuses what it stages. Operands stream
+// through shared memory half a superblock (32 k) a stage, three stages
+// deep: a stage's rows are 64 bytes, so a quarter warp's 16-byte loads of
+// rows r and r + 1 cover the 32 banks once without a swizzle, and a
+// 128 × 128 tile's three stages are 48 KiB of static shared memory. A
+// thread loads one half superblock's fragments at a time: with 4 × 4
+// tiles a warp it holds 64 accumulators and 64 class sums. Tiles whose x
+// has mid or lo parts load every operand from global memory, as
+// mma_bf16_big's do.
+#ifdef FAULT_MMA_WIDE
+#define WIDE_XP(p) ((p) ^ 1)  // x's k pairs 2t and 2t + 8 swapped in every MMA
+#else
+#define WIDE_XP(p) (p)
+#endif
+
+template <int NW, int MW, int WI, int WJ>
+__device__ __forceinline__ void mma_wide_run(float* d, i64 ldd, const u16* xs, const u32* flags, int Kp, const u16* w,
+                                             i64 ldw, const void* bias, int bdt, int M, int N, int K, EPI_PARAMS) {
+  constexpr int NT = 32 * NW * MW, BN = 16 * WI * NW, BM = 8 * WJ * MW;
+  static_assert((4 * (BN + BM)) % NT == 0 && (4 * BN) % 32 == 0, "a stage's chunks split evenly, by warps");
+  __shared__ __align__(16) u32 sw[3][BN][16], sx[3][BM][16];
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int g = lane >> 2, t = lane & 3;
+  int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+  int wn = (warp % NW) * 16 * WI, wm = (warp / NW) * 8 * WJ;  // the warp's tile
+  int f = 0;
+  for (int r = threadIdx.x; r < BM; r += NT) f |= flags[min(m0 + r, M - 1)] != 0;
+  int need = __syncthreads_or(f);  // whether some row of the tile has a mid or lo part
+  float acc[WI][WJ][4], sum[WI][WJ][4];
+#pragma unroll
+  for (int i = 0; i < WI; i++)
+#pragma unroll
+    for (int j = 0; j < WJ; j++)
+#pragma unroll
+      for (int q = 0; q < 4; q++) acc[i][j][q] = sum[i][j][q] = 0.0f;
+  int nsb = (K + 63) / 64, ncls = min(16, nsb);
+  // A class's end: sum = acc (class 0) or sum + acc, and acc = 0.
+  auto fold = [&](int c) {
+#pragma unroll
+    for (int i = 0; i < WI; i++)
+#pragma unroll
+      for (int j = 0; j < WJ; j++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+          sum[i][j][q] = c == 0 ? acc[i][j][q] : sum[i][j][q] + acc[i][j][q];
+          acc[i][j][q] = 0.0f;
+        }
+  };
+  if (need == 0 && ((((unsigned long long)w) & 15) == 0) && ldw % 8 == 0) {
+    // Stage (s, h): k [64s + 32h, 64s + 32h + 32) of BN weight rows, then
+    // of BM rows of x (hi part), 4 16-byte chunks a row.
+    auto load = [&](int st, int s, int h) {
+      int k0 = 64 * s + 32 * h;
+#pragma unroll
+      for (int e = 0; e < 4 * (BN + BM) / NT; e++) {
+        int id = threadIdx.x + NT * e, r = id >> 2, c = id & 3, kk = k0 + 8 * c;
+        if (r < BN) {
+          const u16* src = w + (i64)min(n0 + r, N - 1) * ldw;
+          int bytes = max(0, min(16, 2 * (K - kk)));
+          cp_async16(&sw[st][r][4 * c], src + (bytes > 0 ? kk : 0), bytes);
+        } else {
+          r -= BN;
+          cp_async16(&sx[st][r][4 * c], xs + (i64)min(m0 + r, M - 1) * Kp + kk, 16);
+        }
+      }
+    };
+    // The next half superblock in class order.
+    auto step = [&](int& c, int& s, int& h) {
+      if (h == 0) {
+        h = 1;
+      } else {
+        h = 0;
+        big_next(c, s, nsb);
+      }
+    };
+    int units = 2 * nsb;
+    int lc = 0, ls = 0, lh = 0;  // the next stage to load
+    for (int p = 0; p < 2; p++) {
+      if (p < units) {
+        load(p, ls, lh);
+        step(lc, ls, lh);
+      }
+      cp_async_commit();
+    }
+    int c = 0, s = 0, h = 0;
+    for (int u = 0; u < units; u++) {
+      cp_async_wait1();
+      __syncthreads();
+      if (u + 2 < units) {
+        load((u + 2) % 3, ls, lh);
+        step(lc, ls, lh);
+      }
+      cp_async_commit();
+      int st = u % 3;
+      // Chunk t of the stage is the thread's k 8t … 8t + 7 of the half:
+      // mma_bf16_big's fragment pairs 4h … 4h + 3.
+      u32 wf[WI][2][4], xf[WJ][4];
+#pragma unroll
+      for (int i = 0; i < WI; i++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+          uint4 a = *(const uint4*)&sw[st][wn + 16 * i + g + 8 * hh][4 * t];
+          wf[i][hh][0] = a.x; wf[i][hh][1] = a.y; wf[i][hh][2] = a.z; wf[i][hh][3] = a.w;
+        }
+#pragma unroll
+      for (int j = 0; j < WJ; j++) {
+        uint4 a = *(const uint4*)&sx[st][wm + 8 * j + g][4 * t];
+        xf[j][0] = a.x; xf[j][1] = a.y; xf[j][2] = a.z; xf[j][3] = a.w;
+      }
+#pragma unroll
+      for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+        for (int i = 0; i < WI; i++)
+#pragma unroll
+          for (int j = 0; j < WJ; j++)
+            mma16816(acc[i][j], wf[i][0][2 * jj], wf[i][1][2 * jj], wf[i][0][2 * jj + 1], wf[i][1][2 * jj + 1],
+                     xf[j][WIDE_XP(2 * jj)], xf[j][WIDE_XP(2 * jj + 1)]);
+      if (h == 1 && s + 16 >= nsb) fold(c);
+      step(c, s, h);
+    }
+  } else {
+    // Every operand from global memory (mma_bf16_big's global path), parts
+    // where the warp's 8-row tile has them.
+    bool wv = ((((unsigned long long)w) & 15) == 0) && (ldw % 8 == 0);
+    const u16* wr[WI][2];
+#pragma unroll
+    for (int i = 0; i < WI; i++)
+#pragma unroll
+      for (int hh = 0; hh < 2; hh++) wr[i][hh] = w + (i64)min(n0 + wn + 16 * i + g + 8 * hh, N - 1) * ldw;
+    u32 tneed[WJ];
+    const u16* xr[WJ];
+#pragma unroll
+    for (int j = 0; j < WJ; j++) {
+      int m = min(m0 + wm + 8 * j + g, M - 1);
+      xr[j] = xs + (i64)m * Kp;
+      tneed[j] = __reduce_or_sync(0xffffffffu, flags[m]);
+    }
+    i64 pstride = (i64)M * Kp;
+    int c = 0, s = 0;
+    for (int it = 0; it < nsb; it++) {
+      int k = 64 * s + 8 * t;
+      u32 wf[WI][2][8];
+#pragma unroll
+      for (int i = 0; i < WI; i++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) mma_wload(wf[i][hh], wr[i][hh], k, K, wv);
+#pragma unroll
+      for (int j = 0; j < WJ; j++) {
+#pragma unroll
+        for (int part_ = 0; part_ < 3; part_++) {
+          if (part_ > 0 && !(tneed[j] & (1u << (part_ - 1)))) continue;
+          u32 px[8];
+          mma_xload(px, xr[j] + part_ * pstride, k);
+#pragma unroll
+          for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+            for (int i = 0; i < WI; i++)
+              mma16816(acc[i][j], wf[i][0][2 * jj], wf[i][1][2 * jj], wf[i][0][2 * jj + 1], wf[i][1][2 * jj + 1],
+                       px[WIDE_XP(2 * jj)], px[WIDE_XP(2 * jj + 1)]);
+        }
+      }
+      if (s + 16 >= nsb) fold(c);
+      big_next(c, s, nsb);
+    }
+  }
+  // Classes without superblocks (K < 1024) add +0, as in mma_tile.
+  for (int c = ncls; c < 16; c++)
+#pragma unroll
+    for (int i = 0; i < WI; i++)
+#pragma unroll
+      for (int j = 0; j < WJ; j++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) sum[i][j][q] = sum[i][j][q] + 0.0f;
+#pragma unroll
+  for (int i = 0; i < WI; i++)
+#pragma unroll
+    for (int j = 0; j < WJ; j++)
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        int n = n0 + wn + 16 * i + g + (q >> 1) * 8, m = m0 + wm + 8 * j + 2 * t + (q & 1);
+        if (n < N && m < M) {
+          float v = sum[i][j][q];
+          if (bias) v += load(bias, bdt, n);
+          d[(i64)m * ldd + n] = epi(v, EPI_ARGS, m, n);
+        }
+      }
+}
+
+extern "C" {
+
+// MMA_WIDE(name, NW, MW, WI, WJ): mma_wide_run as a kernel, grid.x over
+// weight rows by 16·WI·NW, grid.y over rows of x by 8·WJ·MW.
+#define MMA_WIDE(name, NW, MW, WI, WJ)                                                                          \
+  __global__ void __launch_bounds__(32 * NW * MW, 1) name(float* d, i64 ldd, const u16* xs, const u32* flags,  \
+                                                          int Kp, const u16* w, i64 ldw, const void* bias,       \
+                                                          int bdt, int M, int N, int K, EPI_PARAMS) {            \
+    if (blockIdx.y == 0) pdl_prefetch_rows(w, ldw, 2, K, blockIdx.x * 16 * WI * NW, min(N, (int)(blockIdx.x + 1) * 16 * WI * NW)); \
+    PDL_ENTER();                                                                                                 \
+    mma_wide_run<NW, MW, WI, WJ>(d, ldd, xs, flags, Kp, w, ldw, bias, bdt, M, N, K, EPI_ARGS);                   \
+  }
+
+MMA_WIDE(mma_bf16_t128x128, 2, 4, 4, 4)
+MMA_WIDE(mma_bf16_t128x64, 2, 2, 4, 4)
+MMA_WIDE(mma_bf16_t64x128, 1, 4, 4, 4)
+
 // MMV(name, W, NT, MT): mmv_tile as a kernel (blocks of W warps; grid.x
 // over weight rows by 16·NT, grid.y over rows of x by 8·MT).
 #define MMV(name, W, NT, MT)                                                                                  \
