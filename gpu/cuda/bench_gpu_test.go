@@ -104,11 +104,13 @@ func BenchmarkMatMulTiles(b *testing.B) {
 			d.Free(w)
 		}
 	}()
-	kernels := []string{"mma_bf16_m32", "mma_bf16_big", "mma_bf16_t128x128", "mma_bf16_t128x64", "mma_bf16_t64x128"}
+	kernels := []string{"mma_bf16_m32", "mma_bf16_big"}
 	for _, k := range kernels {
-		if r, err := d.KernelResources(k); err == nil {
-			b.Logf("%s: %d registers, %d bytes local, %d bytes shared", k, r.Registers, r.LocalBytes, r.SharedBytes)
+		r, err := d.KernelResources(k)
+		if err != nil {
+			b.Fatal(err)
 		}
+		b.Logf("%s: %d registers, %d bytes of local memory a thread, %d bytes of shared memory a block", k, r.Registers, r.LocalBytes, r.SharedBytes)
 	}
 	for _, kernel := range kernels {
 		for _, M := range []int{16, 32, 64, 128, 256, 512, 1024, 4096} {
@@ -486,8 +488,7 @@ func BenchmarkEncoderShapes(b *testing.B) {
 			ws = append(ws, loadNormalBF16(b, d, rng, sh.N, sh.K))
 		}
 		d.mmaMatMul = false
-		names := []string{"default", "mma_bf16_m32", "mma_bf16_big", "mma_bf16_big/1", "mma_bf16_big/2", "mma_bf16_big/4", "mma_bf16_big/8", "mma_bf16_big/16",
-			"mma_bf16_t128x128", "mma_bf16_t128x64", "mma_bf16_t64x128"}
+		names := []string{"default", "mma_bf16_m32", "mma_bf16_big", "mma_bf16_big/1", "mma_bf16_big/2", "mma_bf16_big/4", "mma_bf16_big/8", "mma_bf16_big/16"}
 		if sh.M <= mmvMidMaxRows {
 			names = append(names, "mmv_bf16_w16n1m2", "mmv_bf16_w4n1m1")
 		}

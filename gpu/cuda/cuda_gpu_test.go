@@ -449,122 +449,9 @@ func TestMmaBigBitIdentical(t *testing.T) {
 		t.Run("x="+pn, func(t *testing.T) {
 			variantsEqualTile(t, d, rng, "mma_bf16_m32",
 				[]struct{ N, K int }{{2048, 2048}, {777, 1000}, {130, 4104}, {64, 264}, {100, 7}, {3, 2056}, {1536, 8192}},
-				[]int{1, 33, 64, 100, 130, 300}, []string{"mma_bf16_big", "mma_bf16_big/1", "mma_bf16_big/2", "mma_bf16_big/5", "mma_bf16_big/16",
-					"mma_bf16_t128x128", "mma_bf16_t128x64", "mma_bf16_t64x128"},
+				[]int{1, 33, 64, 100, 130}, []string{"mma_bf16_big", "mma_bf16_big/1", "mma_bf16_big/2", "mma_bf16_big/5", "mma_bf16_big/16"},
 				func(q *Queue, name string) { q.tileForce, q.tileKernel = name != "", name }, preps[pn])
 		})
-	}
-}
-
-// TestMmaWideBitIdentical is TestMmaBigBitIdentical's wide tiles
-// (mma_wide_run: 128 × 128, 128 × 64 and 64 × 128 outputs a block, half a
-// superblock a stage) at sizes the CUDA emulator runs in seconds: they
-// equal mma_tile's bits on rows of exact bf16 (the staged path), of fp32
-// (the global path) and mixed (tiles of both) — K with every class and
-// classes of one and two superblocks (1100: 18), K with 5 classes and a
-// ragged last superblock (300), M and N ragged against every tile, one
-// block and several — and with a bias and a folded activation.
-func TestMmaWideBitIdentical(t *testing.T) {
-	d := openGPU(t)
-	d.mmaMatMul = true
-	defer func() { d.mmaMatMul = false }()
-	rng := rand.New(rand.NewPCG(25, 26))
-	wide := []string{"mma_bf16_t128x128", "mma_bf16_t128x64", "mma_bf16_t64x128"}
-	preps := map[string]func(xs []float32, M, K int){
-		"bf16": func(xs []float32, M, K int) {
-			for i := range xs {
-				xs[i] = gpu.RoundBF16(xs[i])
-			}
-		},
-		"fp32": nil,
-		"mixed": func(xs []float32, M, K int) { // rows 0–127 exact bf16, then every other row
-			for r := 0; r < M; r++ {
-				if r < 128 || r%2 == 0 {
-					for k := range K {
-						xs[r*K+k] = gpu.RoundBF16(xs[r*K+k])
-					}
-				}
-			}
-		},
-	}
-	for _, pn := range []string{"bf16", "fp32", "mixed"} {
-		t.Run("x="+pn, func(t *testing.T) {
-			Ms := []int{17, 150}
-			if pn == "mixed" {
-				Ms = []int{150}
-			}
-			variantsEqualTile(t, d, rng, "mma_bf16_m32", []struct{ N, K int }{{200, 1100}, {70, 300}},
-				Ms, wide, func(q *Queue, name string) { q.tileForce, q.tileKernel = name != "", name }, preps[pn])
-		})
-	}
-	const M, N, K = 70, 150, 700
-	w := loadNormalBF16(t, d, rng, N, K)
-	bias := d.Alloc(gpu.F32, 1, N)
-	x, y := d.Alloc(gpu.F32, M, K), d.Alloc(gpu.F32, M, N)
-	q := d.NewQueue("wide-epi").(*Queue)
-	q.Write(bias, normals(rng, N))
-	xs := normals(rng, M*K)
-	for i := range xs {
-		xs[i] = gpu.RoundBF16(xs[i])
-	}
-	q.Write(x, xs)
-	var want []float32
-	stop := d.countLaunches()
-	for _, name := range append([]string{"mma_bf16_big/1"}, wide...) {
-		q.tileForce, q.tileKernel = true, name
-		q.Fill(y, float32(math.NaN()))
-		q.MatMul(y, x, w, bias)
-		q.Act(y, y, gpu.SiLU)
-		got := make([]float32, M*N)
-		if err := q.Read(got, y); err != nil {
-			t.Fatal(err)
-		}
-		if want == nil {
-			want = got
-		} else if bad := differing(got, want); bad > 0 {
-			t.Errorf("%s with a bias and SiLU: %d/%d outputs differ from mma_bf16_big's", name, bad, len(got))
-		}
-	}
-	n := stop()
-	for _, name := range wide {
-		if n[name] == 0 {
-			t.Errorf("%s never launched (%v)", name, n)
-		}
-	}
-	d.Free(w)
-	d.Free(bias)
-	d.Free(x)
-	d.Free(y)
-	// The control: with FAULT_MMA_WIDE planted the same comparison fails
-	// for every wide kernel, on the staged path and the global one.
-	fd := openTestDevice(t, Options{Fault: "MMA_WIDE", MatMul: "mma"})
-	for _, pn := range []string{"bf16", "fp32"} {
-		const M, N, K = 150, 200, 1100
-		fw := loadNormalBF16(t, fd, rng, N, K)
-		fx, fy := fd.Alloc(gpu.F32, M, K), fd.Alloc(gpu.F32, M, N)
-		fq := fd.NewQueue("wide-fault").(*Queue)
-		vals := normals(rng, M*K)
-		if prep := preps[pn]; prep != nil {
-			prep(vals, M, K)
-		}
-		fq.Write(fx, vals)
-		var ref []float32
-		for _, name := range append([]string{"mma_bf16_big/1"}, wide...) {
-			fq.tileForce, fq.tileKernel = true, name
-			fq.MatMul(fy, fx, fw, gpu.Tensor{})
-			got := make([]float32, M*N)
-			if err := fq.Read(got, fy); err != nil {
-				t.Fatal(err)
-			}
-			if ref == nil {
-				ref = got
-			} else if differing(got, ref) == 0 {
-				t.Errorf("FAULT_MMA_WIDE planted: %s on x=%s still equals mma_bf16_big", name, pn)
-			}
-		}
-		fd.Free(fw)
-		fd.Free(fx)
-		fd.Free(fy)
 	}
 }
 
@@ -1203,4 +1090,30 @@ func TestNormGLUEqualsSeq(t *testing.T) {
 			d.Free(w)
 		}
 	}
+}
+
+// TestKernelResources: the driver reports what the compiler gave a
+// kernel (mma_bf16_big's three stages of 64 weight and 64 x rows of 128
+// bytes are 48 KiB of static shared memory), and an unknown name is an
+// error. The host emulator has no cuFuncGetAttribute: there the call must
+// say so rather than report zeros.
+func TestKernelResources(t *testing.T) {
+	d := openGPU(t)
+	if _, err := d.KernelResources("no_such_kernel"); err == nil {
+		t.Error("KernelResources(no_such_kernel): no error")
+	}
+	r, err := d.KernelResources("mma_bf16_big")
+	if d.drv.emulated {
+		if err == nil || !strings.Contains(err.Error(), "cuFuncGetAttribute") {
+			t.Errorf("emulated: KernelResources = %+v, %v; want the missing entry point named", r, err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Registers <= 0 || r.Registers > 255 || r.SharedBytes != 3*2*64*128 || r.LocalBytes < 0 {
+		t.Errorf("mma_bf16_big: %+v", r)
+	}
+	t.Logf("mma_bf16_big: %+v", r)
 }

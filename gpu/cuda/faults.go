@@ -54,7 +54,4 @@ var Faults = map[string]string{
 // the kernel contract (the fault, the test that must catch it).
 var testFaults = map[string]string{
 	"PDL": "TestProgrammaticLaunchOrders", // no griddepcontrol.wait: a kernel may read its predecessor's output early
-	// The wide tile kernels swap x's k pairs 2t and 2t + 8 in every MMA
-	// (no default product takes them yet, so the contract's would not).
-	"MMA_WIDE": "TestMmaWideBitIdentical",
 }

@@ -92,18 +92,12 @@ const mmaBigMinRows = 17
 // mma_tile's blocks; on the H200 (BenchmarkEncoderShapes, 2026-12-02, µs
 // for 16 products of exact bf16 rows) the split tiles beat them: 256 ×
 // [512, 2048] 329 against 432, 62 × [512, 512] 128 against 181.
-func mmaLaunch(m, n, sms int, force string) (string, [3]uint32, [2]uint32) {
+func mmaLaunch(m, n, sms int, force string) (string, [3]uint32) {
 	rows, name := 32, "mma_bf16_m32"
 	force, _, _ = strings.Cut(force, "/") // "mma_bf16_big/S": the split too (mmaBigSplit)
-	if force == "" {
-		force = mmaWidePick(m, n, sms)
-	}
-	if t, ok := mmaWideTiles[force]; ok {
-		return force, [3]uint32{uint32((n + t.bn - 1) / t.bn), uint32((m + t.bm - 1) / t.bm), 1}, [2]uint32{uint32(t.threads), 1}
-	}
 	switch {
 	case force == "mma_bf16_big" || force == "" && m >= mmaBigMinRows:
-		return "mma_bf16_big", [3]uint32{uint32((n + 63) / 64), uint32((m + 63) / 64), 1}, blk128
+		return "mma_bf16_big", [3]uint32{uint32((n + 63) / 64), uint32((m + 63) / 64), 1}
 	case force != "":
 		rows, name = map[string]int{"mma_bf16_m8": 8, "mma_bf16_m16": 16, "mma_bf16_m32": 32}[force], force
 	case m <= 8:
@@ -111,22 +105,7 @@ func mmaLaunch(m, n, sms int, force string) (string, [3]uint32, [2]uint32) {
 	case m <= 16:
 		rows, name = 16, "mma_bf16_m16"
 	}
-	return name, [3]uint32{uint32((n + 15) / 16), uint32((m + rows - 1) / rows), 1}, blk128
-}
-
-// mmaWideTiles are mma_wide_run's kernels (kernels.cu): mma_bf16_big's
-// bits on tiles of bn weight rows × bm rows of x, threads a block.
-var mmaWideTiles = map[string]struct{ bn, bm, threads int }{
-	"mma_bf16_t128x128": {128, 128, 256},
-	"mma_bf16_t128x64":  {128, 64, 128},
-	"mma_bf16_t64x128":  {64, 128, 128},
-}
-
-// mmaWidePick returns the wide tile kernel for M × N outputs, or "" for
-// mma_bf16_big's 64 × 64 tiles: none yet (the crossover is measured on the
-// H200 before any product takes them by default).
-func mmaWidePick(m, n, sms int) string {
-	return ""
+	return name, [3]uint32{uint32((n + 15) / 16), uint32((m + rows - 1) / rows), 1}
 }
 
 // mmaSplitMaxBytes bounds a split product's class sums (mmaBigSplit):
@@ -244,7 +223,7 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		xs := gpu.Tensor{Buf: q.split, Rows: 1, Cols: 3 * M * Kp, Stride: 3 * M * Kp}
 		fl := gpu.Tensor{Buf: q.flags, Rows: 1, Cols: M, Stride: M}
 		q.launch("split_bf16", [3]uint32{uint32(M), 1, 1}, blk128, 0, q.t(xs), q.t(fl), q.t(x), ld(x), i(M), i(K), i(Kp))
-		name, g, blk := mmaLaunch(M, N, q.d.sms, q.tileKernel)
+		name, g := mmaLaunch(M, N, q.d.sms, q.tileKernel)
 		if s := mmaBigSplit(M, N, K, q.d.sms, q.tileKernel); name == "mma_bf16_big" && s > 1 {
 			ncls := min(16, (K+63)/64)
 			if q.parts == nil || q.parts.n < ncls*M*N {
@@ -257,7 +236,7 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 				q.t(dst), ld(dst), q.t(parts), i(ncls), q.t(bias), p(dtCode(bias.DType())), i(M), i(N))
 			return
 		}
-		q.launchEpi(epiProduct, dst, name, g, blk, 0,
+		q.launchEpi(epiProduct, dst, name, g, blk128, 0,
 			q.t(dst), ld(dst), q.t(xs), q.t(fl), i(Kp), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
 		return
 	}
