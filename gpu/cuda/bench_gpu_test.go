@@ -106,11 +106,11 @@ func BenchmarkMatMulTiles(b *testing.B) {
 	}()
 	kernels := []string{"mma_bf16_m32", "mma_bf16_big"}
 	for _, k := range kernels {
-		r, err := d.KernelResources(k)
-		if err != nil {
-			b.Fatal(err)
+		if r, err := d.KernelResources(k); err != nil {
+			b.Logf("%s: %v", k, err) // a diagnostic: the timings do not need it
+		} else {
+			b.Logf("%s: %d registers, %d bytes of local memory a thread, %d bytes of shared memory a block", k, r.Registers, r.LocalBytes, r.SharedBytes)
 		}
-		b.Logf("%s: %d registers, %d bytes of local memory a thread, %d bytes of shared memory a block", k, r.Registers, r.LocalBytes, r.SharedBytes)
 	}
 	for _, kernel := range kernels {
 		for _, M := range []int{16, 32, 64, 128, 256, 512, 1024, 4096} {
