@@ -23,6 +23,7 @@ import (
 // from its stage-by-stage report to N concurrent turns.
 type loadFlags struct {
 	sessions, url, svg, budget *string
+	trace                      *string
 	maxBatch, prefillChunk     *int
 	ramp                       *time.Duration
 }
@@ -33,6 +34,7 @@ func (lf *loadFlags) register(fs *flag.FlagSet) {
 	lf.svg = fs.String("svg", "", "with --sessions: also draw sessions against time into this SVG file")
 	lf.maxBatch = fs.Int("max-batch", 0, "with --sessions, in process: sessions one step serves (0: the device's default)")
 	lf.prefillChunk = fs.Int("prefill-chunk", 0, "with --sessions, in process: prompt rows one step prefills (0: the device's default)")
+	lf.trace = fs.String("trace", "", "with --sessions, in process: write every stage's batches (pipeline.Interval: stage, turns, steps, rows, start, end) to this file as JSON, to see where a loaded engine's time goes")
 	lf.ramp = fs.Duration("ramp", 0, "with --sessions: spread the sessions' starts evenly over this long (e.g. 10s: a steady arrival) instead of starting them all at once")
 	lf.budget = fs.String("memory-budget", "", "with --sessions, in process: the engine's memory budget (e.g. 8GiB, 512MiB; default: from the device's free memory)")
 }
@@ -98,6 +100,7 @@ func (lf *loadFlags) run(e *env, r loadRun) error {
 		intIn("--max-batch", *lf.maxBatch, 0, 4096),
 		intIn("--prefill-chunk", *lf.prefillChunk, 0, 1<<16),
 		checkWritable("--svg", *lf.svg),
+		checkWritable("--trace", *lf.trace),
 		checkWritable("--cpuprofile", r.cpuProfile),
 		durationIn("--ramp", *lf.ramp, 0, time.Hour),
 	); err != nil {
@@ -113,9 +116,13 @@ func (lf *loadFlags) run(e *env, r loadRun) error {
 	defer stop()
 	opts := bench.LoadOptions{ClipSeconds: r.seconds, MaxNewTokens: r.maxNew, Seed: r.seed, Ramp: *lf.ramp, Progress: e.stderr}
 	var tgt bench.Target
+	var tr *pipeline.Trace
 	if *lf.url != "" {
 		if r.synthetic || r.mf.dir != "" {
 			return usageError{"--url loads a server: it excludes --model and --synthetic"}
+		}
+		if *lf.trace != "" {
+			return usageError{"--trace records an engine in this process: it excludes --url"}
 		}
 		if !strings.HasPrefix(*lf.url, "http://") && !strings.HasPrefix(*lf.url, "https://") {
 			return usageError{fmt.Sprintf("--url %q: want http://HOST:PORT", *lf.url)}
@@ -137,8 +144,11 @@ func (lf *loadFlags) run(e *env, r loadRun) error {
 		}
 		defer dev.Close()
 		defer m.Close()
+		if *lf.trace != "" {
+			tr = &pipeline.Trace{}
+		}
 		eng := pipeline.New(m, dev, pipeline.Options{Precision: prec, MaxTurns: slices.Max(counts),
-			MaxBatch: *lf.maxBatch, PrefillChunk: *lf.prefillChunk, MemoryBudget: budget})
+			MaxBatch: *lf.maxBatch, PrefillChunk: *lf.prefillChunk, MemoryBudget: budget, Trace: tr})
 		defer eng.Close()
 		o := eng.Options()
 		fmt.Fprintf(e.stderr, "engine on %s: max batch %d, prefill chunk %d rows, memory budget %.1f GiB\n",
@@ -153,6 +163,11 @@ func (lf *loadFlags) run(e *env, r loadRun) error {
 	reps, err := bench.LoadCurve(ctx, tgt, counts, opts)
 	if err != nil {
 		return err
+	}
+	if tr != nil {
+		if err := writeTrace(*lf.trace, tr.Intervals()); err != nil {
+			return err
+		}
 	}
 	if *lf.svg != "" {
 		f, err := os.Create(*lf.svg)
@@ -183,4 +198,16 @@ func openLoadModel(r loadRun, e *env) (family.Model, gpu.Device, nn.Precision, e
 	}
 	fmt.Fprintf(e.stderr, "loading %s\n", r.mf.dir)
 	return r.mf.open()
+}
+
+// writeTrace writes a load run's stage intervals to path as JSON.
+func writeTrace(path string, ivs []pipeline.Interval) error {
+	data, err := json.Marshal(ivs)
+	if err != nil {
+		return fmt.Errorf("--trace: %w", err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("--trace: %w", err)
+	}
+	return nil
 }

@@ -50,11 +50,13 @@ func TestParseBytes(t *testing.T) {
 }
 
 // TestLoadCommand: bench --sessions 1,2 on the tiny model prints the
-// curve's table; --json the reports, --svg the drawing.
+// curve's table; --json the reports, --svg the drawing, --trace the
+// stages' batches.
 func TestLoadCommand(t *testing.T) {
 	svg := filepath.Join(t.TempDir(), "load.svg")
+	trace := filepath.Join(t.TempDir(), "trace.json")
 	args := []string{"bench", "--model", tiny, "--sessions", "1,2", "--seconds", "1", "--max-new-tokens", "12", "--max-batch", "2", "--prefill-chunk", "8", "--memory-budget", "256MiB"}
-	code, out, errOut := runCmd(t, "", append(args, "--svg", svg)...)
+	code, out, errOut := runCmd(t, "", append(args, "--svg", svg, "--trace", trace)...)
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -68,6 +70,24 @@ func TestLoadCommand(t *testing.T) {
 	}
 	if data, err := os.ReadFile(svg); err != nil || !strings.HasPrefix(string(data), "<svg") {
 		t.Errorf("svg: %v", err)
+	}
+	var ivs []pipeline.Interval
+	if data, err := os.ReadFile(trace); err != nil {
+		t.Errorf("--trace: %v", err)
+	} else if err := json.Unmarshal(data, &ivs); err != nil {
+		t.Errorf("--trace: %v", err)
+	}
+	stages := map[string]int{}
+	for _, iv := range ivs {
+		stages[iv.Stage]++
+		if iv.End.Before(iv.Start) || len(iv.Turns) == 0 {
+			t.Errorf("--trace: interval %+v", iv)
+		}
+	}
+	for _, st := range []string{pipeline.StageFrontend, pipeline.StageEncoder, pipeline.StageBackbone, pipeline.StageDepth, pipeline.StageCodec} {
+		if stages[st] == 0 {
+			t.Errorf("--trace: no %s interval (%v)", st, stages)
+		}
 	}
 	prof := filepath.Join(t.TempDir(), "load.prof")
 	code, out, errOut = runCmd(t, "", append(args, "--json", "--cpuprofile", prof)...)
