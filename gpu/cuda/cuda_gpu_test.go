@@ -1117,3 +1117,85 @@ func TestKernelResources(t *testing.T) {
 	}
 	t.Logf("mma_bf16_big: %+v", r)
 }
+
+// TestSplitBF16Paths: split_bf16's four-float path (K a multiple of 4, a
+// 16-byte-aligned row) and its scalar path give every row's three bf16
+// parts and its flags as the host's split does: a stride that alternates
+// the two paths row by row, K not a multiple of 4, rows that start off
+// alignment, exact-bf16 rows (flags 0), rows with only a mid part, padding
+// past K zero.
+func TestSplitBF16Paths(t *testing.T) {
+	d := openGPU(t)
+	q := d.NewQueue("split").(*Queue)
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, c := range []struct{ M, K, ld, off int }{
+		{5, 2048, 2048, 0}, {7, 1000, 1001, 0}, {3, 7, 7, 0}, {4, 256, 256, 1}, {9, 64, 66, 2}, {2, 4100, 4100, 0},
+	} {
+		Kp := (c.K + 63) &^ 63
+		host := make([]float32, c.off+c.M*c.ld)
+		for i := range host {
+			host[i] = float32(rng.NormFloat64())
+		}
+		for m := range c.M {
+			row := host[c.off+m*c.ld : c.off+m*c.ld+c.K]
+			switch m % 3 {
+			case 1: // exact bf16: no mid, no lo
+				for k := range row {
+					row[k] = gpu.RoundBF16(row[k])
+				}
+			case 2: // hi + mid exactly: no lo
+				for k := range row {
+					h := gpu.RoundBF16(row[k])
+					row[k] = h + gpu.RoundBF16(row[k]-h)
+				}
+			}
+		}
+		x := d.Alloc(gpu.F32, 1, len(host))
+		q.Write(x, host)
+		xv := gpu.Tensor{Buf: x.Buf, Off: c.off, Rows: c.M, Cols: c.K, Stride: c.ld}
+		parts := d.Alloc(gpu.I32, 1, 3*c.M*Kp/2) // u16 pairs
+		flags := d.Alloc(gpu.I32, 1, c.M)
+		q.launch("split_bf16", [3]uint32{uint32(c.M), 1, 1}, blk128, 0, q.t(parts), q.t(flags), q.t(xv), ld(xv), i(c.M), i(c.K), i(Kp))
+		words := make([]int32, parts.Len())
+		fl := make([]int32, c.M)
+		if err := q.ReadInt(words, parts); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.ReadInt(fl, flags); err != nil {
+			t.Fatal(err)
+		}
+		u16 := func(j int) uint16 { return uint16(uint32(words[j/2]) >> (16 * (j % 2))) }
+		bad := 0
+		for m := range c.M {
+			var want uint32
+			for k := range Kp {
+				v := float32(0)
+				if k < c.K {
+					v = host[c.off+m*c.ld+k]
+				}
+				h := gpu.RoundBF16(v)
+				md := gpu.RoundBF16(v - h)
+				lo := gpu.RoundBF16(v - h - md)
+				if md != 0 {
+					want |= 1
+				}
+				if lo != 0 {
+					want |= 2
+				}
+				for pi, pv := range []float32{h, md, lo} {
+					got := u16((pi*c.M+m)*Kp + k)
+					if got != uint16(math.Float32bits(pv)>>16) && bad < 5 {
+						bad++
+						t.Errorf("M %d K %d ld %d off %d: row %d k %d part %d: %#04x, want %#04x (x %g)", c.M, c.K, c.ld, c.off, m, k, pi, got, math.Float32bits(pv)>>16, v)
+					}
+				}
+			}
+			if uint32(fl[m]) != want {
+				t.Errorf("M %d K %d ld %d off %d: row %d flags %d, want %d", c.M, c.K, c.ld, c.off, m, fl[m], want)
+			}
+		}
+		for _, b := range []gpu.Tensor{x, parts, flags} {
+			d.Free(b)
+		}
+	}
+}

@@ -28,6 +28,7 @@ var Faults = map[string]string{
 	"MMA":             "matmul",          // swaps the two k halves of x in the tensor-core tile kernel (more rows than the few-row one takes)
 	"MMA_BIG":         "matmul",          // the 64 × 64 tile kernel pairs each weight pair with the next k pair of x
 	"MMA_FOLD":        "matmul",          // the split tile product's fold drops the last class's sums
+	"SPLIT":           "matmul",          // split_bf16's four-float path swaps each pair of x's components
 	"MMV":             "matmul",          // drops each warp's first superblock in the few-row tensor-core kernel
 	"MMV_GLU":         "normglu",         // the fused SwiGLU kernel takes silu of the up product, not the gate's
 	"MMV_EXACT":       "matmul",          // the few-row kernels' bf16 fast path takes fp32 rows as bf16 (drops their low halves)

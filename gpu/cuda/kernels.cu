@@ -2213,18 +2213,60 @@ extern "C" {
 // split_bf16 writes x [M, K] as three bf16 parts (hi, mid, lo: exact,
 // |x − hi − mid − lo| ≤ 2^-24·|x|) into out [3][M][Kp], rows zero-padded to
 // Kp, and flags[m] = (mid of row m nonzero) | (lo nonzero) << 1.
+// split_part splits v into its three bf16 parts (hi, mid, lo) and ORs
+// into f which of mid and lo are nonzero.
+__device__ __forceinline__ void split_part(float v, u32& h16, u32& m16, u32& l16, u32& f) {
+  float h = rbf16(v), r = v - h, md = rbf16(r), lo = rbf16(r - md);
+  h16 = __float_as_uint(h) >> 16;
+  m16 = __float_as_uint(md) >> 16;
+  l16 = __float_as_uint(lo) >> 16;
+  f |= (md != 0.0f ? 1u : 0u) | (lo != 0.0f ? 2u : 0u);
+}
+
+// split_bf16 writes x's rows as three bf16 parts (rows of hi, then of mid,
+// then of lo; each row Kp wide, zeros past K) and each row's flags (1: a
+// mid part, 2: a lo part). A row whose K is a multiple of 4 and whose
+// start is 16-byte aligned is read four floats a load, the loads of a
+// thread's four groups issued together (a row of 2048 is four rounds of a
+// 128-thread block where the scalar loop took sixteen, each waiting for
+// its load); the parts are the scalar loop's.
+#ifdef FAULT_SPLIT
+#define SPLIT_LANE(c) ((c) ^ 1)  // the vector path's components swapped in pairs
+#else
+#define SPLIT_LANE(c) (c)
+#endif
 __global__ void split_bf16(u16* out, u32* flags, const float* x, i64 ldx, int M, int K, int Kp) {
   PDL_ENTER();
   int m = blockIdx.x;
   const float* xr = x + (i64)m * ldx;
   u32 f = 0;
-  for (int k = threadIdx.x; k < Kp; k += blockDim.x) {
-    float v = k < K ? xr[k] : 0.0f;
-    float h = rbf16(v), r = v - h, md = rbf16(r), lo = rbf16(r - md);
-    out[(i64)m * Kp + k] = (u16)(__float_as_uint(h) >> 16);
-    out[((i64)M + m) * Kp + k] = (u16)(__float_as_uint(md) >> 16);
-    out[((i64)2 * M + m) * Kp + k] = (u16)(__float_as_uint(lo) >> 16);
-    f |= (md != 0.0f ? 1u : 0u) | (lo != 0.0f ? 2u : 0u);
+  if ((K & 3) == 0 && ((unsigned long long)xr & 15) == 0) {
+    u16* oh = out + (i64)m * Kp;
+    u16* om = out + ((i64)M + m) * Kp;
+    u16* ol = out + ((i64)2 * M + m) * Kp;
+#pragma unroll 4
+    for (int k = threadIdx.x * 4; k < Kp; k += blockDim.x * 4) {
+      float4 v4 = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (k < K) v4 = *(const float4*)(xr + k);
+      float v[4] = {v4.x, v4.y, v4.z, v4.w};
+      u32 h[4], md[4], lo[4];
+#pragma unroll
+      for (int c = 0; c < 4; c++) split_part(v[SPLIT_LANE(c)], h[c], md[c], lo[c], f);
+      uint2 ph = {h[0] | (h[1] << 16), h[2] | (h[3] << 16)};
+      uint2 pm = {md[0] | (md[1] << 16), md[2] | (md[3] << 16)};
+      uint2 pl = {lo[0] | (lo[1] << 16), lo[2] | (lo[3] << 16)};
+      *(uint2*)(oh + k) = ph;
+      *(uint2*)(om + k) = pm;
+      *(uint2*)(ol + k) = pl;
+    }
+  } else {
+    for (int k = threadIdx.x; k < Kp; k += blockDim.x) {
+      u32 h, md, lo;
+      split_part(k < K ? xr[k] : 0.0f, h, md, lo, f);
+      out[(i64)m * Kp + k] = (u16)h;
+      out[((i64)M + m) * Kp + k] = (u16)md;
+      out[((i64)2 * M + m) * Kp + k] = (u16)lo;
+    }
   }
   f = __reduce_or_sync(0xffffffffu, f);
   __shared__ u32 sf[32];
