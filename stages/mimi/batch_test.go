@@ -49,6 +49,9 @@ func batchSchedules() []batchSchedule {
 			{4, 4, 4}, {1, 6, 2}, {9, -1, 1}, {1, 1, 1},
 		}, 5),
 		sc("one-stream", 1, defaultMaxChunk, [][]int{{1}, {5}, {2}}, 0),
+		sc("gpu-pass", 12, defaultMaxChunk, [][]int{ // a GPU's pass: 12 streams' frames at once
+			{4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}, {1, 9, 2, 16, 1, 1, 3, 1, 1, 5, 1, 1}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+		}, gpuMaxPass),
 	}
 }
 
@@ -174,5 +177,22 @@ func TestBatchScratchBounded(t *testing.T) {
 	call(16, 4)
 	if all := scratch(); float64(all) > 1.5*float64(one) {
 		t.Errorf("16 streams of 4 frames left %d bytes of scratch, one pass of 8 frames %d", all, one)
+	}
+}
+
+// TestMaxPassFor: a pass holds defaultMaxPass frames on the CPU (a GPU's
+// gpuMaxPass needs one), OMNIPIPE_MIMI_PASS sets it within 1–1024, and a
+// value outside that or not a number leaves the default.
+func TestMaxPassFor(t *testing.T) {
+	dev := cpu.New(1)
+	defer dev.Close()
+	for _, tc := range []struct {
+		env  string
+		want int
+	}{{"", defaultMaxPass}, {"100", 100}, {"1", 1}, {"1024", 1024}, {"0", defaultMaxPass}, {"2000", defaultMaxPass}, {"lots", defaultMaxPass}} {
+		t.Setenv("OMNIPIPE_MIMI_PASS", tc.env)
+		if got := maxPassFor(dev); got != tc.want {
+			t.Errorf("OMNIPIPE_MIMI_PASS=%q: %d frames a pass, want %d", tc.env, got, tc.want)
+		}
 	}
 }

@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -72,7 +73,26 @@ var ErrEndOfAudio = errors.New("end-of-audio frame")
 const (
 	defaultMaxChunk = 16
 	defaultMaxPass  = 32
+	// gpuMaxPass is a pass's frames on a GPU (about 1.4 GiB of scratch):
+	// there a pass of many streams' frames costs little more than one of
+	// a few, and at 256 sessions on an H200 passes of 32 frames left the
+	// codec the engine's busiest stage (91 % of the run), a new session's
+	// first frame waiting behind several passes.
+	gpuMaxPass = 128
 )
+
+// maxPassFor is the frames one pass decodes on dev: gpuMaxPass on a GPU,
+// defaultMaxPass elsewhere; OMNIPIPE_MIMI_PASS=N (1–1024) sets it, to
+// compare.
+func maxPassFor(dev gpu.Device) int {
+	if v, err := strconv.Atoi(os.Getenv("OMNIPIPE_MIMI_PASS")); err == nil && v >= 1 && v <= 1024 {
+		return v
+	}
+	if gpu.DescribeDevice(dev).Kind == "cuda" {
+		return gpuMaxPass
+	}
+	return defaultMaxPass
+}
 
 // Decoder is a loaded Mimi decoder. It is safe for concurrent use: calls
 // are serialised (the decoder has one scratch arena and one queue).
@@ -187,7 +207,7 @@ func New(dev gpu.Device, f *safetensors.File, cfg Config) (*Decoder, error) {
 		upStride: up,
 		frameLen: cfg.FrameSamples(),
 		maxChunk: defaultMaxChunk,
-		maxPass:  defaultMaxPass,
+		maxPass:  maxPassFor(dev),
 		arena:    nn.NewArena(dev),
 	}
 	if fp, ok := d.q.(gpu.FP32Products); ok {
