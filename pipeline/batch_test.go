@@ -221,13 +221,13 @@ func TestNextBatchFair(t *testing.T) {
 	for _, tc := range []struct{ turns, limit int }{{6, 2}, {7, 3}, {5, 8}, {64, 16}} {
 		var queue []*turn
 		for range tc.turns {
-			queue = append(queue, &turn{})
+			queue = append(queue, &turn{audioN: 1}) // speaking: not a newcomer
 		}
 		last := map[*turn]uint64{}
 		period := uint64((tc.turns + tc.limit - 1) / tc.limit)
 		for round := uint64(1); round <= 50; round++ {
 			if round == 20 {
-				joined := &turn{}
+				joined := &turn{audioN: 1}
 				queue = append(queue, joined)
 				last[joined] = round - 1 // must be served now
 				period = uint64((tc.turns + 1 + tc.limit - 1) / tc.limit)
@@ -248,5 +248,45 @@ func TestNextBatchFair(t *testing.T) {
 			}
 			queue = append(queue, batch...) // all stay
 		}
+	}
+}
+
+// TestNextBatchNewcomersFirst: a batch takes the newcomers (turns that have
+// not sampled an audio frame, in their first newcomerSteps steps) before
+// the turns that speak, however recently it served them, then those it
+// served least recently; a turn that has taken newcomerSteps steps without
+// speaking is no longer a newcomer.
+func TestNextBatchNewcomersFirst(t *testing.T) {
+	m, _ := loadTiny(t)
+	sp := m.Info().Special
+	fresh := func(steps int) *turn {
+		tt := &turn{sm: NewTurn(sp, Sequential, 6, 12, 100)}
+		for range steps {
+			if _, ok := tt.sm.Step(); !ok {
+				t.Fatal("the turn stopped")
+			}
+			tt.sm.OnText(300)
+		}
+		return tt
+	}
+	speaking := []*turn{{audioN: 3}, {audioN: 1}, {audioN: 9}, {audioN: 2}}
+	for i, tt := range speaking {
+		tt.served[0] = uint64(5 + i) // speaking[0] least recently
+	}
+	n1, n2, old := fresh(1), fresh(newcomerSteps-1), fresh(newcomerSteps+1)
+	for _, tt := range []*turn{n1, n2, old} {
+		tt.served[0] = 20 // served last round
+	}
+	queue := []*turn{speaking[2], n1, speaking[0], old, speaking[1], n2, speaking[3]}
+	batch, rest := nextBatch(queue, 0, 3, 21)
+	want := []*turn{n1, n2, speaking[0]}
+	if !slices.Equal(batch, want) {
+		t.Errorf("batch %v, want the two newcomers, then the least recently served", batch)
+	}
+	if len(rest) != 4 || slices.Contains(rest, n1) || slices.Contains(rest, n2) || !slices.Contains(rest, old) {
+		t.Errorf("rest %v", rest)
+	}
+	if r := old.rank(); r != 1 {
+		t.Errorf("a turn %d steps in without speaking has rank %d, want 1", newcomerSteps+1, r)
 	}
 }

@@ -46,8 +46,9 @@ type Options struct {
 	MaxTurns int
 	// MaxBatch caps the sessions one backbone or depthformer step serves,
 	// separately from MaxTurns (how many are admitted): the turns beyond it
-	// wait for the next step, oldest first. Default: DefaultMaxBatch of the
-	// device.
+	// wait for the next step. A step takes the turns that have not spoken
+	// yet first, then those it served least recently. Default:
+	// DefaultMaxBatch of the device.
 	MaxBatch int
 	// PrefillChunk is the most prompt rows one backbone step computes: a
 	// longer prompt (or several new ones) is prefilled over several steps,

@@ -282,8 +282,9 @@ func (e *Engine) gather(in chan *turn, batch []*turn, limit int) []*turn {
 }
 
 // actor runs a batching stage: at each step it takes every turn pending
-// on in into its queue, serves up to MaxBatch of them, those it served
-// least recently first (new turns before all others), and computes them as
+// on in into its queue, serves up to MaxBatch of them in nextBatch's
+// order (the turns that have not spoken yet, then those it served least
+// recently, new turns before all others), and computes them as
 // one batch with step, whose results are the turns that stay in this stage
 // for another round and those that go on to out. A turn the step does not
 // return it has finished. Turns join and leave only between steps. It
@@ -309,17 +310,36 @@ func (e *Engine) actor(name string, slot int, in, out chan *turn, step func(*nn.
 	}
 }
 
-// nextBatch takes from queue the round's batch: up to limit turns, those
-// the stage served least recently first (in queue order among equals),
-// stamped with round; the rest keep their order.
+// nextBatch takes from queue the round's batch: up to limit turns, the
+// newcomers first, then those the stage served least recently (in queue
+// order among equals), stamped with round; the rest keep their order.
 func nextBatch(queue []*turn, slot, limit int, round uint64) (batch, rest []*turn) {
-	slices.SortStableFunc(queue, func(a, b *turn) int { return cmp.Compare(a.served[slot], b.served[slot]) })
+	slices.SortStableFunc(queue, func(a, b *turn) int {
+		return cmp.Or(cmp.Compare(a.rank(), b.rank()), cmp.Compare(a.served[slot], b.served[slot]))
+	})
 	n := min(len(queue), limit)
 	batch = slices.Clone(queue[:n])
 	for _, t := range batch {
 		t.served[slot] = round
 	}
 	return batch, slices.Delete(queue, 0, n)
+}
+
+// newcomerSteps is the most steps a turn is a newcomer for when it does
+// not speak (a text-only reply, a sequential reply's text).
+const newcomerSteps = 16
+
+// rank orders turns for a batch: 0 for a newcomer (a turn that has not
+// sampled an audio frame yet, in its first newcomerSteps steps), 1 for the
+// others. With more turns than a batch holds the newcomers go first, so a
+// new question's first audio waits for its own steps, not for rounds of
+// every session; a newcomer stops being one within a few steps, so the
+// others wait at most that long.
+func (t *turn) rank() int {
+	if t.audioN == 0 && t.sm.Steps() <= newcomerSteps {
+		return 0
+	}
+	return 1
 }
 
 // backboneStep serves every turn whose next input is ready (prompts and
