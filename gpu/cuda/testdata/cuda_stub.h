@@ -10,6 +10,7 @@ struct uint3s { unsigned x, y, z; };
 extern uint3s threadIdx, blockIdx, blockDim, gridDim;
 struct float4 { float x, y, z, w; };
 struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
 float __uint_as_float(unsigned); unsigned __float_as_uint(float); float __int_as_float(int);
 float __shfl_xor_sync(unsigned, float, int); bool __any_sync(unsigned, bool); unsigned __reduce_or_sync(unsigned, unsigned);
 bool __all_sync(unsigned, bool);
