@@ -20,7 +20,7 @@ go test "$@" ./...
 # compiler (.ci/run installs g++). On a GPU machine the same tests run on
 # the GPU in the plain `go test` above.
 if command -v "${CXX:-g++}" >/dev/null 2>&1; then
-  OMNIPIPE_CUDA_EMU=1 go test "$@" ./gpu/cuda -run 'TestKernelContract|TestContractUnderShuffledSchedule|TestDeviceOpens|TestMatchesCPUBackend|TestFusedOpsEqualSeparate|TestMMAInvarianceMixedRows|TestGemvVariantsBitIdentical|TestMatMulTiledBitIdentical|TestNormFusedEqualsSeparate|TestRelPosFusedEqualsSeq|TestStdBlockEqualsSeq|TestShortConvGatedEqualsSeq|TestStdBlockPhasesReplay|TestMmvVariantsBitIdentical|TestMmaBigSplitBitIdentical|TestKernelResources|TestLoadKeepsTiledCopies|TestConv2DRowsBitIdentical|TestNormGLUEqualsSeq|TestPriorityQueue'
+  OMNIPIPE_CUDA_EMU=1 go test "$@" ./gpu/cuda -run 'TestKernelContract|TestContractUnderShuffledSchedule|TestDeviceOpens|TestMatchesCPUBackend|TestFusedOpsEqualSeparate|TestMMAInvarianceMixedRows|TestGemvVariantsBitIdentical|TestMatMulTiledBitIdentical|TestNormFusedEqualsSeparate|TestRelPosFusedEqualsSeq|TestStdBlockEqualsSeq|TestShortConvGatedEqualsSeq|TestStdBlockPhasesReplay|TestMmvVariantsBitIdentical|TestMmaBigSplitBitIdentical|TestKernelResources|TestLoadKeepsTiledCopies|TestConv2DRowsBitIdentical|TestNormGLUEqualsSeq|TestPriorityQueue|TestSplitBF16Paths'
   # The model packages' CUDA halves that run in seconds there (Mimi's and
   # the detokenizer's take minutes on the emulator: run them by hand).
   OMNIPIPE_CUDA_EMU=1 go test "$@" ./stages/lfm2 ./stages/depth ./stages/conformer \

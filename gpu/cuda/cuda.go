@@ -69,7 +69,7 @@
 // queue; every other weight type the FMA kernels'), so a row's bits never
 // depend on the batch it is computed in. The FMA order has two kernels with
 // the same bits: 8 × 4 warp tiles and, where 64 × 64 tiles fill the
-// multiprocessors, matmul_t64_*, one thread per output replaying the warp
+// multiprocessors (half of them), matmul_t64_*, one thread per output replaying the warp
 // butterfly's tree. Attention reproduces the reference flash kernels' rounding of
 // exp(s − m) to bf16 when AttnParams.ProbBF16 is set. Sample equals
 // gpu.SampleHost bit for bit (float64 in the specified order, exp written
@@ -82,6 +82,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 )
@@ -147,6 +148,10 @@ type Options struct {
 	// queue of an fp32 network (gpu.FP32Products) runs FMA products either
 	// way.
 	MatMul string
+	// FMATiles is the fewest 64 × 64 tiles an FMA product takes the tile
+	// kernel at (matmul_t64_*, the warp tiles' bits); 0: half the device's
+	// multiprocessors. For A/B measurements; env OMNIPIPE_CUDA_FMA_TILES.
+	FMATiles int
 	// Profile times every kernel (see Device.Profile): batches then launch
 	// kernel by kernel with events around each, graphs off. Env
 	// OMNIPIPE_CUDA_PROFILE=FILE turns it on and writes the table to FILE
@@ -182,6 +187,9 @@ func New(o Options) (*Device, error) {
 	}
 	if v := os.Getenv("OMNIPIPE_CUDA_PROFILE"); v != "" {
 		o.Profile, o.profilePath = true, v
+	}
+	if v, err := strconv.Atoi(os.Getenv("OMNIPIPE_CUDA_FMA_TILES")); err == nil && v > 0 && o.FMATiles == 0 {
+		o.FMATiles = v
 	}
 	if v := os.Getenv("OMNIPIPE_CUDA_MATMUL"); v != "" && o.MatMul == "" {
 		o.MatMul = v

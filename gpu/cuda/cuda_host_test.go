@@ -857,7 +857,7 @@ func TestBatchedOpsPacking(t *testing.T) {
 }
 
 // TestFMATilesPick: the FMA products take the 64 × 64 tile kernel when
-// they have a tile per multiprocessor (132 here), 64 rows and 32 weight
+// they have a tile per two multiprocessors (66 of 132 here), 64 rows and 32 weight
 // rows (any weight type, one block per 64 × 64 outputs), the warp tiles
 // otherwise; the tensor cores keep bf16 weights; fmaTiles forces either
 // way.
@@ -874,7 +874,8 @@ func TestFMATilesPick(t *testing.T) {
 	}{
 		{"f32, 12 × 11 tiles", 64 * 12, 64 * 11, gpu.F32, false, 0, "matmul_t64_f32", [3]uint32{11, 12, 1}, 256},
 		{"f32, 132 tiles of 64 × 32 columns", 64 * 132, 32, gpu.F32, false, 0, "matmul_t64_f32", [3]uint32{1, 132, 1}, 256},
-		{"f32, 131 tiles", 64 * 131, 64, gpu.F32, false, 0, "matmul_r8_f32", [3]uint32{}, 128},
+		{"f32, 66 tiles", 64 * 66, 64, gpu.F32, false, 0, "matmul_t64_f32", [3]uint32{1, 66, 1}, 256},
+		{"f32, 65 tiles", 64 * 65, 64, gpu.F32, false, 0, "matmul_r8_f32", [3]uint32{}, 128},
 		{"f32, 63 rows", 63, 64 * 200, gpu.F32, false, 0, "matmul_r8_f32", [3]uint32{}, 128},
 		{"f32, 31 weight rows", 64 * 200, 31, gpu.F32, false, 0, "matmul_r8_f32", [3]uint32{}, 128},
 		{"f16, 1000 × 1000", 1000, 1000, gpu.F16, false, 0, "matmul_t64_f16", [3]uint32{16, 16, 1}, 256},
@@ -905,6 +906,34 @@ func TestFMATilesPick(t *testing.T) {
 		}
 		if c.grid != [3]uint32{} && cm.grid != c.grid || cm.block[0] != c.blockDim {
 			t.Errorf("%s: grid %v block %v, want %v %d", c.name, cm.grid, cm.block, c.grid, c.blockDim)
+		}
+	}
+}
+
+// TestFMATilesThreshold: Options.FMATiles moves the tile count at which
+// the FMA products take the 64 × 64 tile kernel (the default being the
+// multiprocessors' half, 66 of 132 here), the rows' and columns' minimums kept.
+func TestFMATilesThreshold(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		least  int
+		M, N   int
+		kernel string
+	}{
+		{"64 tiles, threshold 64", 64, 64 * 8, 64 * 8, "matmul_t64_f32"},
+		{"63 tiles, threshold 64", 64, 64 * 9, 64 * 7, "matmul_r8_f32"},
+		{"64 tiles, the default threshold", 0, 64 * 8, 64 * 8, "matmul_r8_f32"},
+		{"66 tiles, the default threshold", 0, 64 * 6, 64 * 11, "matmul_t64_f32"},
+		{"63 rows, threshold 1", 1, 63, 64 * 8, "matmul_r8_f32"},
+		{"one tile, threshold 1", 1, 64, 64, "matmul_t64_f32"},
+	} {
+		q := hostQueue()
+		q.d.mmaMatMul = false
+		q.d.fmaTiles = c.least
+		x, w, y := fakeTensor(gpu.F32, c.M, 40), fakeTensor(gpu.F32, c.N, 40), fakeTensor(gpu.F32, c.M, c.N)
+		q.MatMul(y, x, w, gpu.Tensor{})
+		if len(q.rec.cmds) == 0 || q.rec.cmds[0].fn != q.d.fns[c.kernel] {
+			t.Errorf("%s: want %s", c.name, c.kernel)
 		}
 	}
 }

@@ -39,6 +39,7 @@ type Device struct {
 	name     string
 	arch     string
 	sms      int
+	fmaTiles int // the fewest tiles an FMA product takes the tile kernel at (Options.FMATiles; 0: half of sms)
 	drvVer   int
 	nvVer    string
 	totalMem int64
@@ -130,7 +131,7 @@ func openDevice(o Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: !o.FusedBlock && !o.GridBlock && !o.OneKernelBlock, phasedBlock: !o.GridBlock, oneKernelBlock: o.OneKernelBlock, noTiled: o.NoTiledWeights, devUploads: !o.HostUploads, work: make(chan func()), exited: make(chan struct{})}
+	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: !o.FusedBlock && !o.GridBlock && !o.OneKernelBlock, phasedBlock: !o.GridBlock, oneKernelBlock: o.OneKernelBlock, noTiled: o.NoTiledWeights, devUploads: !o.HostUploads, fmaTiles: o.FMATiles, work: make(chan func()), exited: make(chan struct{})}
 	if o.Profile {
 		p, err := newProfiler(drv)
 		if err != nil {

@@ -48,13 +48,23 @@ const (
 )
 
 // useFMATiles reports whether an FMA product of M rows and N weight rows
-// runs on the 64 × 64 tile kernel: at least one tile per multiprocessor.
+// runs on the 64 × 64 tile kernel: at least one tile per two
+// multiprocessors (or Options.FMATiles). A tile a multiprocessor was the
+// rule until the H200's 256-session load (2026-12-03): Mimi's transformer
+// products of 256 rows ([1536, 512] and [2048, 512]: 96 and 128 tiles)
+// then took the warp tiles, and with them on the tile kernel (a threshold
+// of 64 or 16 tiles) the engine made 277–279 s of speech a second against
+// 260–263, first audio p50 211–215 ms against 230–245.
 func (q *Queue) useFMATiles(M, N int) bool {
 	if q.fmaTiles != 0 {
 		return q.fmaTiles > 0
 	}
+	least := (q.d.sms + 1) / 2
+	if q.d.fmaTiles > 0 {
+		least = q.d.fmaTiles
+	}
 	tiles := ((M + 63) / 64) * ((N + 63) / 64)
-	return M >= matmulTiledMinRows && N >= matmulTiledMinCols && tiles >= q.d.sms
+	return M >= matmulTiledMinRows && N >= matmulTiledMinCols && tiles >= least
 }
 
 // matmulKernel names the kernel for a row tile and weight type.
