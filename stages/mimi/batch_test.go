@@ -196,3 +196,16 @@ func TestMaxPassFor(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUPass: a GPU's pass takes as many frames as 1 % of its memory
+// holds in scratch, at least defaultMaxPass and at most gpuMaxPass.
+func TestGPUPass(t *testing.T) {
+	for _, tc := range []struct {
+		mem  int64
+		want int
+	}{{143771 << 20, gpuMaxPass}, {80 << 30, 74}, {24 << 30, defaultMaxPass}, {0, defaultMaxPass}, {1 << 50, gpuMaxPass}} {
+		if got := gpuPass(tc.mem); got != tc.want {
+			t.Errorf("gpuPass(%d MiB) = %d, want %d", tc.mem>>20, got, tc.want)
+		}
+	}
+}

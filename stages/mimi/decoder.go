@@ -73,25 +73,35 @@ var ErrEndOfAudio = errors.New("end-of-audio frame")
 const (
 	defaultMaxChunk = 16
 	defaultMaxPass  = 32
-	// gpuMaxPass is a pass's frames on a GPU (about 1.4 GiB of scratch):
-	// there a pass of many streams' frames costs little more than one of
-	// a few, and at 256 sessions on an H200 passes of 32 frames left the
-	// codec the engine's busiest stage (91 % of the run), a new session's
-	// first frame waiting behind several passes.
+	// gpuMaxPass is the most frames a pass takes on a GPU (about 1.4 GiB
+	// of scratch): there a pass of many streams' frames costs little more
+	// than one of a few, and at 256 sessions on an H200 passes of 32 frames
+	// left the codec the engine's busiest stage (91 % of the run), a new
+	// session's first frame waiting behind several passes.
 	gpuMaxPass = 128
+	// passFrameBytes is a pass's scratch a frame at the official size.
+	passFrameBytes = 11 << 20
 )
 
-// maxPassFor is the frames one pass decodes on dev: gpuMaxPass on a GPU,
-// defaultMaxPass elsewhere; OMNIPIPE_MIMI_PASS=N (1–1024) sets it, to
-// compare.
+// maxPassFor is the frames one pass decodes on dev: gpuPass of its memory
+// on a GPU, defaultMaxPass elsewhere; OMNIPIPE_MIMI_PASS=N (1–1024) sets
+// it, to compare.
 func maxPassFor(dev gpu.Device) int {
 	if v, err := strconv.Atoi(os.Getenv("OMNIPIPE_MIMI_PASS")); err == nil && v >= 1 && v <= 1024 {
 		return v
 	}
-	if gpu.DescribeDevice(dev).Kind == "cuda" {
-		return gpuMaxPass
+	if in := gpu.DescribeDevice(dev); in.Kind == "cuda" {
+		return gpuPass(in.MemTotal)
 	}
 	return defaultMaxPass
+}
+
+// gpuPass is a pass's frames on a GPU of mem bytes: as many as 1 % of its
+// memory holds in scratch (the engine's memory budget leaves a tenth of
+// the free memory to such arenas), between defaultMaxPass and gpuMaxPass:
+// 128 on a 141 GB H200, 74 on an 80 GB card, 32 on a 24 GB one.
+func gpuPass(mem int64) int {
+	return int(min(max(mem/100/passFrameBytes, defaultMaxPass), gpuMaxPass))
 }
 
 // Decoder is a loaded Mimi decoder. It is safe for concurrent use: calls
