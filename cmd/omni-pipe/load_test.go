@@ -60,7 +60,7 @@ func TestLoadCommand(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"first audio p50", "sessions dry", "largest N without an underrun"} {
+	for _, want := range []string{"first audio p50", "sessions dry", "largest N without an underrun", "stage trace over", "first audio decoded"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table lacks %q:\n%s", want, out)
 		}
