@@ -113,24 +113,16 @@ func AnalyseTrace(ivs []pipeline.Interval) TraceReport {
 			}
 			switch iv.Stage {
 			case pipeline.StageEncoder:
-				if w.encoded.IsZero() {
-					w.encoded = iv.End
-				}
+				first(&w.encoded, iv.End)
 			case pipeline.StageBackbone:
-				if w.first.IsZero() {
-					w.first = iv.Start
-				}
+				first(&w.first, iv.Start)
 				if w.frame.IsZero() {
 					w.lastStep = iv.End
 				}
 			case pipeline.StageDepth:
-				if w.frame.IsZero() {
-					w.frame = iv.End
-				}
+				first(&w.frame, iv.End)
 			case pipeline.StageCodec:
-				if w.audio.IsZero() {
-					w.audio = iv.End
-				}
+				first(&w.audio, iv.End)
 			}
 		}
 	}
@@ -161,6 +153,13 @@ func AnalyseTrace(ivs []pipeline.Interval) TraceReport {
 			P50MS: quantile(v, 0.5), P90MS: quantile(v, 0.9), P99MS: quantile(v, 0.99)})
 	}
 	return rep
+}
+
+// first sets *at to t unless it is set.
+func first(at *time.Time, t time.Time) {
+	if at.IsZero() {
+		*at = t
+	}
 }
 
 // PrintTrace writes rep as two tables.
