@@ -44,6 +44,10 @@ type LoadOptions struct {
 	Ramp time.Duration
 	// Progress, when set, receives a line per finished run.
 	Progress io.Writer
+	// Trace, when set, is the in-process engine's trace (its
+	// Options.Trace): each run resets it, keeps its intervals in
+	// LoadReport.Intervals and summarises them in LoadReport.Trace.
+	Trace *pipeline.Trace
 }
 
 func (o *LoadOptions) defaults() {
@@ -106,6 +110,10 @@ type LoadReport struct {
 	MemoryPeakBytes  int64           `json:"memory_peak_bytes,omitempty"`
 	MemoryBudget     int64           `json:"memory_budget_bytes,omitempty"`
 	PerSession       []SessionResult `json:"per_session"`
+	// Trace says where the engine's time went in this run (with
+	// LoadOptions.Trace); Intervals are the run's stage intervals.
+	Trace     *TraceReport        `json:"trace,omitempty"`
+	Intervals []pipeline.Interval `json:"-"`
 }
 
 // Load runs o.Sessions concurrent turns on tgt and measures what each
@@ -150,6 +158,9 @@ func Load(ctx context.Context, tgt Target, o LoadOptions) (*LoadReport, error) {
 			}
 		}
 	}()
+	if o.Trace != nil {
+		o.Trace.Reset() // this run's intervals only
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range o.Sessions {
@@ -171,6 +182,11 @@ func Load(ctx context.Context, tgt Target, o LoadOptions) (*LoadReport, error) {
 	<-memDone
 	rep.WallSeconds = time.Since(start).Seconds()
 	rep.summarise()
+	if o.Trace != nil {
+		rep.Intervals = o.Trace.Intervals()
+		sum := AnalyseTrace(rep.Intervals)
+		rep.Trace = &sum
+	}
 	if o.Progress != nil {
 		fmt.Fprintf(o.Progress, "%d sessions: %.1f s, %.2f s of audio per second, %d with an underrun, %d failed\n",
 			o.Sessions, rep.WallSeconds, rep.AudioPerSecond, rep.SessionsUnderrun, rep.Failed)
@@ -341,8 +357,19 @@ func PrintLoad(w io.Writer, reps []*LoadReport) error {
 			best = max(best, r.Sessions)
 		}
 	}
-	_, err := fmt.Fprintf(w, "largest N without an underrun: %d\n", best)
-	return err
+	if _, err := fmt.Fprintf(w, "largest N without an underrun: %d\n", best); err != nil {
+		return err
+	}
+	for _, r := range reps {
+		if r.Trace == nil {
+			continue
+		}
+		fmt.Fprintf(w, "\n%d sessions: ", r.Sessions)
+		if err := PrintTrace(w, *r.Trace); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // WriteLoadSVG draws sessions against time for each report: a line per

@@ -113,16 +113,16 @@ func AnalyseTrace(ivs []pipeline.Interval) TraceReport {
 			}
 			switch iv.Stage {
 			case pipeline.StageEncoder:
-				first(&w.encoded, iv.End)
+				setOnce(&w.encoded, iv.End)
 			case pipeline.StageBackbone:
-				first(&w.first, iv.Start)
+				setOnce(&w.first, iv.Start)
 				if w.frame.IsZero() {
 					w.lastStep = iv.End
 				}
 			case pipeline.StageDepth:
-				first(&w.frame, iv.End)
+				setOnce(&w.frame, iv.End)
 			case pipeline.StageCodec:
-				first(&w.audio, iv.End)
+				setOnce(&w.audio, iv.End)
 			}
 		}
 	}
@@ -155,8 +155,8 @@ func AnalyseTrace(ivs []pipeline.Interval) TraceReport {
 	return rep
 }
 
-// first sets *at to t unless it is set.
-func first(at *time.Time, t time.Time) {
+// setOnce sets *at to t unless it is set.
+func setOnce(at *time.Time, t time.Time) {
 	if at.IsZero() {
 		*at = t
 	}

@@ -34,7 +34,7 @@ func (lf *loadFlags) register(fs *flag.FlagSet) {
 	lf.svg = fs.String("svg", "", "with --sessions: also draw sessions against time into this SVG file")
 	lf.maxBatch = fs.Int("max-batch", 0, "with --sessions, in process: sessions one step serves (0: the device's default)")
 	lf.prefillChunk = fs.Int("prefill-chunk", 0, "with --sessions, in process: prompt rows one step prefills (0: the device's default)")
-	lf.trace = fs.String("trace", "", "with --sessions, in process: write every stage's batches (pipeline.Interval: stage, turns, steps, rows, start, end) to this file as JSON, and print each stage's share and a new turn's milestones to its first audio (where a loaded engine's time goes)")
+	lf.trace = fs.String("trace", "", "with --sessions, in process: write every stage's batches (pipeline.Interval: stage, turns, steps, rows, start, end) to this file as JSON, and report for each run each stage's share and a new turn's milestones to its first audio (where a loaded engine's time goes; in --json as its trace field)")
 	lf.ramp = fs.Duration("ramp", 0, "with --sessions: spread the sessions' starts evenly over this long (e.g. 10s: a steady arrival) instead of starting them all at once")
 	lf.budget = fs.String("memory-budget", "", "with --sessions, in process: the engine's memory budget (e.g. 8GiB, 512MiB; default: from the device's free memory)")
 }
@@ -146,6 +146,7 @@ func (lf *loadFlags) run(e *env, r loadRun) error {
 		defer m.Close()
 		if *lf.trace != "" {
 			tr = &pipeline.Trace{}
+			opts.Trace = tr
 		}
 		eng := pipeline.New(m, dev, pipeline.Options{Precision: prec, MaxTurns: slices.Max(counts),
 			MaxBatch: *lf.maxBatch, PrefillChunk: *lf.prefillChunk, MemoryBudget: budget, Trace: tr})
@@ -164,14 +165,14 @@ func (lf *loadFlags) run(e *env, r loadRun) error {
 	if err != nil {
 		return err
 	}
-	var summary *bench.TraceReport // --trace's, printed after the table (beside the JSON: on stderr)
 	if tr != nil {
-		ivs := tr.Intervals()
+		var ivs []pipeline.Interval
+		for _, rep := range reps {
+			ivs = append(ivs, rep.Intervals...)
+		}
 		if err := writeTrace(*lf.trace, ivs); err != nil {
 			return err
 		}
-		sum := bench.AnalyseTrace(ivs)
-		summary = &sum
 	}
 	if *lf.svg != "" {
 		f, err := os.Create(*lf.svg)
@@ -189,21 +190,9 @@ func (lf *loadFlags) run(e *env, r loadRun) error {
 	if r.asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(reps); err != nil {
-			return err
-		}
-		if summary != nil {
-			return bench.PrintTrace(e.stderr, *summary)
-		}
-		return nil
+		return enc.Encode(reps)
 	}
-	if err := bench.PrintLoad(e.stdout, reps); err != nil {
-		return err
-	}
-	if summary != nil {
-		return bench.PrintTrace(e.stdout, *summary)
-	}
-	return nil
+	return bench.PrintLoad(e.stdout, reps)
 }
 
 // openLoadModel opens the in-process load's model: the synthetic

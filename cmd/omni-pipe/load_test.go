@@ -90,7 +90,7 @@ func TestLoadCommand(t *testing.T) {
 		}
 	}
 	prof := filepath.Join(t.TempDir(), "load.prof")
-	code, out, errOut = runCmd(t, "", append(args, "--json", "--cpuprofile", prof)...)
+	code, out, errOut = runCmd(t, "", append(args, "--json", "--cpuprofile", prof, "--trace", trace)...)
 	if code != exitOK {
 		t.Fatalf("--json: exit %d: %s", code, errOut)
 	}
@@ -100,6 +100,17 @@ func TestLoadCommand(t *testing.T) {
 	var reps []bench.LoadReport
 	if err := json.Unmarshal([]byte(out), &reps); err != nil || len(reps) != 2 || reps[1].Sessions != 2 || len(reps[1].PerSession) != 2 || reps[0].MemoryBudget != 256<<20 {
 		t.Fatalf("--json: %v, %+v", err, reps)
+	}
+	// Each run of the curve has its own trace: its first audio milestone
+	// counts that run's turns only.
+	for _, r := range reps {
+		if r.Trace == nil || len(r.Trace.Milestones) == 0 {
+			t.Fatalf("--json --trace: run of %d sessions has no trace summary", r.Sessions)
+		}
+		last := r.Trace.Milestones[len(r.Trace.Milestones)-1]
+		if last.Name != bench.MilestoneFirstAudio || last.Turns != r.Sessions {
+			t.Errorf("--json --trace: run of %d sessions: %+v, want %d turns to first audio", r.Sessions, last, r.Sessions)
+		}
 	}
 	// --ramp 400ms: of 2 sessions the second starts 200 ms into the run.
 	code, out, errOut = runCmd(t, "", "bench", "--model", tiny, "--sessions", "2", "--seconds", "1", "--max-new-tokens", "12", "--ramp", "400ms", "--json")
