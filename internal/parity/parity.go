@@ -558,19 +558,39 @@ func (c *comparer) loops() {
 		if n == 0 {
 			continue
 		}
+		bound := noiseBound(m32)
 		row := Row{Stage: l.stage,
-			Value: fmt.Sprintf("%d/%d agree (f32 run %d/%d)%s", n-len(ms), n, n32-len(m32), n32, worst(ms)),
-			Bound: fmt.Sprintf("misses ≤ the f32 run's %d, each ≤ %d ulps", len(m32), loopUlps),
-			OK:    loopRule(ms, len(m32)) && n == n32}
+			Value: fmt.Sprintf("%d/%d agree (f32 run %d/%d%s)%s", n-len(ms), n, n32-len(m32), n32, moves(m32), worst(ms)),
+			Bound: fmt.Sprintf("misses ≤ the f32 run's %d, each ≤ %.3g ulps (√2× its largest move, ≥ %d)", len(m32), bound, loopUlps),
+			OK:    loopRule(ms, m32) && n == n32}
 		row.Detail = details(ms)
 		c.rep.add(row)
 	}
 }
 
-// freeRunning checks a free-running greedy run on the reference's own rows:
-// until its first departure from the reference's trace its picks are the
-// teacher-forced run's (the same inputs give the same outputs), so the
-// departure is the stage run's first miss in trace order.
+// moves describes the largest move among the F32 run's misses.
+func moves(m32 []Miss) string {
+	w, known := 0.0, false
+	for _, m := range m32 {
+		if mv := m.Move(); !math.IsNaN(mv) {
+			w, known = math.Max(w, mv), true
+		}
+	}
+	if !known {
+		return ""
+	}
+	return fmt.Sprintf(", moves within %.3g ulps", w)
+}
+
+// freeRunning checks where a free-running greedy run on the reference's own
+// rows leaves the reference's trace: until then its inputs and so its picks
+// are the teacher-forced run's, so it leaves at the teacher-forced stage
+// run's first miss in trace order (the stage run records only the
+// teacher-forced loop; this row names the step a free run keeps the trace
+// to). Where the stage run shares the reference's rounding (sharesRounding)
+// that first miss comes from a rounding or two: within depthUlps, as the
+// depthformer's on the reference's rows. Where it does not, the first miss
+// is one of the loop's, bounded like them.
 func (c *comparer) freeRunning() {
 	if !c.ref.Has("step_modality") || !greedy(c.ref.Gen.Text) || !greedy(c.ref.Gen.Audio) {
 		return
@@ -580,16 +600,50 @@ func (c *comparer) freeRunning() {
 	if len(ms) > 0 {
 		first = &ms[0]
 	}
-	c.rep.add(divergenceRow("free-running greedy", first, n, divergenceUlps))
+	bound := float64(depthUlps)
+	if !c.sharesRounding() {
+		m32, _ := c.misses(c.s32, true, true, false)
+		bound = noiseBound(m32)
+	}
+	c.rep.add(divergenceRow("free-running greedy", first, first, n, bound))
 }
 
-func divergenceRow(stage string, first *Miss, n, bound int) Row {
-	row := Row{Stage: stage, Bound: fmt.Sprintf("first divergence ≤ %d ulps", bound), OK: first == nil || first.within(float64(bound))}
-	if first == nil {
+// sharedRounding is the most the BF16 stage run's prefill rows may be from
+// the reference's, as a fraction of the F32 run's distance, for the run to
+// count as sharing the reference's rounding. A run with the reference's
+// rounding points whose products sum in the reference's order is nearly
+// bit-exact (the fixtures: 0 to 0.16); one whose summation order differs
+// is an independent sample of the bf16 noise, about as far as the F32 run
+// or up to √2 times it (the released sizes on either backend: 0.85).
+const sharedRounding = 0.25
+
+// sharesRounding reports whether the BF16 stage run's prefill rows are
+// within sharedRounding of the F32 run's distance to the reference.
+func (c *comparer) sharesRounding() bool {
+	want, err := c.ref.Floats("prefill_hidden")
+	if err != nil || len(c.sbf.prefill) != len(want) || len(c.s32.prefill) != len(want) {
+		return false
+	}
+	d, d32 := numcmp.Compare(c.sbf.prefill, want), numcmp.Compare(c.s32.prefill, want)
+	return d.NaNs == 0 && d32.NaNs == 0 && d.RelL2 <= sharedRounding*d32.RelL2
+}
+
+// divergenceRow is the row of a free run that first left the reference's
+// trace at first (nil: never), against forced, the first miss of the
+// teacher-forced run of the same inputs (divergenceRule).
+func divergenceRow(stage string, first, forced *Miss, n int, bound float64) Row {
+	row := Row{Stage: stage, Bound: fmt.Sprintf("at the teacher-forced run's first miss, ≤ %.3g ulps", bound), OK: divergenceRule(first, forced, bound)}
+	switch {
+	case first == nil:
 		row.Value = fmt.Sprintf("the reference's trace, all %d picks", n)
-	} else {
+	case first.Ours < 0:
+		row.Value = fmt.Sprintf("stopped at step %d of the reference's trace", first.Step)
+	default:
 		row.Value = fmt.Sprintf("the reference's trace up to step %d, then %.3g ulps", first.Step, first.Ulps())
 		row.Detail = []string{"first divergence " + first.String()}
+	}
+	if forced != nil && (first == nil || !samePick(*first, *forced)) {
+		row.Detail = append(row.Detail, "the teacher-forced run's first miss "+forced.String())
 	}
 	return row
 }
@@ -606,18 +660,11 @@ func (c *comparer) endToEnd() {
 	}
 	ms, n := c.misses(newRecorded(c.bf), true, true, false)
 	m32, _ := c.misses(newRecorded(c.f32), true, true, false)
-	w32 := 0.0
-	for _, m := range m32 {
-		w32 = math.Max(w32, m.Ulps())
-	}
-	bound := math.Max(loopUlps, sqrt2*w32)
+	bound := noiseBound(m32)
 	row := Row{Stage: "picks through the engine (teacher-forced)",
-		Value: fmt.Sprintf("%d/%d agree%s (f32 run %d/%d, within %.3g ulps)", n-len(ms), n, worst(ms), n-len(m32), n, w32),
-		Bound: fmt.Sprintf("each miss ≤ %.3g ulps (√2× the f32 run's, ≥ %d)", bound, loopUlps)}
-	row.OK = n > 0 && !math.IsNaN(w32)
-	for _, m := range ms {
-		row.OK = row.OK && m.within(bound)
-	}
+		Value: fmt.Sprintf("%d/%d agree%s (f32 run %d/%d%s)", n-len(ms), n, worst(ms), n-len(m32), n, moves(m32)),
+		Bound: fmt.Sprintf("each miss ≤ %.3g ulps (√2× the f32 run's largest move, ≥ %d)", bound, loopUlps)}
+	row.OK = n > 0 && withinAll(ms, bound)
 	row.Detail = details(ms)
 	c.rep.add(row)
 	if !greedy(c.ref.Gen.Text) || !greedy(c.ref.Gen.Audio) {
@@ -625,17 +672,17 @@ func (c *comparer) endToEnd() {
 	}
 	free := newRecorded(c.free)
 	fm, fn := c.misses(free, true, true, true)
-	var first *Miss
+	var first, forced *Miss
 	if len(fm) > 0 {
 		first = &fm[0]
 	}
 	if first == nil && len(free.mod) < len(c.trace()) {
 		first = &Miss{Step: len(free.mod), Codebook: -1, Ours: -1, Ref: -1, RefMargin: math.NaN(), RefTop: math.NaN()}
 	}
-	r := divergenceRow("free-running greedy through the engine", first, fn, 0)
-	r.Bound = fmt.Sprintf("first divergence ≤ %.3g ulps", bound)
-	r.OK = first == nil || first.within(bound)
-	c.rep.add(r)
+	if len(ms) > 0 {
+		forced = &ms[0]
+	}
+	c.rep.add(divergenceRow("free-running greedy through the engine", first, forced, fn, bound))
 }
 
 // trace returns the reference's step modalities.

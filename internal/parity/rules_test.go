@@ -47,18 +47,54 @@ func TestDepthRule(t *testing.T) {
 	}
 }
 
+// moved is an F32 run's miss whose reference won by k ulps and whose pair
+// moved by mv ulps (our gap mv − k), at a top logit of 10.
+func moved(k, mv float64) Miss {
+	return Miss{Step: 2, Codebook: 0, Ours: 1, Ref: 2, RefMargin: k * 0.0625, RefTop: 10, OurGap: (mv - k) * 0.0625}
+}
+
+func TestNoiseBound(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		f32  []Miss
+		want float64
+	}{
+		{"no f32 misses: the floor", nil, loopUlps},
+		{"small moves: the floor", []Miss{moved(1, 2), moved(0, 3)}, loopUlps},
+		{"√2 times the largest move", []Miss{moved(1, 2), moved(9, 10), moved(4, 6)}, math.Sqrt2 * 10},
+		{"a move, not the margin", []Miss{moved(5, 12)}, math.Sqrt2 * 12},
+		{"an unknown move is skipped", []Miss{moved(9, 10), {RefMargin: math.NaN(), RefTop: 10}}, math.Sqrt2 * 10},
+	} {
+		if got := noiseBound(c.f32); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("%s: noiseBound = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 func TestLoopRule(t *testing.T) {
+	f32 := func(n int, mv float64) []Miss {
+		out := make([]Miss, n)
+		for i := range out {
+			out[i] = moved(0, 1)
+		}
+		if n > 0 {
+			out[0] = moved(mv-1, mv)
+		}
+		return out
+	}
 	for _, c := range []struct {
 		name   string
 		misses []Miss
-		f32    int
+		f32    []Miss
 		want   bool
 	}{
-		{"none", nil, 0, true},
-		{"as many as the f32 run, at 8 ulps", []Miss{miss(8), miss(1)}, 2, true},
-		{"fewer than the f32 run", []Miss{miss(3)}, 5, true},
-		{"one more than the f32 run", []Miss{miss(0), miss(0), miss(0)}, 2, false},
-		{"one at 9 ulps", []Miss{miss(9)}, 4, false},
+		{"none", nil, nil, true},
+		{"as many as the f32 run, at 8 ulps", []Miss{miss(8), miss(1)}, f32(2, 1), true},
+		{"fewer than the f32 run", []Miss{miss(3)}, f32(5, 1), true},
+		{"one more than the f32 run", []Miss{miss(0), miss(0), miss(0)}, f32(2, 1), false},
+		{"one at 9 ulps, the f32 run's moves small", []Miss{miss(9)}, f32(4, 2), false},
+		{"one at 18 ulps, the f32 run moving 13", []Miss{miss(18)}, f32(4, 13), true},
+		{"one at 19 ulps, the f32 run moving 13", []Miss{miss(19)}, f32(4, 13), false},
 	} {
 		if got := loopRule(c.misses, c.f32); got != c.want {
 			t.Errorf("%s: loopRule = %v, want %v", c.name, got, c.want)
@@ -68,17 +104,25 @@ func TestLoopRule(t *testing.T) {
 
 func TestDivergenceRule(t *testing.T) {
 	at := func(k float64) *Miss { m := miss(k); return &m }
+	other := func(k float64) *Miss { m := miss(k); m.Step++; return &m }
+	wrongWay := func(k float64) *Miss { m := miss(k); m.Ours++; return &m }
+	stopped := &Miss{Step: 5, Codebook: -1, Ours: -1, Ref: -1, RefMargin: math.NaN(), RefTop: math.NaN()}
 	for _, c := range []struct {
-		name  string
-		first *Miss
-		want  bool
+		name          string
+		first, forced *Miss
+		want          bool
 	}{
-		{"never diverged", nil, true},
-		{"at a tie", at(0), true},
-		{"at 2 ulps", at(2), true},
-		{"at 3 ulps", at(3), false},
+		{"never diverged, the forced run never missed", nil, nil, true},
+		{"at the forced run's first miss, a tie", at(0), at(0), true},
+		{"at the forced run's first miss, at the bound", at(8), at(8), true},
+		{"at the forced run's first miss, past the bound", at(9), at(9), false},
+		{"at another step than the forced run's first miss", at(1), other(1), false},
+		{"the same pick gone another way", at(1), wrongWay(1), false},
+		{"diverged where the forced run never missed", at(1), nil, false},
+		{"never diverged though the forced run missed", nil, at(1), false},
+		{"stopped short of the trace", stopped, nil, false},
 	} {
-		if got := divergenceRule(c.first); got != c.want {
+		if got := divergenceRule(c.first, c.forced, 8); got != c.want {
 			t.Errorf("%s: divergenceRule = %v, want %v", c.name, got, c.want)
 		}
 	}
