@@ -37,6 +37,7 @@ rc.prepare_official(src)
 rc.stand_in_modules()
 rc.stand_in_lfm2_cache_annotation()
 
+import torchaudio  # noqa: E402
 from liquid_audio import moshi  # noqa: E402
 from liquid_audio.model.lfm2_audio import LFM2AudioModel  # noqa: E402
 from liquid_audio.processor import LFM2AudioProcessor  # noqa: E402
@@ -99,15 +100,19 @@ wav = torch.from_numpy(pcm)[None]
 rec = {}
 chat = rc.begin_chat(proc)
 with torch.no_grad():
-    w16 = wav.cuda()
+    # As ChatState.add_audio: resampled to 16 kHz first (a no-op at 16 kHz).
+    w16 = torchaudio.functional.resample(wav.cuda(), sr, 16000) if sr != 16000 else wav.cuda()
     mel, _ = proc.audio(w16, torch.tensor([w16.shape[1]], device="cuda"))
 rec["input_wav"] = wav.float()
 rec["input_sample_rate"] = torch.tensor([sr])
+if sr != 16000:
+    rec["wav_16k"] = w16.float().cpu()
 rec["mel_f32"] = mel[0].float().cpu()
 rec["mel"] = mel[0].to(torch.bfloat16).float().cpu()
 chat.add_audio(wav, sr)
 chat.end_turn()
 chat.new_turn("assistant")
+assert torch.equal(chat.audio_in.float().cpu(), rec["mel"]), "add_audio's mel differs from the recorded one"
 rc.record_prompt(rec, chat)
 
 n, pattern, n_frames = rc.record_greedy_turn(model, proc, chat, rec, steps)
