@@ -112,6 +112,24 @@ func withinAll(misses []Miss, bound float64) bool {
 	return true
 }
 
+// marginShift is how far a run's margin for the reference's pick want (its
+// logit of want minus its best other logit) is from the reference's margin,
+// in ulps of the run's logit of want; NaN where the run has no logits for
+// the pick.
+func marginShift(logits []float32, want int, refMargin float64) float64 {
+	if want < 0 || want >= len(logits) || len(logits) < 2 {
+		return math.NaN()
+	}
+	other := math.Inf(-1)
+	for j, v := range logits {
+		if j != want {
+			other = math.Max(other, float64(v))
+		}
+	}
+	top := float64(logits[want])
+	return (top - other - refMargin) / ulp(top)
+}
+
 // samePick reports whether a and b are the same miss: the same pick
 // (step and codebook) gone the same way.
 func samePick(a, b Miss) bool {

@@ -150,3 +150,25 @@ func TestNewMiss(t *testing.T) {
 		t.Errorf("a text miss names a codebook: %q", s)
 	}
 }
+
+func TestMarginShift(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		logits    []float32
+		want      int
+		refMargin float64
+		shift     float64
+	}{
+		// ulp at 9.5 is 0.0625.
+		{"the reference's margin exactly", []float32{1, 9.5, 9.25}, 1, 0.25, 0},
+		{"ours one ulp wider", []float32{1, 9.5, 9.1875}, 1, 0.25, 1},
+		{"ours the other way: a miss", []float32{1, 9.5, 9.625}, 1, 0.125, -4},
+		{"no logits", nil, 1, 0.25, math.NaN()},
+		{"the pick out of range", []float32{1, 2}, 2, 0, math.NaN()},
+	} {
+		got := marginShift(c.logits, c.want, c.refMargin)
+		if got != c.shift && !(math.IsNaN(got) && math.IsNaN(c.shift)) {
+			t.Errorf("%s: marginShift = %v, want %v", c.name, got, c.shift)
+		}
+	}
+}
