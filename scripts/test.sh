@@ -19,14 +19,18 @@ go test "$@" ./...
 # host emulator (gpu/cuda/cudaemu) where there is no GPU: it needs a C++17
 # compiler (.ci/run installs g++). On a GPU machine the same tests run on
 # the GPU in the plain `go test` above.
+# Its first run on a machine compiles every planted fault's module with
+# the host compiler (≈ 45 builds): on two cores that alone can pass go
+# test's default 10-minute limit, so these runs get 30 (a later -timeout in
+# the arguments still wins).
 if command -v "${CXX:-g++}" >/dev/null 2>&1; then
-  OMNIPIPE_CUDA_EMU=1 go test "$@" ./gpu/cuda -run 'TestKernelContract|TestContractUnderShuffledSchedule|TestDeviceOpens|TestMatchesCPUBackend|TestFusedOpsEqualSeparate|TestMMAInvarianceMixedRows|TestGemvVariantsBitIdentical|TestMatMulTiledBitIdentical|TestNormFusedEqualsSeparate|TestRelPosFusedEqualsSeq|TestStdBlockEqualsSeq|TestShortConvGatedEqualsSeq|TestStdBlockPhasesReplay|TestMmvVariantsBitIdentical|TestMmaBigSplitBitIdentical|TestKernelResources|TestLoadKeepsTiledCopies|TestConv2DRowsBitIdentical|TestNormGLUEqualsSeq|TestPriorityQueue|TestSplitBF16Paths'
+  OMNIPIPE_CUDA_EMU=1 go test -timeout 30m "$@" ./gpu/cuda -run 'TestKernelContract|TestContractUnderShuffledSchedule|TestDeviceOpens|TestMatchesCPUBackend|TestFusedOpsEqualSeparate|TestMMAInvarianceMixedRows|TestGemvVariantsBitIdentical|TestMatMulTiledBitIdentical|TestNormFusedEqualsSeparate|TestRelPosFusedEqualsSeq|TestStdBlockEqualsSeq|TestShortConvGatedEqualsSeq|TestStdBlockPhasesReplay|TestMmvVariantsBitIdentical|TestMmaBigSplitBitIdentical|TestKernelResources|TestLoadKeepsTiledCopies|TestConv2DRowsBitIdentical|TestNormGLUEqualsSeq|TestPriorityQueue|TestSplitBF16Paths'
   # The model packages' CUDA halves that run in seconds there (Mimi's and
   # the detokenizer's take minutes on the emulator: run them by hand).
-  OMNIPIPE_CUDA_EMU=1 go test "$@" ./stages/lfm2 ./stages/depth ./stages/conformer \
+  OMNIPIPE_CUDA_EMU=1 go test -timeout 30m "$@" ./stages/lfm2 ./stages/depth ./stages/conformer \
     -run 'TestStepsEqualPrefill|TestBatchEqualsSeparate|TestFrameSampledEqualsHostPicks|TestBatchIndependence|TestEncodeBatchEqualsOneByOne'
   # --device auto takes the (emulated) GPU and a turn runs on it.
-  OMNIPIPE_CUDA_EMU=1 go test "$@" ./cmd/omni-pipe -run 'TestDeviceLogged'
+  OMNIPIPE_CUDA_EMU=1 go test -timeout 30m "$@" ./cmd/omni-pipe -run 'TestDeviceLogged'
 else
   echo "scripts/test.sh: no C++ compiler: the CUDA kernel contract did not run on the emulator" >&2
 fi
