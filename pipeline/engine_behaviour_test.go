@@ -58,7 +58,8 @@ func refTop(step int, idx []int, all []float32, per, off int, ours []float32, re
 // TestFreeRunningGreedyFollowsReference: with nothing forced, the greedy
 // engine reproduces the reference trace step by step until its first
 // departure, which must be at a pick the reference itself won by at most
-// 2 bf16 ulps of its top logit (parity's free-running rule: 1 ulp =
+// 2 bf16 ulps of its top logit (parity's free-running rule where a run
+// shares the reference's rounding, as at the fixtures' sizes: 1 ulp =
 // 2^(⌊log2|top|⌋ − 7)).
 func TestFreeRunningGreedyFollowsReference(t *testing.T) {
 	const divergenceUlps = 2
