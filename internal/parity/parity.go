@@ -699,12 +699,13 @@ func (c *comparer) endToEnd() {
 	if !c.ref.Has("step_modality") {
 		return
 	}
-	ms, n := c.misses(newRecorded(c.bf), true, true, false)
-	m32, _ := c.misses(newRecorded(c.f32), true, true, false)
+	bf, f32 := newRecorded(c.bf), newRecorded(c.f32)
+	ms, n := c.misses(bf, true, true, false)
+	m32, _ := c.misses(f32, true, true, false)
 	bound := noiseBound(m32)
 	row := Row{Stage: "picks through the engine (teacher-forced)",
 		Value: fmt.Sprintf("%d/%d agree%s (f32 run %d/%d%s)%s", n-len(ms), n, worst(ms), n-len(m32), n, moves(m32),
-			shifts(c.shiftRMS(newRecorded(c.bf), true, true), c.shiftRMS(newRecorded(c.f32), true, true))),
+			shifts(c.shiftRMS(bf, true, true), c.shiftRMS(f32, true, true))),
 		Bound: fmt.Sprintf("each miss ≤ %.3g ulps (√2× the f32 run's largest move, ≥ %d)", bound, loopUlps)}
 	row.OK = n > 0 && withinAll(ms, bound)
 	row.Detail = details(ms)
