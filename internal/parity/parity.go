@@ -263,6 +263,10 @@ type comparer struct {
 	s32     *stageRun          // … and F32
 	rep     *Report
 	eoa     int // the model's end-of-audio code (lfm2audio.Special.EOA)
+	// sharesRounding: the BF16 stage run's prefill rows are within
+	// sharedRounding of the F32 run's distance to the reference (backbone
+	// sets it).
+	sharesRounding bool
 }
 
 // tail returns the last n·cols values of v (the rows of a turn when a
@@ -311,17 +315,20 @@ func noisyRow(stage string, d, d32 numcmp.Diff) Row {
 		OK:    d.RelL2 <= sqrt2*d32.RelL2 && d.NaNs == 0 && d32.NaNs == 0}
 }
 
-// compareStages adds a √2-rule row for a tensor of the stage runs.
-func (c *comparer) compareStages(stage, name string, got, got32 []float32) {
+// compareStages adds a √2-rule row for a tensor of the stage runs and
+// returns the BF16 and F32 runs' distances (ok false where there are none).
+func (c *comparer) compareStages(stage, name string, got, got32 []float32) (d, d32 numcmp.Diff, ok bool) {
 	want, err := c.ref.Floats(name)
 	if err != nil {
-		return
+		return d, d32, false
 	}
 	if len(got) != len(want) || len(got32) != len(want) {
 		c.rep.add(Row{Stage: stage, Value: fmt.Sprintf("%d values, reference %d", len(got), len(want))})
-		return
+		return d, d32, false
 	}
-	c.rep.add(noisyRow(stage, numcmp.Compare(got, want), numcmp.Compare(got32, want)))
+	d, d32 = numcmp.Compare(got, want), numcmp.Compare(got32, want)
+	c.rep.add(noisyRow(stage, d, d32))
+	return d, d32, true
 }
 
 func (c *comparer) prompt() {
@@ -343,7 +350,8 @@ func (c *comparer) prompt() {
 // backbone compares the stage runs' rows and text logits, and both kinds
 // of run with the float64 companion where there is one.
 func (c *comparer) backbone() {
-	c.compareStages("prefill rows", "prefill_hidden", c.sbf.prefill, c.s32.prefill)
+	d, d32, ok := c.compareStages("prefill rows", "prefill_hidden", c.sbf.prefill, c.s32.prefill)
+	c.sharesRounding = ok && d.NaNs == 0 && d32.NaNs == 0 && d.RelL2 <= sharedRounding*d32.RelL2
 	c.compareStages("prefill text logits", "prefill_text_logits", c.sbf.prefillLogits, c.s32.prefillLogits)
 	f64path := strings.TrimSuffix(c.ref.Path, ".safetensors") + "_f64.safetensors"
 	if _, err := os.Stat(f64path); err == nil {
@@ -611,13 +619,8 @@ func shifts(bf, f32 float64) string {
 
 // moves describes the largest move among the F32 run's misses.
 func moves(m32 []Miss) string {
-	w, known := 0.0, false
-	for _, m := range m32 {
-		if mv := m.Move(); !math.IsNaN(mv) {
-			w, known = math.Max(w, mv), true
-		}
-	}
-	if !known {
+	w, ok := largestMove(m32)
+	if !ok {
 		return ""
 	}
 	return fmt.Sprintf(", moves within %.3g ulps", w)
@@ -642,7 +645,7 @@ func (c *comparer) freeRunning() {
 		first = &ms[0]
 	}
 	bound := float64(depthUlps)
-	if !c.sharesRounding() {
+	if !c.sharesRounding {
 		m32, _ := c.misses(c.s32, true, true, false)
 		bound = noiseBound(m32)
 	}
@@ -651,23 +654,13 @@ func (c *comparer) freeRunning() {
 
 // sharedRounding is the most the BF16 stage run's prefill rows may be from
 // the reference's, as a fraction of the F32 run's distance, for the run to
-// count as sharing the reference's rounding. A run with the reference's
-// rounding points whose products sum in the reference's order is nearly
-// bit-exact (the fixtures: 0 to 0.16); one whose summation order differs
-// is an independent sample of the bf16 noise, about as far as the F32 run
-// or up to √2 times it (the released sizes on either backend: 0.85).
+// count as sharing the reference's rounding (comparer.sharesRounding). A
+// run with the reference's rounding points whose products sum in the
+// reference's order is nearly bit-exact (the fixtures: 0 to 0.16); one whose
+// summation order differs is an independent sample of the bf16 noise, about
+// as far as the F32 run or up to √2 times it (the released sizes on either
+// backend: 0.85).
 const sharedRounding = 0.25
-
-// sharesRounding reports whether the BF16 stage run's prefill rows are
-// within sharedRounding of the F32 run's distance to the reference.
-func (c *comparer) sharesRounding() bool {
-	want, err := c.ref.Floats("prefill_hidden")
-	if err != nil || len(c.sbf.prefill) != len(want) || len(c.s32.prefill) != len(want) {
-		return false
-	}
-	d, d32 := numcmp.Compare(c.sbf.prefill, want), numcmp.Compare(c.s32.prefill, want)
-	return d.NaNs == 0 && d32.NaNs == 0 && d.RelL2 <= sharedRounding*d32.RelL2
-}
 
 // divergenceRow is the row of a free run that first left the reference's
 // trace at first (nil: never), against forced, the first miss of the

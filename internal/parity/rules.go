@@ -82,13 +82,19 @@ func (m Miss) Move() float64 { return (m.RefMargin + m.OurGap) / ulp(m.RefTop) }
 // Moves of unknown size are skipped (they make the bound smaller, not
 // larger).
 func noiseBound(f32 []Miss) float64 {
-	w := 0.0
-	for _, m := range f32 {
+	w, _ := largestMove(f32)
+	return math.Max(loopUlps, sqrt2*w)
+}
+
+// largestMove is the largest known Move among misses (ok false, 0: none
+// known).
+func largestMove(misses []Miss) (w float64, ok bool) {
+	for _, m := range misses {
 		if mv := m.Move(); !math.IsNaN(mv) {
-			w = math.Max(w, mv)
+			w, ok = math.Max(w, mv), true
 		}
 	}
-	return math.Max(loopUlps, sqrt2*w)
+	return w, ok
 }
 
 // loopRule is the rule for the teacher-forced loop: no more misses than
