@@ -25,6 +25,7 @@ stage is outside its tolerance.`,
 			var mf modelFlags
 			mf.register(fs, e)
 			refPath := fs.String("reference", "", "reference case file (safetensors with the case in its metadata)")
+			picksPath := fs.String("picks", "", "also write every pick of the runs that see their own rows (run, step, codebook, both picks, the reference's margin and the run's shift, in ulps) to this file as JSON lines")
 			probs := fs.String("attention-probs", "flash", "how BF16 attention rounds its probabilities: flash (bf16 before the product with V, as the reference's flash kernels) or fp32 (kept in float32, for comparison)")
 			return func(args []string) error {
 				if err := noArgs(args); err != nil {
@@ -60,6 +61,11 @@ stage is outside its tolerance.`,
 					return err
 				}
 				rep.Print(e.stdout)
+				if *picksPath != "" {
+					if err := writePicks(*picksPath, rep); err != nil {
+						return err
+					}
+				}
 				if !rep.OK() {
 					return errors.New("a stage is outside its tolerance")
 				}
@@ -67,4 +73,20 @@ stage is outside its tolerance.`,
 			}
 		},
 	})
+}
+
+// writePicks writes rep's picks to path.
+func writePicks(path string, rep *parity.Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--picks: %w", err)
+	}
+	if err := rep.WritePicks(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--picks: %w", err)
+	}
+	return nil
 }

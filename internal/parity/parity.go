@@ -37,6 +37,7 @@ package parity
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -67,6 +68,35 @@ type Row struct {
 type Report struct {
 	Case string
 	Rows []Row
+	// Picks are every pick of the runs that see their own rows, as each
+	// run saw it: what the pick rules summarise, for study (WritePicks).
+	Picks []Pick
+}
+
+// A Pick is one of the reference's picks as one run saw it. Ulps are of
+// the run's logit of the reference's pick.
+type Pick struct {
+	Run      string `json:"run"`      // "loop bf16", "loop f32", "engine bf16", "engine f32"
+	Step     int    `json:"step"`     // the trace's step
+	Codebook int    `json:"codebook"` // −1: a text token
+	Ref      int    `json:"ref"`      // the reference's pick
+	Ours     int    `json:"ours"`     // the run's pick
+	// RefMarginUlps is the reference's top-1 margin, ShiftUlps the run's
+	// margin for the reference's pick minus it (marginShift): negative
+	// past −RefMarginUlps is a miss.
+	RefMarginUlps float64 `json:"ref_margin_ulps"`
+	ShiftUlps     float64 `json:"shift_ulps"`
+}
+
+// WritePicks writes the report's picks as JSON lines.
+func (r *Report) WritePicks(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	for _, p := range r.Picks {
+		if err := enc.Encode(p); err != nil {
+			return fmt.Errorf("parity: write picks: %w", err)
+		}
+	}
+	return nil
 }
 
 // OK reports whether every stage is within tolerance.
@@ -580,9 +610,26 @@ func (c *comparer) shiftRMS(r picks, text, audio bool) float64 {
 	return math.Sqrt(sum / float64(n))
 }
 
+// record adds run r's picks, text and audio, to the report's Picks (those
+// without logits are left out).
+func (c *comparer) record(run string, r picks) {
+	c.eachPick(r, true, true, func(s, cb, ours, want int, margin float32) bool {
+		l := r.logits(s, cb)
+		d := marginShift(l, want, float64(margin))
+		if math.IsNaN(d) {
+			return true
+		}
+		c.rep.Picks = append(c.rep.Picks, Pick{Run: run, Step: s, Codebook: cb, Ref: want, Ours: ours,
+			RefMarginUlps: float64(margin) / ulp(float64(l[want])), ShiftUlps: d})
+		return true
+	})
+}
+
 // loops checks the teacher-forced loop on the reference's own rows: the
 // text top-1 and the codes, each against the F32 stage run's misses.
 func (c *comparer) loops() {
+	c.record("loop bf16", c.sbf)
+	c.record("loop f32", c.s32)
 	if !c.ref.Has("step_modality") {
 		return
 	}
@@ -693,6 +740,8 @@ func (c *comparer) endToEnd() {
 		return
 	}
 	bf, f32 := newRecorded(c.bf), newRecorded(c.f32)
+	c.record("engine bf16", bf)
+	c.record("engine f32", f32)
 	ms, n := c.misses(bf, true, true, false)
 	m32, _ := c.misses(f32, true, true, false)
 	bound := noiseBound(m32)

@@ -56,6 +56,7 @@ func TestFixtureCases(t *testing.T) {
 			if !rep.OK() {
 				t.Error("a stage is outside its tolerance")
 			}
+			checkPicks(t, rep)
 		})
 	}
 }
@@ -147,4 +148,33 @@ func TestRulesRejectFP32Probabilities(t *testing.T) {
 		t.Fatalf("fp32 attention probabilities pass every rule:\n%s", b.String())
 	}
 	t.Logf("failed with fp32 probabilities: %q", failed)
+}
+
+// checkPicks checks a report's pick records against its runs: each run
+// that sees its own rows records picks, and a record is a miss exactly
+// where its shift takes the reference's margin past zero (the run's
+// margin for the reference's pick is the margin plus the shift).
+func checkPicks(t *testing.T, rep *Report) {
+	t.Helper()
+	runs := map[string]int{}
+	for _, p := range rep.Picks {
+		runs[p.Run]++
+		ours := p.RefMarginUlps + p.ShiftUlps // the run's margin for the reference's pick
+		// A tie (margin 0) goes to the first index, either way.
+		if p.Ours == p.Ref && ours < -1e-9 || p.Ours != p.Ref && ours > 1e-9 {
+			t.Errorf("%+v: a pick of margin %.4g ulps recorded as %s", p, ours, map[bool]string{true: "a hit", false: "a miss"}[p.Ours == p.Ref])
+		}
+	}
+	for _, run := range []string{"loop bf16", "loop f32", "engine bf16", "engine f32"} {
+		if runs[run] == 0 {
+			t.Errorf("no picks recorded for the %s run (%v)", run, runs)
+		}
+	}
+	var b bytes.Buffer
+	if err := rep.WritePicks(&b); err != nil {
+		t.Fatal(err)
+	}
+	if got := bytes.Count(b.Bytes(), []byte("\n")); got != len(rep.Picks) {
+		t.Errorf("WritePicks wrote %d lines for %d picks", got, len(rep.Picks))
+	}
 }
