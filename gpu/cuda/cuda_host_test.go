@@ -1107,12 +1107,66 @@ func TestKernelsFromFile(t *testing.T) {
 	}
 }
 
-// fakeCompiler stands for NVRTC: it counts its compiles.
-type fakeCompiler struct{ calls int }
+// fakeCompiler stands for NVRTC: it counts its compiles; with noSplit it
+// refuses the split-compile option as an NVRTC before CUDA 12.1 does.
+type fakeCompiler struct {
+	calls   int
+	noSplit bool
+	opts    [][]string
+}
 
 func (f *fakeCompiler) Compile(source string, opts []string) ([]byte, error) {
 	f.calls++
+	f.opts = append(f.opts, opts)
+	if f.noSplit && slices.ContainsFunc(opts, func(o string) bool { return strings.HasPrefix(o, splitOption) }) {
+		return nil, &Error{Call: "nvrtcCompileProgram", Code: nvrtcInvalidOption, Msg: "NVRTC_ERROR_INVALID_OPTION"}
+	}
 	return []byte("cubin of " + source), nil
+}
+
+func TestSplitCompile(t *testing.T) {
+	for _, tc := range []struct{ env, want string }{
+		{"", "--split-compile=0"}, {"0", "--split-compile=0"}, {"1", ""}, {"4", "--split-compile=4"},
+		{"-2", ""}, {"many", ""},
+	} {
+		if got := splitCompile(tc.env); got != tc.want {
+			t.Errorf("%s=%q: %q, want %q", NVRTCThreadsEnv, tc.env, got, tc.want)
+		}
+	}
+	t.Setenv(NVRTCThreadsEnv, "")
+	if o := compileOptions("sm_90", ""); !slices.Contains(o, "--split-compile=0") {
+		t.Errorf("options %q do not split the compile", o)
+	}
+	t.Setenv(NVRTCThreadsEnv, "1")
+	if o := compileOptions("sm_90", ""); slices.ContainsFunc(o, func(s string) bool { return strings.HasPrefix(s, splitOption) }) {
+		t.Errorf("options %q split a compile asked for one thread", o)
+	}
+}
+
+// An NVRTC that refuses the split option compiles on one thread, with the
+// other options unchanged; other errors are not retried.
+func TestCompileCachedWithoutSplit(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	nv := &fakeCompiler{noSplit: true}
+	opts := []string{"--gpu-architecture=sm_90", "--split-compile=0", "-DFAULT_ROPE"}
+	cubin, _, err := compileCached(nv, log, "sm_90", "src", opts, "")
+	if err != nil || string(cubin) != "cubin of src" || nv.calls != 2 {
+		t.Fatalf("%q, %v after %d compiles; want the cubin after 2", cubin, err, nv.calls)
+	}
+	if want := []string{"--gpu-architecture=sm_90", "-DFAULT_ROPE"}; !slices.Equal(nv.opts[1], want) {
+		t.Errorf("retried with %q, want %q", nv.opts[1], want)
+	}
+	if !slices.Equal(opts, []string{"--gpu-architecture=sm_90", "--split-compile=0", "-DFAULT_ROPE"}) {
+		t.Errorf("the caller's options changed: %q", opts)
+	}
+	if !strings.Contains(buf.String(), "does not split") {
+		t.Errorf("the retry was not logged: %s", buf.String())
+	}
+	nv = &fakeCompiler{noSplit: true}
+	if _, _, err := compileCached(nv, nil, "sm_90", "src", nil, ""); err != nil || nv.calls != 1 {
+		t.Errorf("without the option: %v after %d compiles", err, nv.calls)
+	}
 }
 
 func TestCompileCachedSaysWhenItCompiles(t *testing.T) {

@@ -4,11 +4,14 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -118,13 +121,58 @@ func (n *nvrtc) check(call string, r uintptr) error {
 
 // compileOptions returns NVRTC's options for an architecture and fault.
 // Contraction of a*b+c into FMA is off so that every rounding point is the
-// one written in the source (explicit fmaf calls stay fused).
+// one written in the source (explicit fmaf calls stay fused). The
+// optimiser runs its passes on as many threads as NVRTCThreadsEnv says
+// (splitCompile).
 func compileOptions(arch string, fault string) []string {
 	opts := []string{"--gpu-architecture=" + arch, "--std=c++17", "--fmad=false", "-default-device"}
+	if o := splitCompile(os.Getenv(NVRTCThreadsEnv)); o != "" {
+		opts = append(opts, o)
+	}
 	if fault != "" {
 		opts = append(opts, "-DFAULT_"+fault)
 	}
 	return opts
+}
+
+// NVRTCThreadsEnv bounds the threads NVRTC's optimiser may use on a
+// compile (its --split-compile): unset or 0, every core; 1, one thread
+// (NVRTC's own default). A first compile of the kernels takes about 76 s
+// on one core of the H200 machine.
+const NVRTCThreadsEnv = "OMNIPIPE_NVRTC_THREADS"
+
+// splitOption is the prefix of NVRTC's split-compile option.
+const splitOption = "--split-compile="
+
+// splitCompile returns the split-compile option for the value of
+// NVRTCThreadsEnv ("" where it asks for one thread or is not a count).
+func splitCompile(env string) string {
+	n := 0
+	if env != "" {
+		v, err := strconv.Atoi(env)
+		if err != nil || v < 0 {
+			return ""
+		}
+		n = v
+	}
+	if n == 1 {
+		return ""
+	}
+	return splitOption + strconv.Itoa(n)
+}
+
+// nvrtcInvalidOption is NVRTC_ERROR_INVALID_OPTION.
+const nvrtcInvalidOption = 5
+
+// withoutSplit returns opts less the split-compile option (ok false: it
+// had none).
+func withoutSplit(opts []string) (rest []string, ok bool) {
+	for i, o := range opts {
+		if strings.HasPrefix(o, splitOption) {
+			return slices.Delete(slices.Clone(opts), i, i+1), true
+		}
+	}
+	return opts, false
 }
 
 // emuQuickBuild is the define that has the CUDA emulator compile a module
@@ -204,6 +252,14 @@ func compileCached(nv kernelCompiler, log *slog.Logger, arch, source string, opt
 	}
 	start := time.Now()
 	cubin, err = nv.Compile(source, opts)
+	var ce *Error
+	if rest, split := withoutSplit(opts); split && errors.As(err, &ce) && ce.Code == nvrtcInvalidOption {
+		// An NVRTC older than split compilation (CUDA 12.1's): one thread.
+		if log != nil {
+			log.Warn("NVRTC does not split compiles; compiling on one thread", "err", err)
+		}
+		cubin, err = nv.Compile(source, rest)
+	}
 	if err != nil {
 		return nil, false, err
 	}
