@@ -47,23 +47,32 @@ func TestDepthRule(t *testing.T) {
 	}
 }
 
-// moved is an F32 run's miss whose reference won by k ulps and whose pair
-// moved by mv ulps (our gap mv − k), at a top logit of 10.
-func moved(k, mv float64) Miss {
-	return Miss{Step: 2, Codebook: 0, Ours: 1, Ref: 2, RefMargin: k * 0.0625, RefTop: 10, OurGap: (mv - k) * 0.0625}
+func TestNoiseOf(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		shifts []float64
+		want   noise
+	}{
+		{"none", nil, noise{}},
+		{"only unknown", []float64{math.NaN()}, noise{}},
+		{"rms and reach", []float64{3, -4, math.NaN()}, noise{n: 2, rms: math.Sqrt(12.5), reach: 4}},
+		{"zeros", []float64{0, 0, 0}, noise{n: 3}},
+	} {
+		if got := noiseOf(c.shifts); got.n != c.want.n || math.Abs(got.rms-c.want.rms) > 1e-12 || got.reach != c.want.reach {
+			t.Errorf("%s: noiseOf = %+v, want %+v", c.name, got, c.want)
+		}
+	}
 }
 
 func TestNoiseBound(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		f32  []Miss
+		f32  noise
 		want float64
 	}{
-		{"no f32 misses: the floor", nil, loopUlps},
-		{"small moves: the floor", []Miss{moved(1, 2), moved(0, 3)}, loopUlps},
-		{"√2 times the largest move", []Miss{moved(1, 2), moved(9, 10), moved(4, 6)}, math.Sqrt2 * 10},
-		{"a move, not the margin", []Miss{moved(5, 12)}, math.Sqrt2 * 12},
-		{"an unknown move is skipped", []Miss{moved(9, 10), {RefMargin: math.NaN(), RefTop: 10}}, math.Sqrt2 * 10},
+		{"no f32 picks: the floor", noise{}, loopUlps},
+		{"a small reach: the floor (the fixtures' 3.5–5.3)", noise{n: 288, rms: 1.2, reach: 5.34}, loopUlps},
+		{"√2 times the reach", noise{n: 288, rms: 4.4, reach: 13.68}, math.Sqrt2 * 13.68},
 	} {
 		if got := noiseBound(c.f32); math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("%s: noiseBound = %v, want %v", c.name, got, c.want)
@@ -71,32 +80,50 @@ func TestNoiseBound(t *testing.T) {
 	}
 }
 
-func TestLoopRule(t *testing.T) {
-	f32 := func(n int, mv float64) []Miss {
-		out := make([]Miss, n)
-		for i := range out {
-			out[i] = moved(0, 1)
-		}
-		if n > 0 {
-			out[0] = moved(mv-1, mv)
-		}
-		return out
-	}
+func TestNoiseRule(t *testing.T) {
+	f32 := noise{n: 288, rms: 4, reach: 13}
 	for _, c := range []struct {
-		name   string
-		misses []Miss
-		f32    []Miss
-		want   bool
+		name    string
+		bf, f32 noise
+		want    bool
 	}{
-		{"none", nil, nil, true},
-		{"as many as the f32 run, at 8 ulps", []Miss{miss(8), miss(1)}, f32(2, 1), true},
-		{"fewer than the f32 run", []Miss{miss(3)}, f32(5, 1), true},
-		{"one more than the f32 run", []Miss{miss(0), miss(0), miss(0)}, f32(2, 1), false},
-		{"one at 9 ulps, the f32 run's moves small", []Miss{miss(9)}, f32(4, 2), false},
-		{"one at 18 ulps, the f32 run moving 13", []Miss{miss(18)}, f32(4, 13), true},
-		{"one at 19 ulps, the f32 run moving 13", []Miss{miss(19)}, f32(4, 13), false},
+		{"the reference's rounding: well inside", noise{n: 288, rms: 0.4}, f32, true},
+		{"the same size", noise{n: 288, rms: 4}, f32, true},
+		{"√2 times: at the bound", noise{n: 288, rms: 4 * math.Sqrt2}, f32, true},
+		{"past √2 times", noise{n: 288, rms: 5.7}, f32, false},
+		{"no shifts of ours", noise{}, f32, false},
+		{"no shifts of the f32 run's", noise{n: 288, rms: 1}, noise{}, false},
 	} {
-		if got := loopRule(c.misses, c.f32); got != c.want {
+		if got := noiseRule(c.bf, c.f32); got != c.want {
+			t.Errorf("%s: noiseRule = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestLoopRule(t *testing.T) {
+	n := func(k int) []Miss { return make([]Miss, k) }
+	quiet := noise{n: 288, rms: 1.2, reach: 5} // the fixtures' f32 runs
+	loud := noise{n: 288, rms: 4.4, reach: 13} // the released sizes'
+	for _, c := range []struct {
+		name     string
+		misses   []Miss
+		f32      []Miss
+		bf, f32n noise
+		shared   bool
+		want     bool
+	}{
+		{"none", nil, nil, noise{n: 288}, quiet, true, true},
+		{"shared: as many as the f32 run, at 8 ulps", []Miss{miss(8), miss(1)}, n(2), noise{n: 288, rms: 0.5}, quiet, true, true},
+		{"shared: fewer than the f32 run", []Miss{miss(3)}, n(5), noise{n: 288, rms: 0.5}, quiet, true, true},
+		{"shared: one more than the f32 run", []Miss{miss(0), miss(0), miss(0)}, n(2), noise{n: 288, rms: 0.5}, quiet, true, false},
+		{"shared: one at 9 ulps, the f32 run's reach small", []Miss{miss(9)}, n(4), noise{n: 288, rms: 0.5}, quiet, true, false},
+		{"not shared: more misses than the f32 run, noise of its size", []Miss{miss(3), miss(1), miss(0)}, n(2), noise{n: 288, rms: 4.2}, loud, false, true},
+		{"not shared: noise past √2 times the f32 run's", []Miss{miss(3)}, n(5), noise{n: 288, rms: 6.3}, loud, false, false},
+		{"not shared: one at 18 ulps, the f32 run reaching 13", []Miss{miss(18)}, n(4), noise{n: 288, rms: 4}, loud, false, true},
+		{"not shared: one at 19 ulps, the f32 run reaching 13", []Miss{miss(19)}, n(4), noise{n: 288, rms: 4}, loud, false, false},
+		{"not shared: an unknown margin", []Miss{{RefMargin: math.NaN(), RefTop: 10}}, n(4), noise{n: 288, rms: 4}, loud, false, false},
+	} {
+		if got := loopRule(c.misses, c.f32, c.bf, c.f32n, c.shared); got != c.want {
 			t.Errorf("%s: loopRule = %v, want %v", c.name, got, c.want)
 		}
 	}
