@@ -94,6 +94,21 @@ int main(int argc, char** argv) {
     checks++;
   }
 
+  // An option NVRTC would refuse comes back as NVRTC_ERROR_INVALID_OPTION
+  // (5), as the backend's fallback for --split-compile expects; that
+  // option itself is taken.
+  {
+    void* p;
+    nvrtcCreateProgram(&p, "extern \"C\" __global__ void k(float* d) { d[0] = 1.0f; }", "o.cu", 0, nullptr, nullptr);
+    const char* bogus[] = {"--gpu-architecture=sm_90", "--no-such-option"};
+    int r = nvrtcCompileProgram(p, 2, bogus);
+    EXPECT(r == 5, "an unknown option: %d, want 5", r);
+    const char* split[] = {"--gpu-architecture=sm_90", "--std=c++17", "--split-compile=0"};
+    r = nvrtcCompileProgram(p, 3, split);
+    EXPECT(r == 0, "--split-compile=0: %d, want 0", r);
+    checks += 2;
+  }
+
   void* prog;
   nvrtcCreateProgram(&prog, kSource, "t.cu", 0, nullptr, nullptr);
   int r = nvrtcCompileProgram(prog, 4, opts);
