@@ -132,9 +132,6 @@ type Options struct {
 	// measurements and on a GPU short of memory: the copies take as much
 	// again as the matrices they copy; env OMNIPIPE_CUDA_TILED=off).
 	NoTiledWeights bool
-	// NoPrepAttention runs gpu.PrepAttention as PrepHeads then Attention
-	// (env OMNIPIPE_CUDA_PREPATTN=off): for measuring prep_attention_f32.
-	NoPrepAttention bool
 	// HostUploads leaves each batch's uploaded bytes (kernels' tables,
 	// positions, ids, sampling arguments) in pinned host memory, where the
 	// kernels read them across the host link (env
@@ -176,9 +173,6 @@ func New(o Options) (*Device, error) {
 	}
 	if os.Getenv("OMNIPIPE_CUDA_TILED") == "off" {
 		o.NoTiledWeights = true
-	}
-	if os.Getenv("OMNIPIPE_CUDA_PREPATTN") == "off" {
-		o.NoPrepAttention = true
 	}
 	if os.Getenv("OMNIPIPE_CUDA_UPLOADS") == "host" {
 		o.HostUploads = true

@@ -59,7 +59,6 @@ type Device struct {
 	// noBlock: none of Options.FusedBlock, GridBlock, OneKernelBlock.
 	blockOwner atomic.Pointer[Queue]
 	noBlock    bool
-	noPrepAttn bool // Options.NoPrepAttention
 	// phasedBlock: std_block_f32 a phase a launch (not Options.GridBlock;
 	// tests set it on devices of their own; the emulator always launches
 	// a phase at a time).
@@ -132,7 +131,7 @@ func openDevice(o Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: !o.FusedBlock && !o.GridBlock && !o.OneKernelBlock, phasedBlock: !o.GridBlock, oneKernelBlock: o.OneKernelBlock, noTiled: o.NoTiledWeights, noPrepAttn: o.NoPrepAttention, devUploads: !o.HostUploads, fmaTiles: o.FMATiles, work: make(chan func()), exited: make(chan struct{})}
+	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: !o.FusedBlock && !o.GridBlock && !o.OneKernelBlock, phasedBlock: !o.GridBlock, oneKernelBlock: o.OneKernelBlock, noTiled: o.NoTiledWeights, devUploads: !o.HostUploads, fmaTiles: o.FMATiles, work: make(chan func()), exited: make(chan struct{})}
 	if o.Profile {
 		p, err := newProfiler(drv)
 		if err != nil {

@@ -187,7 +187,7 @@ func (q *Queue) prepTables(rp gpu.RoPEParams, items []gpu.HeadPrep) (invf arg, p
 // scores fit in shared memory; else PrepHeads then Attention.
 func (q *Queue) PrepAttention(rp gpu.RoPEParams, round bool, items []gpu.HeadPrep, dst, qt, k, v gpu.Tensor, ap gpu.AttnParams) {
 	rows, ok := q.prepFusable(rp, items)
-	if !ok || q.d.noPrepAttn || !prepAttnFits(rp, items, dst, qt, k, v, ap) {
+	if !ok || !prepAttnFits(rp, items, dst, qt, k, v, ap) {
 		if rows > 0 {
 			q.PrepHeads(rp, round, items)
 		}
