@@ -98,7 +98,7 @@ func BlockSeq(q Queue, b Block, tmp func(rows, cols int) Tensor) {
 	// are that row's [1, B·kvd]); q stays in qkv for one row and goes to a
 	// contiguous tensor for several (the attention reads it as one row of
 	// B·Heads heads). Each q/k head: its norm, then the fp32 rotation,
-	// rounded; v copied (PrepHeads).
+	// rounded; v copied (one PrepHeads: one launch on a GPU).
 	qt := qkv.ColSlice(0, hq)
 	if B > 1 {
 		qt = tmp(B, hq)
@@ -110,14 +110,12 @@ func BlockSeq(q Queue, b Block, tmp func(rows, cols int) Tensor) {
 	}
 	rp := b.RoPE
 	rp.HeadDim, rp.Pos = b.HeadDim, pos
-	// Then the attention of the one row of B·Heads heads (one launch with
-	// the preparation on a GPU: PrepAttention).
+	PrepHeads(q, rp, b.Round,
+		HeadPrep{Dst: qt, Src: qkv.ColSlice(0, hq), Norm: b.QNorm},
+		HeadPrep{Dst: k, Src: qkv.ColSlice(hq, hq+kvd), Norm: b.KNorm},
+		HeadPrep{Dst: v, Src: qkv.ColSlice(hq+kvd, hq+2*kvd), Copy: true})
 	o := tmp(B, hq)
-	PrepAttention(q, rp, b.Round, []HeadPrep{
-		{Dst: qt, Src: qkv.ColSlice(0, hq), Norm: b.QNorm},
-		{Dst: k, Src: qkv.ColSlice(hq, hq+kvd), Norm: b.KNorm},
-		{Dst: v, Src: qkv.ColSlice(hq+kvd, hq+2*kvd), Copy: true},
-	}, o.Reshape(1, B*hq), qt.Reshape(1, B*hq), b.K.Slice(0, b.Pos+1), b.V.Slice(0, b.Pos+1), AttnParams{
+	q.Attention(o.Reshape(1, B*hq), qt.Reshape(1, B*hq), b.K.Slice(0, b.Pos+1), b.V.Slice(0, b.Pos+1), AttnParams{
 		Heads: B * b.Heads, KVHeads: B * b.KVHeads, HeadDim: b.HeadDim, Scale: b.Scale,
 		QPos0: b.Pos, Causal: true, ProbBF16: b.ProbBF16,
 	})

@@ -51,29 +51,6 @@ func PrepHeads(q Queue, rp RoPEParams, round bool, items ...HeadPrep) {
 	PrepHeadsSeq(q, rp, round, items)
 }
 
-// AttentionFuser is a Queue that runs an attention's head preparation
-// inside the attention (one kernel where there would be two dependent
-// ones). PrepAttention gives exactly the floats of PrepHeads(rp, round,
-// items…) then Attention(dst, qt, k, v, ap); where its fused kernel does
-// not apply it runs that sequence.
-type AttentionFuser interface {
-	PrepAttention(rp RoPEParams, round bool, items []HeadPrep, dst, qt, k, v Tensor, ap AttnParams)
-}
-
-// PrepAttention runs PrepHeads(q, rp, round, items…) then q.Attention(dst,
-// qt, k, v, ap), as one op where q can (AttentionFuser). A queue fuses a
-// decode row's: items are the query heads (qt's memory, one row of them),
-// then its key and value heads going to row ap.QPos0 of k and v, the last
-// of the keys it attends to.
-func PrepAttention(q Queue, rp RoPEParams, round bool, items []HeadPrep, dst, qt, k, v Tensor, ap AttnParams) {
-	if f, ok := q.(AttentionFuser); ok {
-		f.PrepAttention(rp, round, items, dst, qt, k, v, ap)
-		return
-	}
-	PrepHeads(q, rp, round, items...)
-	q.Attention(dst, qt, k, v, ap)
-}
-
 // PrepHeadsSeq is PrepHeads as the sequence of ops it stands for (what a
 // NormFuser runs where its fused kernel does not apply).
 func PrepHeadsSeq(q Queue, rp RoPEParams, round bool, items []HeadPrep) {

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"slices"
 	"strings"
 	"testing"
 
@@ -114,81 +113,5 @@ func TestBlockPhaseKernels(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestPrepAttentionRules: the op sequence of a depthformer block (one row,
-// or a batch's rows as one row of their heads) prepares its heads inside
-// its attention (prep_attention_f32, one launch where prep_heads_f32 and
-// attention_f32 were two), and an attention the kernel does not take — a
-// window, two query rows, paged keys — runs PrepHeads then Attention.
-func TestPrepAttentionRules(t *testing.T) {
-	tmp := func(r, c int) gpu.Tensor { return fakeTensor(gpu.F32, r, c) }
-	names := func(q *Queue) []string {
-		var out []string
-		for _, cm := range q.rec.cmds {
-			out = append(out, q.d.fnNames[cm.fn])
-		}
-		return out
-	}
-	for _, rows := range []int{1, 3} {
-		q := hostQueue()
-		gpu.BlockSeq(q, fakeBlock(rows, 1024, 32, 2816), tmp)
-		got := names(q)
-		if !slices.Contains(got, "prep_attention_f32") || slices.Contains(got, "prep_heads_f32") || slices.Contains(got, "attention_f32") {
-			t.Errorf("%d rows: the block's launches %v, want prep_attention_f32 for its heads and attention", rows, got)
-		}
-	}
-	b := fakeBlock(1, 1024, 32, 2816)
-	hq, kvd := b.Heads*b.HeadDim, b.KVHeads*b.HeadDim
-	qkv := fakeTensor(gpu.F32, 2, hq+2*kvd)
-	items := func(r int) []gpu.HeadPrep {
-		return []gpu.HeadPrep{
-			{Dst: qkv.Slice(0, r).ColSlice(0, hq), Src: qkv.Slice(0, r).ColSlice(0, hq), Norm: b.QNorm},
-			{Dst: b.K.Row(b.Pos).Reshape(r, kvd), Src: qkv.Slice(0, r).ColSlice(hq, hq+kvd), Norm: b.KNorm},
-			{Dst: b.V.Row(b.Pos).Reshape(r, kvd), Src: qkv.Slice(0, r).ColSlice(hq+kvd, hq+2*kvd), Copy: true},
-		}
-	}
-	rp := b.RoPE
-	rp.HeadDim, rp.Pos = b.HeadDim, []int32{int32(b.Pos)}
-	ap := gpu.AttnParams{Heads: b.Heads, KVHeads: b.KVHeads, HeadDim: b.HeadDim, Scale: b.Scale, QPos0: b.Pos, Causal: true, ProbBF16: true}
-	for _, c := range []struct {
-		name  string
-		ap    func(gpu.AttnParams) gpu.AttnParams
-		fused bool
-	}{
-		{"a decode row", func(a gpu.AttnParams) gpu.AttnParams { return a }, true},
-		{"a window", func(a gpu.AttnParams) gpu.AttnParams { a.Window = 2; return a }, false},
-		{"not causal", func(a gpu.AttnParams) gpu.AttnParams { a.Causal = false; return a }, false},
-		{"keys past the row's position", func(a gpu.AttnParams) gpu.AttnParams { a.QPos0--; return a }, false},
-	} {
-		it := items(1)
-		o := fakeTensor(gpu.F32, 1, hq)
-		k, v := b.K.Slice(0, b.Pos+1), b.V.Slice(0, b.Pos+1)
-		if got := prepAttnFits(rp, it, o, it[0].Dst, k, v, c.ap(ap)); got != c.fused {
-			t.Errorf("%s: fused %v, want %v", c.name, got, c.fused)
-		}
-	}
-	// Two query rows, paged keys, and a query that is not the prepared
-	// heads' memory: the sequence.
-	it := items(1)
-	k, v := b.K.Slice(0, b.Pos+1), b.V.Slice(0, b.Pos+1)
-	paged := ap
-	paged.Blocks, paged.BlockRows, paged.Keys = fakeTensor(gpu.I32, 1, 8), 1, b.Pos+1
-	for _, c := range []struct {
-		name   string
-		items  []gpu.HeadPrep
-		qt     gpu.Tensor
-		ap     gpu.AttnParams
-		k, dst gpu.Tensor
-	}{
-		{"two query rows", it, fakeTensor(gpu.F32, 2, hq), ap, k, fakeTensor(gpu.F32, 2, hq)},
-		{"paged keys", it, it[0].Dst, paged, k, fakeTensor(gpu.F32, 1, hq)},
-		{"another query tensor", it, fakeTensor(gpu.F32, 1, hq), ap, k, fakeTensor(gpu.F32, 1, hq)},
-		{"keys of another buffer", it, it[0].Dst, ap, fakeTensor(gpu.F32, b.Pos+1, kvd), fakeTensor(gpu.F32, 1, hq)},
-	} {
-		if prepAttnFits(rp, c.items, c.dst, c.qt, c.k, v, c.ap) {
-			t.Errorf("%s: fused", c.name)
-		}
 	}
 }

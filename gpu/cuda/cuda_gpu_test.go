@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -1197,105 +1196,6 @@ func TestSplitBF16Paths(t *testing.T) {
 		}
 		for _, b := range []gpu.Tensor{x, parts, flags} {
 			d.Free(b)
-		}
-	}
-}
-
-// TestPrepAttentionEqualsSeq holds prep_attention_f32 to the sequence it
-// stands for (PrepHeads then Attention, on a queue that fuses nothing),
-// bit for bit — the output, the query heads and the caches' rows — on the
-// depthformer block's layout (a batch's rows as one row of B·heads heads):
-// GQA groups of 4 and 1, heads of 4 to 64, both RoPE styles, the first
-// position and later ones; and counts one launch where the sequence takes
-// two or more. A layout the kernel does not take (a window) falls back to
-// the sequence.
-func TestPrepAttentionEqualsSeq(t *testing.T) {
-	d := openGPU(t)
-	rng := rand.New(rand.NewPCG(21, 22))
-	for _, c := range []struct {
-		B, H, KVH, hd, pos int
-		style              gpu.RoPEStyle
-		bf16, round        bool
-		window             int
-	}{
-		{1, 32, 8, 32, 5, gpu.Interleaved, false, true, 0},
-		{3, 4, 2, 64, 0, gpu.Interleaved, false, true, 0},
-		{1, 2, 1, 4, 40, gpu.RotateHalf, true, true, 0},
-		{2, 5, 1, 24, 7, gpu.Interleaved, false, false, 0},
-		{1, 8, 8, 64, 3, gpu.RotateHalf, true, true, 0},
-		{1, 4, 2, 16, 6, gpu.Interleaved, false, true, 3}, // windowed: the sequence
-	} {
-		name := fmt.Sprintf("B=%d/heads=%d/%d/hd=%d/pos=%d/window=%d", c.B, c.H, c.KVH, c.hd, c.pos, c.window)
-		hq, kvd := c.H*c.hd, c.KVH*c.hd
-		qkvv := normals(rng, c.B*(hq+2*kvd))
-		for i := range qkvv {
-			qkvv[i] = gpu.RoundBF16(qkvv[i])
-		}
-		rows := c.pos + 2
-		kv, vv := normals(rng, rows*c.B*kvd), normals(rng, rows*c.B*kvd)
-		qn, kn := loadNormalBF16(t, d, rng, 1, c.hd), loadNormalBF16(t, d, rng, 1, c.hd)
-		invf := make([]float32, c.hd/2)
-		for j := range invf {
-			invf[j] = float32(math.Pow(1e6, -2*float64(j)/float64(c.hd)))
-		}
-		pos := make([]int32, c.B)
-		for r := range pos {
-			pos[r] = int32(c.pos)
-		}
-		run := func(unfused bool) (out [4][]float32, launches map[string]int) {
-			q := d.NewQueue("prepattn").(*Queue)
-			q.unfused = unfused
-			qkv := d.Alloc(gpu.F32, c.B, hq+2*kvd)
-			kc, vc := d.Alloc(gpu.F32, rows, c.B*kvd), d.Alloc(gpu.F32, rows, c.B*kvd)
-			o := d.Alloc(gpu.F32, 1, c.B*hq)
-			defer func() {
-				for _, x := range []gpu.Tensor{qkv, kc, vc, o} {
-					d.Free(x)
-				}
-			}()
-			q.Write(qkv, qkvv)
-			q.Write(kc, kv)
-			q.Write(vc, vv)
-			qt := qkv.ColSlice(0, hq)
-			if c.B > 1 {
-				qt = d.Alloc(gpu.F32, c.B, hq)
-				defer d.Free(qt)
-			}
-			rp := gpu.RoPEParams{Style: c.style, InvFreq: invf, BF16: c.bf16, HeadDim: c.hd, Pos: pos}
-			stop := d.countLaunches()
-			gpu.PrepAttention(q, rp, c.round, []gpu.HeadPrep{
-				{Dst: qt, Src: qkv.ColSlice(0, hq), Norm: gpu.RowNorm{Eps: 1e-5, W: qn, RoundW: true}},
-				{Dst: kc.Row(c.pos).Reshape(c.B, kvd), Src: qkv.ColSlice(hq, hq+kvd), Norm: gpu.RowNorm{Eps: 0.5, W: kn, RoundW: true}},
-				{Dst: vc.Row(c.pos).Reshape(c.B, kvd), Src: qkv.ColSlice(hq+kvd, hq+2*kvd), Copy: true},
-			}, o, qt.Reshape(1, c.B*hq), kc.Slice(0, c.pos+1), vc.Slice(0, c.pos+1), gpu.AttnParams{
-				Heads: c.B * c.H, KVHeads: c.B * c.KVH, HeadDim: c.hd, Scale: gpu.AttnScale(c.hd),
-				QPos0: c.pos, Causal: true, ProbBF16: true, Window: c.window,
-			})
-			q.RoundBF16(o) // folded into the attention's output
-			for i, x := range []gpu.Tensor{o, qt, kc, vc} {
-				out[i] = make([]float32, x.Len())
-				if err := q.Read(out[i], x); err != nil {
-					t.Fatal(err)
-				}
-			}
-			return out, stop()
-		}
-		fused, nf := run(false)
-		seq, ns := run(true)
-		for i, what := range []string{"output", "query heads", "key cache", "value cache"} {
-			for j := range fused[i] {
-				if math.Float32bits(fused[i][j]) != math.Float32bits(seq[i][j]) {
-					t.Errorf("%s: %s element %d: fused %v, sequence %v", name, what, j, fused[i][j], seq[i][j])
-					break
-				}
-			}
-		}
-		want := map[string]int{"prep_attention_f32": 1}
-		if c.window != 0 {
-			want = map[string]int{"prep_heads_f32": 1, "attention_f32": 1}
-		}
-		if !maps.Equal(nf, want) {
-			t.Errorf("%s: launches %v, want %v (the sequence: %v)", name, nf, want, ns)
 		}
 	}
 }

@@ -49,7 +49,6 @@ var Faults = map[string]string{
 	"RELPOS_SCORES":   "relposscores",    // the rows after the first take rel_shift one column on
 	"HEADS_MATMUL":    "headsmatmul",     // every head after the first reads vt one row early
 	"STDBLOCK":        "block",           // the fused block's attention leaves out the key and value at Pos
-	"PREP_ATTN":       "block",           // the prepared attention leaves the key at Pos as the cache held it
 }
 
 // testFaults are planted faults checked by a test of their own instead of

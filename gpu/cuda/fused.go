@@ -87,25 +87,8 @@ const headItemBytes = 72
 // replayed graph whose destination rows move (a cache row a step) needs no
 // node update. Items the kernel cannot take run as their op sequence.
 func (q *Queue) PrepHeads(rp gpu.RoPEParams, round bool, items []gpu.HeadPrep) {
-	rows, ok := q.prepFusable(rp, items)
-	if rows == 0 {
-		return
-	}
-	if !ok {
-		gpu.PrepHeadsSeq(q, rp, round, items)
-		return
-	}
-	off, blocks := q.putHeadItems(rp.HeadDim, rows, items)
-	invf, pos := q.prepTables(rp, items)
-	q.launch("prep_heads_f32", [3]uint32{uint32(blocks), 1, 1}, blk128, 4*rp.HeadDim,
-		upload(off), i(len(items)), b2i(rp.Style == gpu.Interleaved), invf, upload(pos), b2i(rp.BF16), b2i(round))
-}
-
-// prepFusable checks PrepHeads's items (panicking on a malformed one) and
-// returns their rows and whether prep_heads_f32 can run them.
-func (q *Queue) prepFusable(rp gpu.RoPEParams, items []gpu.HeadPrep) (rows int, ok bool) {
 	hd := rp.HeadDim
-	rows = -1
+	rows := -1
 	for _, it := range items {
 		wantF32("prepheads", it.Dst, it.Src)
 		if rows >= 0 && it.Dst.Rows != rows {
@@ -116,8 +99,8 @@ func (q *Queue) prepFusable(rp gpu.RoPEParams, items []gpu.HeadPrep) (rows int, 
 			panic(fmt.Sprintf("cuda: prep heads: norm weight %v for heads of %d", it.Norm.W, hd))
 		}
 	}
-	if len(items) == 0 || rows <= 0 {
-		return 0, false
+	if len(items) == 0 || rows == 0 {
+		return
 	}
 	norms := false
 	for _, it := range items {
@@ -140,13 +123,12 @@ func (q *Queue) prepFusable(rp gpu.RoPEParams, items []gpu.HeadPrep) (rows int, 
 			}
 		}
 	}
-	return rows, fuse
-}
-
-// putHeadItems uploads the items' head_item table (kernels.cu) and
-// returns its offset and the blocks prep_heads_f32 takes for them.
-func (q *Queue) putHeadItems(hd, rows int, items []gpu.HeadPrep) (off, blocks int) {
+	if !fuse {
+		gpu.PrepHeadsSeq(q, rp, round, items)
+		return
+	}
 	buf := make([]byte, headItemBytes*len(items))
+	blocks := 0
 	for i, it := range items {
 		b := buf[i*headItemBytes:]
 		heads := it.Dst.Cols / hd
@@ -166,74 +148,17 @@ func (q *Queue) putHeadItems(hd, rows int, items []gpu.HeadPrep) (off, blocks in
 		le.PutUint32(b[68:], math.Float32bits(it.Norm.Eps))
 		blocks += rows * heads
 	}
-	return q.put(buf), blocks
-}
-
-// prepTables returns the RoPE frequencies and the rows' positions as the
-// prep kernels read them (placeholders where every item is a copy).
-func (q *Queue) prepTables(rp gpu.RoPEParams, items []gpu.HeadPrep) (invf arg, pos int) {
-	for _, it := range items {
-		if !it.Copy {
-			return q.constant(rp.InvFreq), q.put(bytesOf(rp.Pos))
-		}
+	off := q.put(buf)
+	var invf arg
+	var pos int
+	if norms {
+		invf = q.constant(rp.InvFreq)
+		pos = q.put(bytesOf(rp.Pos))
+	} else {
+		invf, pos = p(0), q.put(make([]byte, 4))
 	}
-	return p(0), q.put(make([]byte, 4))
-}
-
-// PrepAttention implements gpu.AttentionFuser: prep_attention_f32 where
-// the items are a decode row's query, key and value heads — the query
-// heads qt's memory (one contiguous row of them), the key and value heads
-// rows ap.QPos0 of k and v, which hold the keys 0 … ap.QPos0 — and the
-// scores fit in shared memory; else PrepHeads then Attention.
-func (q *Queue) PrepAttention(rp gpu.RoPEParams, round bool, items []gpu.HeadPrep, dst, qt, k, v gpu.Tensor, ap gpu.AttnParams) {
-	rows, ok := q.prepFusable(rp, items)
-	if !ok || !prepAttnFits(rp, items, dst, qt, k, v, ap) {
-		if rows > 0 {
-			q.PrepHeads(rp, round, items)
-		}
-		q.Attention(dst, qt, k, v, ap)
-		return
-	}
-	wantF32("attention", dst, qt, k, v)
-	hd := rp.HeadDim
-	shm, _ := attnShm(hd, k.Rows)
-	off, _ := q.putHeadItems(hd, rows, items)
-	invf, pos := q.prepTables(rp, items)
-	q.launchOut(dst, "prep_attention_f32", [3]uint32{1, uint32(ap.Heads), 1}, blk128, shm,
-		upload(off), b2i(rp.Style == gpu.Interleaved), invf, upload(pos), b2i(rp.BF16), b2i(round),
-		q.t(dst), q.t(k), ld(k), q.t(v), ld(v), p(0), i(k.Rows), i(ap.Heads), i(ap.KVHeads), i(hd), f(ap.Scale),
-		i(ap.QPos0), i(k.Rows), b2i(ap.ProbBF16), i(1))
-}
-
-// prepAttnFits reports whether prep_attention_f32 computes PrepHeads(items)
-// then Attention(dst, qt, k, v, ap): a causal, unwindowed, unpaged
-// attention of one row over keys 0 … QPos0 (at most attnShmKeys: the
-// scores in shared memory), its query heads the first item's (normalised,
-// qt its memory), the key and value heads (normalised; copied) the cache
-// rows QPos0, each item's heads row by row in the attention's order.
-func prepAttnFits(rp gpu.RoPEParams, items []gpu.HeadPrep, dst, qt, k, v gpu.Tensor, ap gpu.AttnParams) bool {
-	hd := rp.HeadDim
-	if len(items) != 3 || items[0].Copy || items[1].Copy || !items[2].Copy || hd != ap.HeadDim || hd <= 0 {
-		return false
-	}
-	if qt.Rows != 1 || dst.Rows != 1 || !ap.Causal || ap.Window != 0 || !ap.Blocks.IsNil() || k.Rows > attnShmKeys ||
-		k.Rows != ap.QPos0+1 || v.Rows != k.Rows || ap.KVHeads < 1 || ap.Heads%ap.KVHeads != 0 ||
-		qt.Cols != ap.Heads*hd || dst.Cols != qt.Cols || k.Cols != ap.KVHeads*hd || v.Cols != k.Cols {
-		return false
-	}
-	// Item rows r hold the attention's heads r·n … (r+1)·n − 1: contiguous
-	// rows of n whole heads, covering the row.
-	rowOf := func(it gpu.HeadPrep, base gpu.Tensor, off, heads int) bool {
-		d := it.Dst
-		return d.Buf == base.Buf && d.Off == off && (d.Rows == 1 || d.Stride == d.Cols) &&
-			d.Rows*d.Cols == heads*hd && d.Cols%hd == 0 && (heads/(d.Cols/hd))*(d.Cols/hd) == heads
-	}
-	n := items[0].Dst.Cols / hd
-	return n > 0 && rowOf(items[0], qt, qt.Off, ap.Heads) &&
-		rowOf(items[1], k, k.Off+ap.QPos0*k.Stride, ap.KVHeads) &&
-		rowOf(items[2], v, v.Off+ap.QPos0*v.Stride, ap.KVHeads) &&
-		items[1].Dst.Rows == items[0].Dst.Rows && ap.Heads/items[0].Dst.Rows == n &&
-		ap.KVHeads/items[1].Dst.Rows == items[1].Dst.Cols/hd
+	q.launch("prep_heads_f32", [3]uint32{uint32(blocks), 1, 1}, blk128, 4*hd,
+		upload(off), i(len(items)), b2i(rp.Style == gpu.Interleaved), invf, upload(pos), b2i(rp.BF16), b2i(round))
 }
 
 // disjointCols says an item's destination and another item's tensors of

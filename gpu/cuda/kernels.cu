@@ -2917,49 +2917,6 @@ __global__ void attention_seqs_f32(float* dst, i64 ldd, const float* q, i64 ldq,
             window, r.nkeys, probBF16, r.blocks, brows, rnd, blockIdx.y, blockDim.x, shs);
 }
 
-// prep_attention_f32: prep_heads_f32 of one query row's heads, then
-// attention_f32 of that row, in one launch (gpu.PrepAttention): block g
-// (of the attention's heads) prepares its query head in place (items[0]),
-// the key and value heads of its KV head into the caches' row qpos
-// (items[1], items[2]; every block of a KV group writes the same floats
-// there, so whichever write lands last leaves them), then attends over the
-// cache rows 0 … qpos as attention_f32 does. prep_head and attn_rows are
-// the two kernels' device functions, so the floats are theirs: prnd is
-// PrepHeads's rounding, rnd the attention output's (a folded RoundBF16).
-// Item row r holds heads r·heads … (r + 1)·heads − 1 of the attention's,
-// and the query item's rows are contiguous (the attention's one row).
-__global__ void __launch_bounds__(128) prep_attention_f32(const head_item* items, int interleaved, const float* invf,
-                                                          const int* pos, int bf16, int prnd, float* dst,
-                                                          const float* k, i64 ldk, const float* v, i64 ldv, float* sc,
-                                                          i64 maxL, int heads, int kvheads, int hd, float scale,
-                                                          int qpos, int nkeys, int probBF16, int shs, int rnd) {
-  extern __shared__ float4 ys4[];
-  __shared__ float sh[8];
-  // The items and positions are uploaded, the norm weights and
-  // frequencies constants: read before the wait, as prep_heads_f32 does.
-  const head_item qi = items[0], ki = items[1], vi = items[2];
-  int g = blockIdx.y, kg = g / (heads / kvheads);
-  int qr = g / qi.heads, qh = g % qi.heads, kr = kg / ki.heads, kh = kg % ki.heads;
-  float qw0, qc0, qs0, kw0, kc0, ks0;
-  prep_head_pre(0, qi.nw, qi.nwdt, hd, pos[qr], invf, bf16, qw0, qc0, qs0);
-  prep_head_pre(0, ki.nw, ki.nwdt, hd, pos[kr], invf, bf16, kw0, kc0, ks0);
-  PDL_ENTER();
-  float* y = (float*)ys4;
-  prep_head(qi.d + (i64)qr * qi.ldd + (i64)qh * hd, qi.s + (i64)qr * qi.lds + (i64)qh * hd, hd, 0, qi.nw, qi.nwdt,
-            qi.nrnd, qi.nrnd1, qi.eps, interleaved, pos[qr], invf, bf16, prnd, qw0, qc0, qs0, y, sh);
-  __syncthreads();
-  // FAULT_PREP_ATTN: the key at qpos left as the cache held it.
-#ifndef FAULT_PREP_ATTN
-  prep_head(ki.d + (i64)kr * ki.ldd + (i64)kh * hd, ki.s + (i64)kr * ki.lds + (i64)kh * hd, hd, 0, ki.nw, ki.nwdt,
-            ki.nrnd, ki.nrnd1, ki.eps, interleaved, pos[kr], invf, bf16, prnd, kw0, kc0, ks0, y, sh);
-#endif
-  prep_head(vi.d + (i64)kr * vi.ldd + (i64)kh * hd, vi.s + (i64)kr * vi.lds + (i64)kh * hd, hd, 1, nullptr, 0, 0, 0,
-            0.0f, interleaved, 0, invf, bf16, prnd, 1.0f, 0.0f, 0.0f, y, sh);
-  __syncthreads();  // the block's heads written (visible to it); y free again
-  attn_rows(dst, 0, qi.d, 0, k, ldk, v, ldv, sc, maxL, heads, kvheads, hd, scale, 0, qpos, 1, 0, nkeys, probBF16,
-            nullptr, 1, rnd, g, blockDim.x, shs);
-}
-
 // ---- one transformer block a launch ---------------------------------------
 
 // grid_sync: no block of the grid leaves before every block has arrived,

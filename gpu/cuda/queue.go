@@ -30,7 +30,7 @@ var kernelNames = []string{
 	"mmvn_bf16_w4", "mmvn_bf16_w16",
 	"mmvt_bf16_w4n1m1", "mmvt_bf16_w16n1m1", "mmvt_bf16_w16n2m1", "mmvt_bf16_w16n4m1", "mmvt_bf16_w16n1m2", "mmvnt_bf16_w16",
 	"attention_f32", "attention_seqs_f32", "shortconv_seqs_f32", "shortconv_seqs_gated_f32", "copy_rows_u32", "copy_rows_u16", "copy_many_u32", "copy_many_u16", "conv1d_f32", "convtr1d_f32", "conv2d_f32", "conv2d_rows_f32", "conv2d_pw_f32", "mmvng_bf16_w16", "mmvngt_bf16_w16",
-	"relpos_scores_f32", "heads_matmul_f32", "std_block_f32", "std_blockt_f32", "prep_attention_f32",
+	"relpos_scores_f32", "heads_matmul_f32", "std_block_f32", "std_blockt_f32",
 }
 
 func init() { kernelNames = append(kernelNames, blockPhaseKernels()...) }
