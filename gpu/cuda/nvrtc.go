@@ -236,7 +236,7 @@ type kernelCompiler interface {
 // compileCached returns the cubin for source under opts from cacheFile
 // when it holds one ("" means no disk cache; a hit refreshes the file's
 // time, so that pruning takes it last), else compiles it through nv —
-// telling log, when set, before (a first compile takes about a minute) and
+// telling log, when set, before (a first compile takes half a minute to a minute) and
 // how long it took after — and writes it there, pruning the cache to
 // maxCacheBytes. fromCache says which.
 func compileCached(nv kernelCompiler, log *slog.Logger, arch, source string, opts []string, cacheFile string) (cubin []byte, fromCache bool, err error) {
@@ -248,7 +248,7 @@ func compileCached(nv kernelCompiler, log *slog.Logger, arch, source string, opt
 		}
 	}
 	if log != nil {
-		log.Info("compiling CUDA kernels (first use of this build on this GPU and driver; about a minute)", "arch", arch, "cache", cacheFile)
+		log.Info("compiling CUDA kernels (first use of this build on this GPU and driver; half a minute to a minute)", "arch", arch, "cache", cacheFile)
 	}
 	start := time.Now()
 	cubin, err = nv.Compile(source, opts)
