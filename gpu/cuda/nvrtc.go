@@ -137,8 +137,8 @@ func compileOptions(arch string, fault string) []string {
 
 // NVRTCThreadsEnv bounds the threads NVRTC's optimiser may use on a
 // compile (its --split-compile): unset or 0, every core; 1, one thread
-// (NVRTC's own default). A first compile of the kernels takes about 76 s
-// on one core of the H200 machine.
+// (NVRTC's own default). A first compile of the kernels took 76 s on one
+// core of the H200 machine, 32 s on its 16.
 const NVRTCThreadsEnv = "OMNIPIPE_NVRTC_THREADS"
 
 // splitOption is the prefix of NVRTC's split-compile option.

@@ -594,20 +594,9 @@ func (c *comparer) misses(r picks, text, audio, first bool) (out []Miss, n int) 
 	return out, n
 }
 
-// noise measures a run's margin shifts over its picks (text tokens, audio
-// codes or both): the size of its noise against the reference's at every
-// pick (noiseOf).
-func (c *comparer) noise(r picks, text, audio bool) noise {
-	var d []float64
-	c.eachPick(r, text, audio, func(s, cb, _, want int, margin float32) bool {
-		d = append(d, marginShift(r.logits(s, cb), want, float64(margin)))
-		return true
-	})
-	return noiseOf(d)
-}
-
 // record adds run r's picks, text and audio, to the report's Picks (those
-// without logits are left out).
+// without logits are left out): what the pick rules' noise is measured on
+// (noise).
 func (c *comparer) record(run string, r picks) {
 	c.eachPick(r, true, true, func(s, cb, ours, want int, margin float32) bool {
 		l := r.logits(s, cb)
@@ -621,14 +610,27 @@ func (c *comparer) record(run string, r picks) {
 	})
 }
 
+// noise measures the recorded run's margin shifts over its text tokens
+// (text), audio codes (audio) or both: the size of its noise against the
+// reference's at every pick (noiseOf).
+func (c *comparer) noise(run string, text, audio bool) noise {
+	var d []float64
+	for _, p := range c.rep.Picks {
+		if p.Run == run && (text && p.Codebook < 0 || audio && p.Codebook >= 0) {
+			d = append(d, p.ShiftUlps)
+		}
+	}
+	return noiseOf(d)
+}
+
 // loops checks the teacher-forced loop on the reference's own rows: the
 // text top-1 and the codes, each against the F32 stage run's misses.
 func (c *comparer) loops() {
-	c.record("loop bf16", c.sbf)
-	c.record("loop f32", c.s32)
 	if !c.ref.Has("step_modality") {
 		return
 	}
+	c.record("loop bf16", c.sbf)
+	c.record("loop f32", c.s32)
 	for _, l := range []struct {
 		stage       string
 		text, audio bool
@@ -641,7 +643,7 @@ func (c *comparer) loops() {
 		if n == 0 {
 			continue
 		}
-		z, z32 := c.noise(c.sbf, l.text, l.audio), c.noise(c.s32, l.text, l.audio)
+		z, z32 := c.noise("loop bf16", l.text, l.audio), c.noise("loop f32", l.text, l.audio)
 		bound := noiseBound(z32)
 		rule := fmt.Sprintf("shift rms ≤ √2× the f32 run's %.3g", z32.rms)
 		if c.sharesRounding {
@@ -684,7 +686,7 @@ func (c *comparer) freeRunning() {
 	}
 	bound := float64(depthUlps)
 	if !c.sharesRounding {
-		bound = noiseBound(c.noise(c.s32, true, true))
+		bound = noiseBound(c.noise("loop f32", true, true))
 	}
 	c.rep.add(divergenceRow("free-running greedy", first, first, n, bound))
 }
@@ -735,7 +737,7 @@ func (c *comparer) endToEnd() {
 	c.record("engine f32", f32)
 	ms, n := c.misses(bf, true, true, false)
 	m32, _ := c.misses(f32, true, true, false)
-	z, z32 := c.noise(bf, true, true), c.noise(f32, true, true)
+	z, z32 := c.noise("engine bf16", true, true), c.noise("engine f32", true, true)
 	bound := noiseBound(z32)
 	row := Row{Stage: "picks through the engine (teacher-forced)",
 		Value: fmt.Sprintf("%d/%d agree%s (f32 run %d/%d)%s", n-len(ms), n, worst(ms), n-len(m32), n, shifts(z, z32)),
