@@ -164,15 +164,20 @@ func splitCompile(env string) string {
 // nvrtcInvalidOption is NVRTC_ERROR_INVALID_OPTION.
 const nvrtcInvalidOption = 5
 
+// isInvalidOption reports whether err is NVRTC refusing an option.
+func isInvalidOption(err error) bool {
+	var ce *Error
+	return errors.As(err, &ce) && ce.Code == nvrtcInvalidOption
+}
+
 // withoutSplit returns opts less the split-compile option (ok false: it
 // had none).
 func withoutSplit(opts []string) (rest []string, ok bool) {
-	for i, o := range opts {
-		if strings.HasPrefix(o, splitOption) {
-			return slices.Delete(slices.Clone(opts), i, i+1), true
-		}
+	i := slices.IndexFunc(opts, func(o string) bool { return strings.HasPrefix(o, splitOption) })
+	if i < 0 {
+		return opts, false
 	}
-	return opts, false
+	return slices.Delete(slices.Clone(opts), i, i+1), true
 }
 
 // emuQuickBuild is the define that has the CUDA emulator compile a module
@@ -252,13 +257,15 @@ func compileCached(nv kernelCompiler, log *slog.Logger, arch, source string, opt
 	}
 	start := time.Now()
 	cubin, err = nv.Compile(source, opts)
-	var ce *Error
-	if rest, split := withoutSplit(opts); split && errors.As(err, &ce) && ce.Code == nvrtcInvalidOption {
-		// An NVRTC older than split compilation (CUDA 12.1's): one thread.
-		if log != nil {
-			log.Warn("NVRTC does not split compiles; compiling on one thread", "err", err)
+	if isInvalidOption(err) {
+		// An NVRTC older than split compilation (CUDA 12.1's) compiles on
+		// one thread; any other refusal stands.
+		if rest, split := withoutSplit(opts); split {
+			if log != nil {
+				log.Warn("NVRTC does not split compiles; compiling on one thread", "err", err)
+			}
+			cubin, err = nv.Compile(source, rest)
 		}
-		cubin, err = nv.Compile(source, rest)
 	}
 	if err != nil {
 		return nil, false, err
