@@ -34,6 +34,7 @@ var Faults = map[string]string{
 	"MMV_EXACT":       "matmul",          // the few-row kernels' bf16 fast path takes fp32 rows as bf16 (drops their low halves)
 	"ATTN_MASK":       "attention",       // sliding window one key too wide
 	"ATTN_ROUND":      "attention",       // drops the bf16 rounding of exp(s − m)
+	"ATTN_VEC":        "attention",       // the vector path of a 64-wide head's scores pairs q with the key's next component
 	"PAGED":           "attention",       // ignores the block table (pool rows read as contiguous)
 	"CONV1D":          "conv1d",          // input index off by one
 	"CONVTR":          "convtranspose1d", // kernel taps reversed

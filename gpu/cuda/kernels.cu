@@ -2800,9 +2800,31 @@ __device__ __forceinline__ void attn_rows(float* dst, i64 ldd, const float* q, i
     // loads of a key row are in flight together.
     float a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
     int e = 0;
-    if (hd == 64) {
-      // The models' head size, unrolled so that the row's 64 loads are in
-      // flight at once (the same four chains in the same order).
+    if (hd == 64 && (((unsigned long long)kr | (unsigned long long)qs) & 15) == 0) {
+      // A 16-byte-aligned key row (and q in shared memory) in 16 vector
+      // loads in flight at once: the same four chains in the same order
+      // as the scalar loop below, so the same floats; each load of a
+      // warp's rows uses half of a 32-byte sector where a scalar load
+      // used an eighth. FAULT_ATTN_VEC pairs each q component with the
+      // key's next one.
+      const float4* k4 = (const float4*)kr;
+      const float4* q4 = (const float4*)qs;
+#pragma unroll
+      for (int e4 = 0; e4 < 16; e4++) {
+        float4 kv = k4[e4], qv = q4[e4];
+#ifdef FAULT_ATTN_VEC
+        kv = float4{kv.y, kv.z, kv.w, kv.x};
+#endif
+        a = fmaf(qv.x, kv.x, a);
+        a1 = fmaf(qv.y, kv.y, a1);
+        a2 = fmaf(qv.z, kv.z, a2);
+        a3 = fmaf(qv.w, kv.w, a3);
+      }
+      e = 64;
+    } else if (hd == 64) {
+      // The models' head size on an unaligned row, unrolled so that the
+      // row's 64 loads are in flight at once (the same four chains in the
+      // same order).
 #pragma unroll
       for (int e4 = 0; e4 < 64; e4 += 4) {
         a = fmaf(qs[e4], kr[e4], a);
