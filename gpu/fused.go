@@ -156,16 +156,31 @@ func NormGLU(q Queue, dst, a, h, x Tensor, n RowNorm, w1, w3 Tensor, round bool)
 // after the norm (NormMatMul), rounded, silu, rounded; dst = h·w3ᵀ,
 // rounded, dst ⊙ a, rounded.
 func NormGLUSeq(q Queue, dst, a, h, x Tensor, n RowNorm, w1, w3 Tensor, round bool) {
+	normGLUSeq(q, dst, a, h, x, n, w1, w3, round, false)
+}
+
+// normGLUSeq is NormGLUSeq with MatMul's products, or MatMulPrompt's when
+// prompt.
+func normGLUSeq(q Queue, dst, a, h, x Tensor, n RowNorm, w1, w3 Tensor, round, prompt bool) {
 	rnd := func(t Tensor) {
 		if round {
 			q.RoundBF16(t)
 		}
 	}
-	NormMatMul(q, a, h, x, n, w1, Tensor{})
+	if prompt {
+		NormRows(q, h, x, n)
+		MatMulPrompt(q, a, h, w1, Tensor{})
+	} else {
+		NormMatMul(q, a, h, x, n, w1, Tensor{})
+	}
 	rnd(a)
 	q.Act(a, a, SiLU)
 	rnd(a)
-	q.MatMul(dst, h, w3, Tensor{})
+	if prompt {
+		MatMulPrompt(q, dst, h, w3, Tensor{})
+	} else {
+		q.MatMul(dst, h, w3, Tensor{})
+	}
 	rnd(dst)
 	q.Mul(dst, dst, a)
 	rnd(dst)

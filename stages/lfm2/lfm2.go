@@ -373,6 +373,23 @@ func (m *Model) Forward(c *nn.Ctx, x gpu.Tensor, seqs []Seq) gpu.Tensor {
 			panic(fmt.Sprintf("lfm2: forward of %d rows at position %d: %v", s.Rows, s.Cache.pos, err))
 		}
 	}
+	// The rows of sequences that bring more than one (prompts and their
+	// chunks) may take the queue's prompt products; decode rows never do.
+	var runs []nn.Run
+	r0 := 0
+	for _, s := range seqs {
+		if s.Rows > 1 {
+			if n := len(runs); n > 0 && runs[n-1].Hi == r0 {
+				runs[n-1].Hi += s.Rows
+			} else {
+				runs = append(runs, nn.Run{Lo: r0, Hi: r0 + s.Rows})
+			}
+		}
+		r0 += s.Rows
+	}
+	if len(runs) > 0 {
+		defer c.PromptRows(total, runs)()
+	}
 	w := c.Tmp(total, H)
 	c.Q.Copy(w, x)
 	for i := range m.Blocks {
@@ -422,7 +439,7 @@ func (m *Model) block(c *nn.Ctx, i int, w gpu.Tensor, seqs []Seq) {
 	// projection straight into w, then w + op: the same floats (+ and ×
 	// commute), in the order a backend can fold into the products that
 	// precede them.
-	gpu.NormGLU(c.Q, g, a, h, op, m.norm(c, b.FFNNorm), b.W1, b.W3, c.P == nn.BF16)
+	c.NormGLU(g, a, h, op, m.norm(c, b.FFNNorm), b.W1, b.W3)
 	c.Linear(w, g, b.W2, gpu.Tensor{})
 	c.Q.Add(w, w, op)
 	c.Round(w)

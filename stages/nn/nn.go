@@ -53,6 +53,56 @@ type Ctx struct {
 	Q   gpu.Queue
 	P   Precision
 	A   *Arena
+
+	// The rows of the batch (promptRows of them) that belong to prompts,
+	// as PromptRows set them: their products may run on the queue's
+	// prompt product (gpu.PromptMatMuler).
+	promptRows int
+	prompt     []Run
+}
+
+// Run is the rows [Lo, Hi) of a batch.
+type Run struct{ Lo, Hi int }
+
+// PromptRows declares, until restore is called, that in the products over
+// a batch of rows rows (x.Rows == rows) the rows of runs are a prompt's:
+// in BF16, on a queue with a prompt product (gpu.PromptMatMuler), Linear,
+// NormLinear and NormGLU run those rows on it and the other rows on the
+// ordinary products (whose rows do not depend on the batch). A prompt row
+// then agrees with the same row computed as a decode step only within fp32
+// accumulation error (see gpu.PromptMatMuler). Runs must be ascending and
+// disjoint.
+func (c *Ctx) PromptRows(rows int, runs []Run) (restore func()) {
+	pr, p := c.promptRows, c.prompt
+	c.promptRows, c.prompt = rows, runs
+	return func() { c.promptRows, c.prompt = pr, p }
+}
+
+// byRuns reports whether products over x split by prompt rows and, if so,
+// calls fn on every maximal run of x's rows, prompt or not, in order.
+func (c *Ctx) byRuns(x, w gpu.Tensor, fn func(lo, hi int, prompt bool)) bool {
+	if len(c.prompt) == 0 || c.P != BF16 || x.Rows != c.promptRows || w.DType() != gpu.BF16 {
+		return false
+	}
+	if _, ok := c.Q.(gpu.PromptMatMuler); !ok {
+		return false
+	}
+	at := 0
+	for _, r := range c.prompt {
+		lo, hi := max(r.Lo, at), min(r.Hi, x.Rows)
+		if lo >= hi {
+			continue
+		}
+		if lo > at {
+			fn(at, lo, false)
+		}
+		fn(lo, hi, true)
+		at = hi
+	}
+	if at < x.Rows {
+		fn(at, x.Rows, false)
+	}
+	return true
 }
 
 // NewCtx returns a context with its own arena. For nn.F32 it asks the
@@ -76,7 +126,15 @@ func (c *Ctx) Round(t gpu.Tensor) {
 // Linear computes dst = x·wᵀ + b (b may be nil) and rounds it: an
 // nn.Linear's output as the reference stores it.
 func (c *Ctx) Linear(dst, x, w, b gpu.Tensor) {
-	c.Q.MatMul(dst, x, w, b)
+	if !c.byRuns(x, w, func(lo, hi int, prompt bool) {
+		if prompt {
+			gpu.MatMulPrompt(c.Q, dst.Slice(lo, hi), x.Slice(lo, hi), w, b)
+		} else {
+			c.Q.MatMul(dst.Slice(lo, hi), x.Slice(lo, hi), w, b)
+		}
+	}) {
+		c.Q.MatMul(dst, x, w, b)
+	}
 	c.Round(dst)
 }
 
@@ -84,8 +142,33 @@ func (c *Ctx) Linear(dst, x, w, b gpu.Tensor) {
 // the products after it) and dst = h·wᵀ + b, rounded — one op on a queue
 // that fuses the two (gpu.NormMatMul).
 func (c *Ctx) NormLinear(dst, h, x gpu.Tensor, n gpu.RowNorm, w, b gpu.Tensor) {
-	gpu.NormMatMul(c.Q, dst, h, x, n, w, b)
+	if !c.byRuns(x, w, func(lo, hi int, prompt bool) {
+		if prompt {
+			gpu.NormMatMulPrompt(c.Q, dst.Slice(lo, hi), h.Slice(lo, hi), x.Slice(lo, hi), n, w, b)
+		} else {
+			gpu.NormMatMul(c.Q, dst.Slice(lo, hi), h.Slice(lo, hi), x.Slice(lo, hi), n, w, b)
+		}
+	}) {
+		gpu.NormMatMul(c.Q, dst, h, x, n, w, b)
+	}
 	c.Round(dst)
+}
+
+// NormGLU is gpu.NormGLU (a SwiGLU's norm, gate and up products, rounded
+// at the reference's points in BF16) with the prompt rows (PromptRows) on
+// the prompt products.
+func (c *Ctx) NormGLU(dst, a, h, x gpu.Tensor, n gpu.RowNorm, w1, w3 gpu.Tensor) {
+	round := c.P == BF16
+	if !c.byRuns(x, w1, func(lo, hi int, prompt bool) {
+		s := func(t gpu.Tensor) gpu.Tensor { return t.Slice(lo, hi) }
+		if prompt {
+			gpu.NormGLUPrompt(c.Q, s(dst), s(a), s(h), s(x), n, w1, w3, round)
+		} else {
+			gpu.NormGLU(c.Q, s(dst), s(a), s(h), s(x), n, w1, w3, round)
+		}
+	}) {
+		gpu.NormGLU(c.Q, dst, a, h, x, n, w1, w3, round)
+	}
 }
 
 // Tmp returns a scratch F32 tensor from the arena (valid until the arena's
