@@ -520,3 +520,69 @@ func BenchmarkEncoderShapes(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPromptProducts times a prompt's products (gpu.MatMulPrompt:
+// cuBLAS past promptMinRows) against the backend's own (MatMul, the
+// default pick) on the backbone's shapes, exact-bf16 rows, sets of weights
+// beyond L2 (launched directly either way, as a prefill's batch is).
+func BenchmarkPromptProducts(b *testing.B) {
+	d := openGPU(b)
+	d.mmaMatMul = true
+	defer func() { d.mmaMatMul = false }()
+	b.Logf("cuBLAS: %s", d.PromptGEMM())
+	rng := rand.New(rand.NewPCG(8, 9))
+	for _, sh := range []struct{ N, K int }{{8192, 2048}, {2048, 8192}, {2048, 2048}, {6144, 2048}} {
+		sets := max(2, (192<<20)/(2*sh.N*sh.K))
+		ws := make([]gpu.Tensor, sets)
+		for i := range ws {
+			ws[i] = loadNormalBF16(b, d, rng, sh.N, sh.K)
+		}
+		for _, M := range []int{17, 32, 64, 100, 128, 256, 512} {
+			for _, prompt := range []bool{false, true} {
+				name := "own"
+				if prompt {
+					name = "cublas"
+				}
+				b.Run(fmt.Sprintf("N=%d/K=%d/M=%d/%s", sh.N, sh.K, M, name), func(b *testing.B) {
+					q := d.NewQueue("bench").(*Queue)
+					x, y := d.Alloc(gpu.F32, M, sh.K), d.Alloc(gpu.F32, M, sh.N)
+					defer d.Free(x)
+					defer d.Free(y)
+					xs := normals(rng, M*sh.K)
+					for i := range xs {
+						xs[i] = gpu.RoundBF16(xs[i])
+					}
+					q.Write(x, xs)
+					mm := q.MatMul
+					if prompt {
+						mm = q.MatMulPrompt
+					}
+					for range 2 {
+						for _, w := range ws {
+							mm(y, x, w, gpu.Tensor{})
+						}
+						if err := q.Sync(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ResetTimer()
+					for range b.N {
+						for _, w := range ws {
+							mm(y, x, w, gpu.Tensor{})
+						}
+						q.flush()
+					}
+					if err := q.Sync(); err != nil {
+						b.Fatal(err)
+					}
+					s := b.Elapsed().Seconds() / float64(b.N*len(ws))
+					b.ReportMetric(2*float64(M)*float64(sh.N)*float64(sh.K)/s/1e12, "TFLOP/s")
+					b.ReportMetric(s*1e6, "µs/product")
+				})
+			}
+		}
+		for _, w := range ws {
+			d.Free(w)
+		}
+	}
+}

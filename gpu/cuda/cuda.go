@@ -19,6 +19,9 @@
 // OMNIPIPE_CUDA_KERNELS=FILE compiles FILE in place of the embedded
 // kernels (the same kernels and parameters, changed bodies): an A/B of a
 // kernel change in one session on a machine without a Go toolchain.
+// libcublas (.so.13 or .12) is opened at the first prompt product
+// (gpu.PromptMatMuler, cublas.go) and is optional: without it, or with
+// OMNIPIPE_CUDA_CUBLAS=off, a prompt's products run on the own kernels.
 //
 // # Threads, streams, memory
 //
@@ -152,6 +155,10 @@ type Options struct {
 	// kernel at (matmul_t64_*, the warp tiles' bits); 0: half the device's
 	// multiprocessors. For A/B measurements; env OMNIPIPE_CUDA_FMA_TILES.
 	FMATiles int
+	// NoCuBLAS keeps the prompt products (gpu.PromptMatMuler) on the
+	// backend's own kernels: a prompt's rows then equal its steps' bit for
+	// bit (cublas.go). Env OMNIPIPE_CUDA_CUBLAS=off.
+	NoCuBLAS bool
 	// Profile times every kernel (see Device.Profile): batches then launch
 	// kernel by kernel with events around each, graphs off. Env
 	// OMNIPIPE_CUDA_PROFILE=FILE turns it on and writes the table to FILE
@@ -173,6 +180,9 @@ func New(o Options) (*Device, error) {
 	}
 	if os.Getenv("OMNIPIPE_CUDA_TILED") == "off" {
 		o.NoTiledWeights = true
+	}
+	if os.Getenv("OMNIPIPE_CUDA_CUBLAS") == "off" {
+		o.NoCuBLAS = true
 	}
 	if os.Getenv("OMNIPIPE_CUDA_UPLOADS") == "host" {
 		o.HostUploads = true

@@ -13,6 +13,7 @@ import (
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 	"github.com/omni-pipe/omni-pipe/gpu/cpu"
+	"github.com/omni-pipe/omni-pipe/gpu/gputest"
 )
 
 // The tests in this file need an NVIDIA GPU with its driver and NVRTC; on
@@ -1197,5 +1198,24 @@ func TestSplitBF16Paths(t *testing.T) {
 		for _, b := range []gpu.Tensor{x, parts, flags} {
 			d.Free(b)
 		}
+	}
+}
+
+// TestPromptProducts runs the contract's check of the prompt products
+// (gpu.MatMulPrompt: cuBLAS past promptMinRows) on a tensor-core device and
+// logs every case with its error and bound.
+func TestPromptProducts(t *testing.T) {
+	d := openTestDevice(t, Options{MatMul: "mma"})
+	t.Logf("prompt products on %q", d.PromptGEMM())
+	rep := gputest.RunWith(d, 20261201, gputest.Options{TensorCoreMatMul: true, Ops: []string{"matmulprompt"}})
+	for _, c := range rep.Checks {
+		if !c.Pass {
+			t.Errorf("%s: err %g > bound %g %s", c.Case, c.Err, c.Bound, c.Detail)
+		} else {
+			t.Logf("%s: err %.3g, bound %.3g", c.Case, c.Err, c.Bound)
+		}
+	}
+	if len(rep.Checks) == 0 {
+		t.Error("no checks ran")
 	}
 }

@@ -119,7 +119,15 @@ func TestEveryFaultIsPlanted(t *testing.T) {
 			t.Errorf("fault %s (%s) is not in kernels.cu", f, op)
 		}
 	}
+	for f := range hostFaults {
+		if _, ok := Faults[f]; !ok {
+			t.Errorf("host fault %s has no contract control", f)
+		}
+	}
 	for f, op := range Faults {
+		if hostFaults[f] {
+			continue // planted in the Go code (cublas.go); its control proves it
+		}
 		if !strings.Contains(kernelSource, "FAULT_"+f+"\n") {
 			t.Errorf("fault %s (op %s) is not in kernels.cu", f, op)
 		}
@@ -302,6 +310,10 @@ func TestGraphShapes(t *testing.T) {
 	r.cmds = append(append([]cmd(nil), a...), cmd{free: 0x1000})
 	if graphable(r) {
 		t.Error("a batch with a stream-ordered free was graphable")
+	}
+	r.cmds = append(append([]cmd(nil), a...), cmd{gemm: &gemmCmd{m: 64, n: 64, k: 64}})
+	if graphable(r) {
+		t.Error("a batch with a cuBLAS GEMM (a prompt product) was graphable")
 	}
 	r.cmds = a[:minGraph-1]
 	if graphable(r) {

@@ -70,6 +70,12 @@ type Device struct {
 	noTiled bool
 	// devUploads: not Options.HostUploads (staging's mirror).
 	devUploads bool
+	// blas is cuBLAS for the prompt products (cublas.go), opened at the
+	// first one; noBLAS: Options.NoCuBLAS.
+	blas      *blas
+	blasTried bool // owner thread
+	blasOnce  sync.Once
+	noBLAS    bool
 
 	mod      uintptr
 	fns      map[string]uintptr
@@ -131,7 +137,7 @@ func openDevice(o Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: !o.FusedBlock && !o.GridBlock && !o.OneKernelBlock, phasedBlock: !o.GridBlock, oneKernelBlock: o.OneKernelBlock, noTiled: o.NoTiledWeights, devUploads: !o.HostUploads, fmaTiles: o.FMATiles, work: make(chan func()), exited: make(chan struct{})}
+	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: !o.FusedBlock && !o.GridBlock && !o.OneKernelBlock, phasedBlock: !o.GridBlock, oneKernelBlock: o.OneKernelBlock, noTiled: o.NoTiledWeights, devUploads: !o.HostUploads, noBLAS: o.NoCuBLAS, fmaTiles: o.FMATiles, work: make(chan func()), exited: make(chan struct{})}
 	if o.Profile {
 		p, err := newProfiler(drv)
 		if err != nil {
@@ -325,10 +331,14 @@ func (d *Device) KernelSource() string { return d.compiled }
 
 // Info implements gpu.Informer.
 func (d *Device) Info() gpu.Info {
+	drv := fmt.Sprintf("CUDA driver %d.%d, NVRTC %s", d.drvVer/1000, d.drvVer%1000/10, d.nvVer)
+	if g := d.PromptGEMM(); g != "" {
+		drv += ", " + g + " (prompts)"
+	}
 	return gpu.Info{
 		Kind:     "cuda",
 		Name:     fmt.Sprintf("%s (%s, %d SMs)", d.name, d.arch, d.sms),
-		Driver:   fmt.Sprintf("CUDA driver %d.%d, NVRTC %s", d.drvVer/1000, d.drvVer%1000/10, d.nvVer),
+		Driver:   drv,
 		MemUsed:  d.used.Load(),
 		MemTotal: d.totalMem,
 	}
@@ -495,6 +505,7 @@ func (d *Device) Close() error {
 				}
 				c.call("cuStreamDestroy", c.cuStreamDestroy, q.stream)
 			}
+			d.closeBLAS()
 			c.call("cuModuleUnload", c.cuModuleUnload, d.mod)
 			c.call("cuStreamDestroy", c.cuStreamDestroy, d.allocS)
 			c.call("cuDevicePrimaryCtxRelease", c.cuDevicePrimaryCtxRelease, uintptr(d.ordinal))

@@ -22,6 +22,7 @@ var Faults = map[string]string{
 	"SAMPLE_ARGMAX":   "sample",          // the greedy pick's unrolled loop lets the last of equal values win
 	"SHORTCONV":       "shortconv",       // zeroes the first output row
 	"MATMUL":          "matmul",          // bias index off by one (FMA kernels)
+	"PROMPT":          "matmulprompt",    // the prompt product's GEMM reads x one row late (host side: cublas.go)
 	"MATMUL_TILED":    "matmul",          // the FMA 64 × 64 tile kernel loses lane 16's partial (terms 128–135 of every 256)
 	"EPILOGUE":        "fused",           // a folded Mul adds instead (TestFusedOps, not gputest)
 	"GEMV":            "matmul",          // bias index off by one (one-row kernel)
@@ -51,6 +52,11 @@ var Faults = map[string]string{
 	"HEADS_MATMUL":    "headsmatmul",     // every head after the first reads vt one row early
 	"STDBLOCK":        "block",           // the fused block's attention leaves out the key and value at Pos
 }
+
+// hostFaults are the planted faults of Faults that live in the Go code
+// driving a library (cublas.go), not in kernels.cu: their controls run
+// the embedded kernels unchanged.
+var hostFaults = map[string]bool{"PROMPT": true}
 
 // testFaults are planted faults checked by a test of their own instead of
 // the kernel contract (the fault, the test that must catch it).

@@ -97,7 +97,7 @@ func graphable(r *batch) bool {
 		return false
 	}
 	for _, c := range r.cmds {
-		if c.free != 0 {
+		if c.free != 0 || c.gemm != nil {
 			return false
 		}
 	}

@@ -189,8 +189,12 @@ const emuQuickBuild = "-DOMNI_EMU_QUICK_BUILD"
 // whose check is light (all but the products', the fused ops' and the
 // sampler's, which take seconds there) builds quickly, since the contract's
 // controls are a C++ build each there and their checks then run in
-// milliseconds; NVRTC never sees the define.
+// milliseconds; NVRTC never sees the define. A host fault (hostFaults)
+// compiles nothing of its own.
 func (d *Device) moduleOptions(fault string) []string {
+	if hostFaults[fault] {
+		fault = "" // planted in the Go code: the embedded kernels as they are
+	}
 	opts := compileOptions(d.arch, fault)
 	if d.drv.emulated && fault != "" {
 		switch Faults[fault] {

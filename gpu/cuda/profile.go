@@ -138,7 +138,11 @@ func (q *Queue) launchProfiled(r *batch) error {
 		if err := c.call("cuEventRecord", c.cuEventRecord, p.events[k+1], q.stream); err != nil {
 			return err
 		}
-		done = append(done, launched{profKey{q.name, q.d.fnNames[cm.fn], cm.grid}, k, k + 1})
+		name := q.d.fnNames[cm.fn]
+		if cm.gemm != nil {
+			name = fmt.Sprintf("cublasGemmEx_bf16 %d×%d×%d", cm.gemm.n, cm.gemm.m, cm.gemm.k)
+		}
+		done = append(done, launched{profKey{q.name, name, cm.grid}, k, k + 1})
 		k += 2
 	}
 	if err := c.call("cuStreamSynchronize", c.cuStreamSynchronize, q.stream); err != nil {

@@ -63,6 +63,7 @@ type cmd struct {
 	a0    int32 // first argument slot
 	na    int32 // argument count
 	free  uintptr
+	gemm  *gemmCmd // a cuBLAS GEMM in place of a kernel (cublas.go)
 }
 
 // batch is what a queue has recorded since its last flush.
@@ -153,6 +154,7 @@ type Queue struct {
 	// (block.go).
 	blk, blkBar *buffer
 	flags       *buffer // which parts each row of split needs
+	blasWS      *buffer // the queue's cuBLAS workspace (cublas.go)
 	err         error   // sticky: the first failure, returned by Read and Sync
 	params      []unsafe.Pointer
 	graphs      graphCache // owner thread only
@@ -556,6 +558,9 @@ func (*uploadsBusy) Error() string { return "cuda: upload memory in use" }
 
 // launchCmd launches one recorded kernel on q's stream (owner thread).
 func (q *Queue) launchCmd(cm cmd) error {
+	if cm.gemm != nil {
+		return q.runGemm(cm.gemm)
+	}
 	c := q.d.drv
 	var pp uintptr
 	if cm.na > 0 {

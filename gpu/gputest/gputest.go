@@ -113,7 +113,7 @@ func (r Report) Summary() string {
 // Ops lists the op names Run checks, in the order it checks them.
 var Ops = []string{
 	"fill", "copy", "write", "transpose", "add", "mul", "addrow", "mulrow", "scale", "roundbf16",
-	"act", "glu", "rmsnorm", "layernorm", "softmax", "rope", "embed", "embedids", "shortconv", "matmul",
+	"act", "glu", "rmsnorm", "layernorm", "softmax", "rope", "embed", "embedids", "shortconv", "matmul", "matmulprompt",
 	"attention", "conv1d", "convtranspose1d", "conv2d", "sample", "normmatmul", "headnormrope",
 	"attentionseqs", "shortconvseqs", "copyrows", "copymany", "relposscores", "headsmatmul", "block", "normglu", "shortconvgated",
 }
@@ -123,6 +123,7 @@ var checkers = map[string]func(*harness){
 	"fill":            checkFill,
 	"copy":            checkCopy,
 	"write":           checkWrite,
+	"matmulprompt":    checkMatMulPrompt,
 	"transpose":       checkTranspose,
 	"add":             func(h *harness) { checkBinary(h, false) },
 	"mul":             func(h *harness) { checkBinary(h, true) },

@@ -243,3 +243,91 @@ func FirstDiff(a, b []float32) int {
 	}
 	return -1
 }
+
+// checkMatMulPrompt checks gpu.MatMulPrompt (a prompt's rows: a backend
+// may hand them to a vendor GEMM whose order depends on the shape) on x of
+// exact bf16 values, the op's precondition, against the float64 replay
+// with the tensor cores' bound (K + 1 terms and then some: any order of
+// fp32 additions, truncating or not, is within it). The rows run from
+// below a GPU's threshold for the vendor GEMM (the op is MatMul there) to
+// a few hundred, with K and N not multiples of the GEMM's tiles, aligned
+// and unaligned rows (the CUDA backend hands only rows aligned to 16
+// bytes to cuBLAS), strided views and both bias dtypes;
+// each product runs again into the same view and into a view of the same
+// stride 16 bytes further into another buffer, and must give the same bits
+// (a prompt replayed gives the same cache, wherever the arena put it).
+func checkMatMulPrompt(h *harness) {
+	biases := []gpu.DType{0, gpu.F32, gpu.BF16}
+	for i, c := range []struct {
+		M, K, N           int
+		strided, wstrided bool
+	}{
+		// Rows whose every operand is 16-byte aligned (K a multiple of 8,
+		// N of 4, as in the released models): a GPU's vendor GEMM takes
+		// them from 32 rows on, whatever M, K and N are beyond that.
+		{5, 304, 36, false, false}, {31, 24, 72, false, false}, {32, 1032, 36, false, false},
+		{100, 2048, 40, false, false}, {130, 520, 1100, false, false}, {64, 8, 68, false, false},
+		{300, 1032, 264, false, false}, {257, 64, 20, false, false}, {33, 200, 4, false, false},
+		// Unaligned rows (ragged K, N, strided views): MatMul on a GPU.
+		{40, 300, 70, true, true}, {64, 7, 65, false, false}, {130, 1030, 33, true, false},
+	} {
+		M, K, N := c.M, c.K, c.N
+		x := h.input(M, K, c.strided, h.bf16Values(M*K, 1))
+		w := h.weight(gpu.BF16, N, K, c.wstrided, 1)
+		var b operand
+		bt := gpu.Tensor{}
+		if bdt := biases[i%3]; bdt != 0 {
+			b = h.vector(bdt, N, 1)
+			bt = b.view
+		}
+		want, bound := matmulReplayTC(x.vals, w.vals, b.vals, M, K, N)
+		dst := h.f32(M, N, c.strided)
+		gpu.MatMulPrompt(h.q, dst.view, x.view, w.view, bt)
+		name := fmt.Sprintf("M=%d/K=%d/N=%d/bias=%v%s", M, K, N, i%3, tag(c.strided))
+		if c.wstrided {
+			name += "/w-strided"
+		}
+		first, err := h.readView(dst)
+		if !h.verify(name, dst, want, bound, x, w, b) || err != nil {
+			continue
+		}
+		// Again into the same view, and into another buffer whose view
+		// has the same stride, 16 bytes further from the buffer's start
+		// (a backend may pick its kernel by the operands' alignment, but
+		// not by where they lie beyond it).
+		detail := "the same bits twice, and in another buffer"
+		j, err := -1, error(nil)
+		for k, again := range []operand{dst, h.f32Shifted(dst, 4)} {
+			gpu.MatMulPrompt(h.q, again.view, x.view, w.view, bt)
+			var got []float32
+			if got, err = h.readView(again); err != nil {
+				detail = err.Error()
+				break
+			}
+			if j = FirstDiff(first, got); j >= 0 {
+				detail = fmt.Sprintf("run %d, element %d: %.9g then %.9g", k+2, j, first[j], got[j])
+				break
+			}
+		}
+		h.record(name+"/repeat", err == nil && j < 0, 0, 0, detail)
+	}
+}
+
+// f32Shifted allocates a poisoned F32 view of o's shape and stride in a
+// buffer of its own, shift elements further from the buffer's start than
+// o's view is from its buffer's.
+func (h *harness) f32Shifted(o operand, shift int) operand {
+	v := o.view
+	off := v.Off - o.whole.Off + shift
+	wr := (off+v.Stride*(v.Rows-1)+v.Cols+v.Stride-1)/v.Stride + 1
+	whole := h.dev.Alloc(gpu.F32, wr, v.Stride)
+	h.owned = append(h.owned, whole)
+	out := operand{whole: whole, dt: gpu.F32}
+	out.view = gpu.Tensor{Buf: whole.Buf, Off: whole.Off + off, Rows: v.Rows, Cols: v.Cols, Stride: v.Stride}
+	out.host = make([]float32, wr*v.Stride)
+	for i := range out.host {
+		out.host[i] = poison
+	}
+	h.q.Write(whole, out.host)
+	return out
+}

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -645,5 +646,63 @@ EXPORT int nvrtcGetCUBINSize(void* prog, size_t* n) {
 EXPORT int nvrtcGetCUBIN(void* prog, char* out) {
   auto& b = ((Program*)prog)->bin;
   memcpy(out, b.data(), b.size());
+  return 0;
+}
+
+// ---- cuBLAS (the prompt products: gpu/cuda/cublas.go) ----
+//
+// Only what the backend calls: one GEMM form, C[m×n] = αAᵀB + βC in
+// column-major terms with A and B bf16, C fp32 and fp32 accumulation,
+// summed in k order (a legal order: cuBLAS gives none). Streams run their
+// work at once, so the GEMM runs when it is issued.
+
+namespace {
+struct BlasHandle {
+  int stream_set = 0;
+};
+inline float bf16ToFloat(uint16_t v) {
+  uint32_t u = uint32_t(v) << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+}  // namespace
+
+EXPORT int cublasCreate_v2(void** h) {
+  *h = new BlasHandle;
+  return 0;
+}
+EXPORT int cublasDestroy_v2(void* h) {
+  delete (BlasHandle*)h;
+  return 0;
+}
+EXPORT int cublasGetVersion_v2(void*, int* v) {
+  *v = 0;  // never a real cuBLAS's version
+  return 0;
+}
+EXPORT int cublasSetStream_v2(void* h, void*) {
+  ((BlasHandle*)h)->stream_set = 1;
+  return 0;
+}
+EXPORT int cublasSetWorkspace_v2(void*, void* ws, size_t n) { return ws && n ? 0 : 7; }
+EXPORT int cublasGemmEx(void* h, int ta, int tb, int m, int n, int k, const void* alpha, const void* A, int at,
+                        int lda, const void* B, int bt, int ldb, const void* beta, void* C, int ct, int ldc,
+                        int compute, int) {
+  enum { kNotSupported = 15, kInvalidValue = 7 };
+  if (!h || ta != 1 || tb != 0 || at != 14 || bt != 14 || ct != 0 || compute != 68) return kNotSupported;
+  if (m < 0 || n < 0 || k < 0 || lda < k || ldb < k || ldc < m) return kInvalidValue;
+  std::lock_guard<std::mutex> l(mu);
+  const float a = *(const float*)alpha, b = *(const float*)beta;
+  const uint16_t* pa = (const uint16_t*)A;
+  const uint16_t* pb = (const uint16_t*)B;
+  float* pc = (float*)C;
+  for (int j = 0; j < n; j++) {
+    for (int i = 0; i < m; i++) {
+      float s = 0;
+      for (int kk = 0; kk < k; kk++) s = fmaf(bf16ToFloat(pa[(size_t)i * lda + kk]), bf16ToFloat(pb[(size_t)j * ldb + kk]), s);
+      float& c = pc[(size_t)j * ldc + i];
+      c = b == 0 ? a * s : a * s + b * c;
+    }
+  }
   return 0;
 }
