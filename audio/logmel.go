@@ -56,6 +56,8 @@ type LogMel struct {
 	opts                        LogMelOptions
 	plan                        *fftPlan  // power-of-two nFFT; nil: go-dsp's FFT
 	scratch                     sync.Pool // *stftScratch
+	specOnce                    sync.Once
+	spec                        *gpu.LogMelSpec // DeviceSpec's
 }
 
 // Features are log-mel features, time-major: Data[t*Bins+b] is mel bin b of
@@ -268,27 +270,9 @@ var ErrTooShort = errors.New("audio too short for the log-mel front end")
 
 // Compute returns the features of samples at SampleRate.
 func (m *LogMel) Compute(samples []float32) (*Features, error) {
-	n := len(samples)
-	frames, valid := m.Frames(n)
-	if n == 0 || valid < 2 {
-		return nil, fmt.Errorf("%w: %d samples give %d valid frame(s); need at least %d samples (2 hops)",
-			ErrTooShort, n, valid, 2*m.hop)
-	}
-	// Pre-emphasis, in float32 as torch computes x[1:] - 0.97·x[:-1].
-	x := make([]float32, n)
-	var prev float32
-	for i, v := range samples {
-		if math.Float32bits(v)&0x7f800000 == 0x7f800000 { // NaN or ±Inf
-			return nil, fmt.Errorf("log-mel: non-finite sample %v at %d", v, i)
-		}
-		x[i] = v - float32(m.preemph*prev)
-		prev = v
-	}
-	x[0] = samples[0]
-
-	total := frames
-	if m.padTo > 0 && total%m.padTo != 0 {
-		total += m.padTo - total%m.padTo
+	x, frames, valid, total, err := m.prepare(samples)
+	if err != nil {
+		return nil, err
 	}
 	f := &Features{Frames: total, Valid: valid, Bins: m.nMels, Data: make([]float32, total*m.nMels)}
 	// Log-mel of every STFT frame (the reference computes the frames past
@@ -305,6 +289,89 @@ func (m *LogMel) Compute(samples []float32) (*Features, error) {
 		f.RoundBF16()
 	}
 	return f, nil
+}
+
+// prepare checks samples and returns them pre-emphasised, with the number
+// of STFT frames, of valid frames and of rows (pad_to padding included).
+func (m *LogMel) prepare(samples []float32) (x []float32, frames, valid, total int, err error) {
+	n := len(samples)
+	frames, valid = m.Frames(n)
+	if n == 0 || valid < 2 {
+		return nil, 0, 0, 0, fmt.Errorf("%w: %d samples give %d valid frame(s); need at least %d samples (2 hops)",
+			ErrTooShort, n, valid, 2*m.hop)
+	}
+	// Pre-emphasis, in float32 as torch computes x[1:] - 0.97·x[:-1].
+	x = make([]float32, n)
+	var prev float32
+	for i, v := range samples {
+		if math.Float32bits(v)&0x7f800000 == 0x7f800000 { // NaN or ±Inf
+			return nil, 0, 0, 0, fmt.Errorf("log-mel: non-finite sample %v at %d", v, i)
+		}
+		x[i] = v - float32(m.preemph*prev)
+		prev = v
+	}
+	x[0] = samples[0]
+	total = frames
+	if m.padTo > 0 && total%m.padTo != 0 {
+		total += m.padTo - total%m.padTo
+	}
+	return x, frames, valid, total, nil
+}
+
+// DeviceSpec returns the front end as constants a device can run
+// (gpu.LogMeler), or nil where the device path does not reproduce it: an
+// n_fft that is not a power of two in 4..2048, a normalisation other than
+// per_feature, or Options.FFT32. It is built once and shared.
+func (m *LogMel) DeviceSpec() *gpu.LogMelSpec {
+	m.specOnce.Do(func() {
+		if m.plan == nil || m.nFFT < 4 || m.nFFT > 2048 || m.normalize != "per_feature" || m.opts.FFT32 {
+			return
+		}
+		s := &gpu.LogMelSpec{
+			NFFT: m.nFFT, Hop: m.hop, WinLo: m.winLo, WinHi: m.winHi, Window: m.window,
+			Swaps: m.plan.swaps, Mels: m.nMels, FB: m.fb,
+			Log: m.log, LogGuard: logZeroGuard, StdGuard: stdGuard, PadValue: m.padValue,
+		}
+		s.Twiddles = make([]float64, 0, 2*m.nFFT)
+		for _, w := range m.plan.tw {
+			s.Twiddles = append(s.Twiddles, real(w), imag(w))
+		}
+		for j := range m.nMels {
+			s.FBLo = append(s.FBLo, int32(m.fbLo[j]))
+			s.FBHi = append(s.FBHi, int32(m.fbHi[j]))
+		}
+		m.spec = s
+	})
+	return m.spec
+}
+
+// DeviceInput is a clip prepared for the device path: its pre-emphasised
+// samples and its frame counts (Features' Frames and Valid, with Computed
+// the STFT frames before any pad_to rows).
+type DeviceInput struct {
+	Samples                       []float32
+	Frames, Valid, Computed, Bins int
+}
+
+// PrepareDevice checks samples (at SampleRate) and pre-emphasises them for
+// the device path (DeviceSpec must not be nil): the host's share of
+// Compute.
+func (m *LogMel) PrepareDevice(samples []float32) (*DeviceInput, error) {
+	x, frames, valid, total, err := m.prepare(samples)
+	if err != nil {
+		return nil, err
+	}
+	return &DeviceInput{Samples: x, Frames: total, Valid: valid, Computed: frames, Bins: m.nMels}, nil
+}
+
+// ComputeOn writes in's features ([in.Frames, Bins], F32) into dst on q,
+// which must be a gpu.LogMeler: the floats of Compute, up to the last bit
+// of a float64 log (the device's and Go's may differ there, so about one
+// value in 10⁸ may differ by a float32 ulp before the normalisation).
+func (m *LogMel) ComputeOn(q gpu.Queue, dst, x gpu.Tensor, in *DeviceInput) {
+	lm := q.(gpu.LogMeler)
+	q.Write(x, in.Samples)
+	lm.LogMel(dst, x, m.DeviceSpec(), in.Computed, in.Valid)
 }
 
 // Work shares of one goroutine at the least: about 16 frames take some

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -702,5 +703,67 @@ func TestPowerSpectraDFT(t *testing.T) {
 			}
 		}
 		t.Logf("n_fft %d: %d of %d powers bit-exact, worst |Δ|/bound %.3f", nfft, exact, total, worst)
+	}
+}
+
+// TestDeviceSpec: the device path is offered for the power-of-two,
+// per_feature front ends it reproduces (its tables the host's), and not
+// otherwise; PrepareDevice checks as Compute does and pre-emphasises as it.
+func TestDeviceSpec(t *testing.T) {
+	p := lfm2Preprocessor()
+	m, err := NewLogMel(p, LogMelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := m.DeviceSpec()
+	if s == nil || s != m.DeviceSpec() {
+		t.Fatal("no device spec for LFM2-Audio's front end, or a new one each call")
+	}
+	if s.NFFT != 512 || s.Mels != 128 || len(s.Twiddles) != 1024 || len(s.FB) != 128*257 || len(s.FBLo) != 128 || s.WinHi-s.WinLo != 400 {
+		t.Errorf("spec n_fft %d, %d mels, %d twiddles, fb %d, window [%d, %d)", s.NFFT, s.Mels, len(s.Twiddles), len(s.FB), s.WinLo, s.WinHi)
+	}
+	for j := range s.Mels {
+		if lo, hi := s.FBLo[j], s.FBHi[j]; lo > 0 && s.FB[j*257+int(lo)-1] != 0 || hi < 257 && s.FB[j*257+int(hi)] != 0 || lo >= hi {
+			t.Fatalf("filter %d: span [%d, %d) is not its nonzero span", j, lo, hi)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*config.Preprocessor, *LogMelOptions)
+	}{
+		{"n_fft 400 (Bluestein)", func(p *config.Preprocessor, _ *LogMelOptions) { p.NFFT = 400 }},
+		{"all_features", func(p *config.Preprocessor, _ *LogMelOptions) { p.Normalize = "all_features" }},
+		{"FFT32", func(_ *config.Preprocessor, o *LogMelOptions) { o.FFT32 = true }},
+	} {
+		p, o := lfm2Preprocessor(), LogMelOptions{}
+		c.edit(&p, &o)
+		m, err := NewLogMel(p, o)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if m.DeviceSpec() != nil {
+			t.Errorf("%s: a device spec for a front end the device path does not reproduce", c.name)
+		}
+	}
+	x := benchSignal(16000, 1)
+	in, err := m.PrepareDevice(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.Compute(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Frames != f.Frames || in.Valid != f.Valid || in.Bins != f.Bins || in.Computed != 101 || len(in.Samples) != len(x) ||
+		in.Samples[0] != x[0] || in.Samples[5] != x[5]-float32(float32(0.97)*x[4]) {
+		t.Errorf("prepared %d/%d/%d rows (computed %d), Compute %d/%d/%d", in.Frames, in.Valid, in.Bins, in.Computed, f.Frames, f.Valid, f.Bins)
+	}
+	if _, err := m.PrepareDevice(x[:100]); !errors.Is(err, ErrTooShort) {
+		t.Errorf("a clip of 100 samples: %v, want ErrTooShort", err)
+	}
+	bad := slices.Clone(x)
+	bad[7] = float32(math.NaN())
+	if _, err := m.PrepareDevice(bad); err == nil {
+		t.Error("a NaN sample was accepted")
 	}
 }

@@ -81,6 +81,10 @@ type Settings struct {
 	FrameMs       float64 `json:"frame_ms"`
 	InterleaveTxt int     `json:"interleaved_n_text"`
 	InterleaveAud int     `json:"interleaved_n_audio"`
+	// LogMelOnDevice: the clips' features are computed on the device, in
+	// the encoder's stage (the log-mel stage then times only the host's
+	// checks and pre-emphasis).
+	LogMelOnDevice bool `json:"logmel_on_device"`
 }
 
 // TurnResult is one measured turn.
@@ -256,8 +260,12 @@ func (r *Report) summarise(a *accum) {
 	text := stat(KeyTextStep, "backbone text step (1 row + text head)", a.samples(func(t *turnTimes) []float64 { return t.text }))
 	aud := stat(KeyAudioStep, "backbone audio step (1 row)", a.samples(func(t *turnTimes) []float64 { return t.audio }))
 	dep := stat(KeyDepthFrame, "depthformer frame (all codebooks)", a.samples(func(t *turnTimes) []float64 { return t.depth }))
-	mel := stat(KeyLogMel, "log-mel (clip)", a.samples(func(t *turnTimes) []float64 { return t.logmel }))
-	enc := stat(KeyEncoder, "encoder + adapter (clip)", a.samples(func(t *turnTimes) []float64 { return t.encoder }))
+	melWhat, encWhat := "log-mel (clip)", "encoder + adapter (clip)"
+	if r.Settings.LogMelOnDevice {
+		melWhat, encWhat = "log-mel (clip; on the host: checks)", "log-mel on the GPU + encoder + adapter"
+	}
+	mel := stat(KeyLogMel, melWhat, a.samples(func(t *turnTimes) []float64 { return t.logmel }))
+	enc := stat(KeyEncoder, encWhat, a.samples(func(t *turnTimes) []float64 { return t.encoder }))
 	r.Stages = []StageStat{
 		mel, enc,
 		stat(KeyPrefill, fmt.Sprintf("prefill (%d rows + text head)", rows), a.samples(func(t *turnTimes) []float64 { return t.prefill })),

@@ -88,6 +88,7 @@ func Run(ctx context.Context, m family.Model, dev gpu.Device, o Options) (*Repor
 	tr := &pipeline.Trace{}
 	eng := pipeline.New(m, dev, pipeline.Options{Precision: o.Precision, MaxTurns: 1, Trace: tr})
 	defer eng.Close()
+	r.Settings.LogMelOnDevice = eng.LogMelOnDevice()
 	var acc accum
 	for i := 0; i < o.Warmup+o.Turns; i++ {
 		start := time.Now()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,6 +75,11 @@ type Options struct {
 	// CodecQueue is the number of frames that may wait for the codec
 	// (default 256); a full queue holds the depthformer back.
 	CodecQueue int
+	// HostLogMel keeps the log-mel front end on the host where the
+	// device could compute it (family.DeviceFrontend on a gpu.LogMeler
+	// queue: the encoder's queue then runs it, the same floats up to the
+	// last bit of a float64 log). Env OMNIPIPE_LOGMEL=host.
+	HostLogMel bool
 	// Trace, when set, records every stage's busy intervals.
 	Trace *Trace
 	// Logger receives the engine's logs: a stage that panicked, with its
@@ -100,7 +106,15 @@ func (o *Options) defaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if os.Getenv("OMNIPIPE_LOGMEL") == "host" {
+		o.HostLogMel = true
+	}
 }
+
+// LogMelOnDevice says whether spoken turns' log-mel features are computed
+// on the device (by the encoder's queue: family.DeviceFrontend on a
+// gpu.LogMeler) rather than by the log-mel stage on the host.
+func (e *Engine) LogMelOnDevice() bool { return e.front != nil && e.front.dev != nil }
 
 // Engine runs turns of many conversations through the stage actors:
 //
@@ -501,8 +515,11 @@ type turn struct {
 	audioH  [][]int
 	events  chan Event
 
-	clip       *chat.Clip
-	mel        *audio.Features
+	clip *chat.Clip
+	mel  *audio.Features
+	// melIn is the clip prepared for the device's front end
+	// (family.DeviceFrontend): mel then holds the shape only.
+	melIn      *audio.DeviceInput
 	chatStart  int // the chat's length before this turn
 	promptRows int
 	prefilled  int       // prompt rows computed so far (chunked prefill)

@@ -35,6 +35,10 @@ type frontend struct {
 	enc  *batchMap[*turn]
 	done chan struct{}
 	once sync.Once
+	// dev is the front end's device half where the encoder's queue can
+	// compute the features (gpu.LogMeler) and the front end offers it:
+	// the log-mel stage then only checks and pre-emphasises each clip.
+	dev family.DeviceFrontend
 }
 
 // The encoder's batch limits: clips, and mel frames in all (24,000 frames
@@ -49,6 +53,11 @@ func newFrontend(e *Engine) *frontend {
 	f := &frontend{e: e, src: make(chan any, e.opts.MaxTurns), done: make(chan struct{})}
 	encQ := e.dev.NewQueue(StageEncoder)
 	encCtx := nn.NewCtx(e.dev, encQ, e.opts.Precision)
+	if df, ok := e.m.Frontend().(family.DeviceFrontend); ok && !e.opts.HostLogMel {
+		if _, ok := encQ.(gpu.LogMeler); ok {
+			f.dev = df
+		}
+	}
 	mel := flow.NewMap(func(t *turn) *turn { return e.guard(StageFrontend, t, f.mel) }, 1)
 	f.enc = newBatchMap(func(ts []*turn) []*turn { return f.encode(encCtx, ts) },
 		encodeBatchClips, melFrames, encodeBatchFrames)
@@ -102,6 +111,21 @@ func (f *frontend) mel(t *turn) *turn {
 		x = r.Resample(x)
 		if rec != nil {
 			rec.SetFloats("wav_16k", x, 1, len(x))
+		}
+	}
+	if f.dev != nil && rec == nil {
+		in, err := f.dev.PrepareDevice(x)
+		if err == nil && in != nil && in.Frames != t.clip.MelFrames {
+			err = fmt.Errorf("log-mel gives %d frames, expected %d", in.Frames, t.clip.MelFrames)
+		}
+		if err != nil {
+			t.cancel(fmt.Errorf("log-mel: %w", err))
+			return t
+		}
+		if in != nil { // the encoder's queue computes the features
+			t.mel, t.melIn = &audio.Features{Frames: in.Frames, Valid: in.Valid, Bins: in.Bins}, in
+			f.e.record(StageFrontend, []*turn{t}, nil, start, "clip")
+			return t
 		}
 	}
 	feats, err := m.Features(x)
@@ -173,7 +197,7 @@ func (f *frontend) encodeOne(c *nn.Ctx, t *turn) {
 	start := time.Now()
 	c.A.Reset()
 	mel := c.Tmp(t.mel.Frames, t.mel.Bins)
-	c.Q.Write(mel, t.mel.Data)
+	f.features(c, mel, t)
 	enc := f.e.m.Frontend().Encode(c, mel)
 	if err := f.land(c, []*turn{t}, enc, []int{enc.Rows}); err != nil {
 		t.cancel(fmt.Errorf("encoder: %w", err))
@@ -200,14 +224,17 @@ func (f *frontend) encodeBatch(c *nn.Ctx, bf family.BatchFrontend, ts []*turn) e
 	start := time.Now()
 	c.A.Reset()
 	frames := make([]int, len(ts))
-	var data []float32
+	total := 0
 	for i, t := range ts {
 		frames[i] = t.mel.Frames
-		data = append(data, t.mel.Data...)
+		total += t.mel.Frames
 	}
-	bins := ts[0].mel.Bins
-	mel := c.Tmp(len(data)/bins, bins)
-	c.Q.Write(mel, data)
+	mel := c.Tmp(total, ts[0].mel.Bins)
+	r0 := 0
+	for _, t := range ts {
+		f.features(c, mel.Slice(r0, r0+t.mel.Frames), t)
+		r0 += t.mel.Frames
+	}
 	enc, rows := bf.EncodeBatch(c, mel, frames)
 	if err := f.land(c, ts, enc, rows); err != nil {
 		return err
@@ -254,9 +281,19 @@ func (f *frontend) land(c *nn.Ctx, ts []*turn, enc gpu.Tensor, rows []int) error
 			rec.SetFloats("adapter_out", feats, n, out.Cols)
 		}
 		t.clip.Features = feats
-		t.mel = nil
+		t.mel, t.melIn = nil, nil
 	}
 	return nil
+}
+
+// features puts t's log-mel features into dst [t.mel.Frames, bins]: the
+// host's (a write) or, for a clip prepared for the device, computed there.
+func (f *frontend) features(c *nn.Ctx, dst gpu.Tensor, t *turn) {
+	if t.melIn != nil {
+		f.dev.FeaturesOn(c.Q, dst, c.Tmp(1, len(t.melIn.Samples)), t.melIn)
+		return
+	}
+	c.Q.Write(dst, t.mel.Data)
 }
 
 // gather blocks for the first pending turn of in (or returns nil when the

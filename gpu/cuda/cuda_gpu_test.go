@@ -1219,3 +1219,24 @@ func TestPromptProducts(t *testing.T) {
 		t.Error("no checks ran")
 	}
 }
+
+// TestLogMelOnDevice runs the contract's check of the log-mel front end
+// (gpu.LogMeler against package audio's host Compute) and its planted
+// fault, logging every case.
+func TestLogMelOnDevice(t *testing.T) {
+	d := openGPU(t)
+	rep := gputest.RunWith(d, 20261201, gputest.Options{Ops: []string{"logmel"}})
+	for _, c := range rep.Checks {
+		if !c.Pass {
+			t.Errorf("%s: %s", c.Case, c.Detail)
+		} else {
+			t.Logf("%s: %s", c.Case, c.Detail)
+		}
+	}
+	if len(rep.Checks) == 0 {
+		t.Error("no checks ran")
+	}
+	if msg := runControl("LOGMEL"); msg != "" {
+		t.Error(msg)
+	}
+}

@@ -1373,3 +1373,37 @@ func TestLaunchPlans(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelsHaveCLinkage: every kernel the backend loads by name and
+// kernels.cu declares by that name is declared inside an extern "C" block
+// (or with extern "C" on its line): NVRTC mangles C++ names, so a kernel
+// outside one is "named symbol not found" on a GPU, while the emulator,
+// which resolves kernels by their source names, would not notice.
+func TestKernelsHaveCLinkage(t *testing.T) {
+	loaded := map[string]bool{}
+	for _, k := range kernelNames {
+		loaded[k] = true
+	}
+	decl := regexp.MustCompile(`__global__\s+void\s+([A-Za-z_0-9]+)\s*\(`)
+	inC, checked := false, 0
+	for i, line := range strings.Split(kernelSource, "\n") {
+		trim := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(trim, `extern "C" {`):
+			inC = true
+		case strings.HasPrefix(trim, `}  // extern "C"`):
+			inC = false
+		}
+		m := decl.FindStringSubmatch(line)
+		if m == nil || !loaded[m[1]] {
+			continue
+		}
+		checked++
+		if !inC && !strings.Contains(line, `extern "C"`) {
+			t.Errorf("kernels.cu:%d: kernel %s is not declared with C linkage", i+1, m[1])
+		}
+	}
+	if checked < 20 {
+		t.Errorf("only %d kernels found by name in kernels.cu", checked)
+	}
+}

@@ -76,6 +76,8 @@ type Device struct {
 	blasTried bool // owner thread
 	blasOnce  sync.Once
 	noBLAS    bool
+	// logmel holds the log-mel specs' tables (logmel.go).
+	logmel logmelCache
 
 	mod      uintptr
 	fns      map[string]uintptr

@@ -20,6 +20,7 @@ var Faults = map[string]string{
 	"SAMPLE_EXP":      "sample",          // drops the low part of ln 2 in exp's reduction (one-ulp-scale errors)
 	"SAMPLE_SUPPRESS": "sample",          // ignores the suppressed ids
 	"SAMPLE_ARGMAX":   "sample",          // the greedy pick's unrolled loop lets the last of equal values win
+	"LOGMEL":          "logmel",          // the second STFT frame of a pair gets the first one's spectrum
 	"SHORTCONV":       "shortconv",       // zeroes the first output row
 	"MATMUL":          "matmul",          // bias index off by one (FMA kernels)
 	"PROMPT":          "matmulprompt",    // the prompt product's GEMM reads x one row late (host side: cublas.go)

@@ -3507,3 +3507,183 @@ __global__ void __launch_bounds__(128) heads_matmul_f32(float* o, i64 ldo, const
 }
 
 }  // extern "C"
+
+// ---- The log-mel front end (gpu.LogMeler; package audio's LogMel.Compute
+// on the device, the same floats) ----
+//
+// logmel_frames_f32: one block per pair of STFT frames (t0 = 2·blockIdx.x,
+// t0+1). Frame t covers x from t·hop − nfft/2 (centred, zero padding); its
+// samples times the window (a float product, as torch) go into one complex
+// FFT as re (frame t0) + i·im (frame t0+1), in double. The FFT is the host
+// plan's (audio/fft64.go): the bit-reversal swaps, the fused sizes 2 and 4,
+// then two stages a pass, then an odd last stage, every butterfly the same
+// double operations on the same twiddles (uploaded as the host computed
+// them), so the spectra are the host's bit for bit. Each frame's |X|² is
+// NeMo's (float magnitudes, squared), its mel energies the filterbank's
+// nonzero span summed in double in bin order, then log(v + guard) in double
+// rounded to float (where the host and the device's log differ in the last
+// bit of a double, the float can differ by one ulp: about one value in 10⁸).
+// Dynamic shared memory: nfft doubles² (z) and 2·bins floats (the powers).
+extern "C" {
+
+#ifdef FAULT_LOGMEL
+#define LOGMEL_SECOND(p) 0  // the second frame of a pair gets the first one's spectrum
+#else
+#define LOGMEL_SECOND(p) (p)
+#endif
+__global__ void logmel_frames_f32(float* out, int ldo, const float* x, int n, int frames, int nfft, int hop, int winLo,
+                                  int winHi, const float* window, const double* tw, const int* swaps, int nswaps,
+                                  const int* fbLo, const int* fbHi, const float* fb, int nmels, float guard,
+                                  int dolog) {
+  PDL_ENTER();
+  extern __shared__ double zsm[];
+  double* zr = zsm;          // real parts
+  double* zi = zsm + nfft;   // imaginary parts
+  float* pw = (float*)(zsm + 2 * nfft);
+  const int bins = nfft / 2 + 1;
+  const int t0 = 2 * blockIdx.x;
+  const int pair = min(2, frames - t0);
+  for (int k = threadIdx.x; k < nfft; k += blockDim.x) {
+    double re = 0.0, im = 0.0;
+    if (k >= winLo && k < winHi) {
+      int s0 = t0 * hop - nfft / 2 + k;
+      if (s0 >= 0 && s0 < n) re = (double)(x[s0] * window[k]);
+      int s1 = s0 + hop;
+      if (pair == 2 && s1 >= 0 && s1 < n) im = (double)(x[s1] * window[k]);
+    }
+    zr[k] = re;
+    zi[k] = im;
+  }
+  __syncthreads();
+  for (int p = threadIdx.x; p < nswaps; p += blockDim.x) {
+    int a = swaps[2 * p], b = swaps[2 * p + 1];
+    double r = zr[a], i = zi[a];
+    zr[a] = zr[b];
+    zi[a] = zi[b];
+    zr[b] = r;
+    zi[b] = i;
+  }
+  __syncthreads();
+  int s;
+  if (nfft >= 4) {
+    for (int g = threadIdx.x; g < nfft / 4; g += blockDim.x) {
+      int i = 4 * g;
+      double a0r = zr[i] + zr[i + 1], a0i = zi[i] + zi[i + 1];
+      double a1r = zr[i] - zr[i + 1], a1i = zi[i] - zi[i + 1];
+      double a2r = zr[i + 2] + zr[i + 3], a2i = zi[i + 2] + zi[i + 3];
+      double a3r = zr[i + 2] - zr[i + 3], a3i = zi[i + 2] - zi[i + 3];
+      double t = a3r;  // a3 · (−i)
+      a3r = a3i;
+      a3i = -t;
+      zr[i] = a0r + a2r, zi[i] = a0i + a2i;
+      zr[i + 2] = a0r - a2r, zi[i + 2] = a0i - a2i;
+      zr[i + 1] = a1r + a3r, zi[i + 1] = a1i + a3i;
+      zr[i + 3] = a1r - a3r, zi[i + 3] = a1i - a3i;
+    }
+    s = 8;
+  } else {
+    if (threadIdx.x == 0) {
+      double r0 = zr[0], i0 = zi[0];
+      zr[0] = r0 + zr[1], zi[0] = i0 + zi[1];
+      zr[1] = r0 - zr[1], zi[1] = i0 - zi[1];
+    }
+    s = 2 * nfft;  // no more stages
+  }
+  __syncthreads();
+  // Complex products as Go computes them: (ac − bd) + (ad + bc)i.
+#define CMUL(ar, ai, br, bi, outr, outi) \
+  do {                                   \
+    double _r = ar * br - ai * bi;       \
+    double _i = ar * bi + ai * br;       \
+    outr = _r;                           \
+    outi = _i;                           \
+  } while (0)
+  for (; 2 * s <= nfft; s <<= 2) {
+    int h = s / 2;
+    const double* w1 = tw + 2 * h;
+    const double* w2a = tw + 2 * s;
+    const double* w2b = tw + 2 * (s + h);
+    for (int idx = threadIdx.x; idx < nfft / 4; idx += blockDim.x) {
+      int grp = idx / h, j = idx % h;
+      int i = grp * 2 * s;
+      int o0 = i + j, o1 = i + h + j, o2 = i + 2 * h + j, o3 = i + 3 * h + j;
+      double war = w1[2 * j], wai = w1[2 * j + 1];
+      double u0r = zr[o0], u0i = zi[o0], u1r, u1i, u2r = zr[o2], u2i = zi[o2], u3r, u3i;
+      CMUL(zr[o1], zi[o1], war, wai, u1r, u1i);
+      CMUL(zr[o3], zi[o3], war, wai, u3r, u3i);
+      double b0r = u0r + u1r, b0i = u0i + u1i, b1r = u0r - u1r, b1i = u0i - u1i;
+      double b2r = u2r + u3r, b2i = u2i + u3i, b3r = u2r - u3r, b3i = u2i - u3i;
+      CMUL(b2r, b2i, w2a[2 * j], w2a[2 * j + 1], b2r, b2i);
+      CMUL(b3r, b3i, w2b[2 * j], w2b[2 * j + 1], b3r, b3i);
+      zr[o0] = b0r + b2r, zi[o0] = b0i + b2i;
+      zr[o2] = b0r - b2r, zi[o2] = b0i - b2i;
+      zr[o1] = b1r + b3r, zi[o1] = b1i + b3i;
+      zr[o3] = b1r - b3r, zi[o3] = b1i - b3i;
+    }
+    __syncthreads();
+  }
+  if (s <= nfft) {  // an odd number of stages left one
+    int h = s / 2;
+    const double* w = tw + 2 * h;
+    for (int idx = threadIdx.x; idx < nfft / 2; idx += blockDim.x) {
+      int grp = idx / h, j = idx % h;
+      int lo = grp * s + j, hi = lo + h;
+      double tr, ti;
+      CMUL(zr[hi], zi[hi], w[2 * j], w[2 * j + 1], tr, ti);
+      zr[hi] = zr[lo] - tr, zi[hi] = zi[lo] - ti;
+      zr[lo] = zr[lo] + tr, zi[lo] = zi[lo] + ti;
+    }
+    __syncthreads();
+  }
+#undef CMUL
+  // The two frames' spectra, then NeMo's power: float magnitudes squared.
+  for (int k = threadIdx.x; k < bins; k += blockDim.x) {
+    int c = k > 0 ? nfft - k : 0;
+    double zkr = zr[k], zki = zi[k], zcr = zr[c], zci = zi[c];
+    for (int p = 0; p < pair; p++) {
+      double re = LOGMEL_SECOND(p) == 0 ? (zkr + zcr) * 0.5 : (zki + zci) * 0.5;
+      double im = LOGMEL_SECOND(p) == 0 ? (zki - zci) * 0.5 : (zcr - zkr) * 0.5;
+      float fr = (float)re, fi = (float)im;
+      float mag = (float)sqrt((double)(fr * fr + fi * fi));
+      pw[p * bins + k] = mag * mag;
+    }
+  }
+  __syncthreads();
+  for (int q = threadIdx.x; q < pair * nmels; q += blockDim.x) {
+    int p = q / nmels, j = q % nmels;
+    const float* row = fb + (i64)j * bins;
+    double acc = 0.0;
+    for (int k = fbLo[j]; k < fbHi[j]; k++) acc += (double)row[k] * (double)pw[p * bins + k];
+    float v = (float)acc;
+    if (dolog) v = (float)log((double)(v + guard));
+    out[(i64)(t0 + p) * ldo + j] = v;
+  }
+}
+
+// logmel_norm_f32: NeMo's per_feature normalisation of the frames
+// logmel_frames_f32 wrote, one thread per mel bin: the mean and the
+// unbiased std over the first valid frames (double sums in frame order,
+// as the host's column loop), applied to all computed frames; then the
+// rows from valid to rows (the terminal frame, pad_to padding) hold pad.
+__global__ void logmel_norm_f32(float* out, int ldo, int frames, int valid, int rows, int nmels, float stdGuard,
+                                float pad) {
+  PDL_ENTER();
+  int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= nmels) return;
+  double acc = 0.0;
+  for (int t = 0; t < valid; t++) acc += (double)out[(i64)t * ldo + j];
+  float mean = (float)acc / (float)valid;
+  acc = 0.0;
+  for (int t = 0; t < valid; t++) {
+    float d = out[(i64)t * ldo + j] - mean;
+    acc += (double)(d * d);
+  }
+  float sd = (float)sqrt((double)((float)acc / (float)(valid - 1))) + stdGuard;
+  for (int t = 0; t < frames; t++) {
+    i64 o = (i64)t * ldo + j;
+    out[o] = (out[o] - mean) / sd;
+  }
+  for (int t = valid; t < rows; t++) out[(i64)t * ldo + j] = pad;
+}
+
+}  // extern "C"

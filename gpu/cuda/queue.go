@@ -25,7 +25,7 @@ var kernelNames = []string{
 	"gemv_bf16", "gemv_bf16_c1u4", "gemv_bf16_c1u8", "gemv_bf16_c2u4", "gemv_bf16_c2u8", "gemv_bf16_c4u8",
 	"gemvn_bf16_c1u4", "gemvn_bf16_c2u4", "gemvn_bf16_c4u4", "prep_heads_f32",
 	"gemvr_bf16_r2c4u4", "gemvr_bf16_r2c2u8", "gemvr_bf16_r3c4u4", "gemvr_bf16_r4c4u4", "gemvr_bf16_r4c4u2",
-	"gemvr_bf16_r4c8u2", "gemvr_bf16_r4c8u1", "gemvr_bf16_r8c4u2", "split_bf16", "sample_f32", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32", "mma_bf16_big", "mma_bf16_bigp", "mma_fold_f32",
+	"gemvr_bf16_r4c8u2", "gemvr_bf16_r4c8u1", "gemvr_bf16_r8c4u2", "split_bf16", "logmel_frames_f32", "logmel_norm_f32", "sample_f32", "mma_bf16_m8", "mma_bf16_m16", "mma_bf16_m32", "mma_bf16_big", "mma_bf16_bigp", "mma_fold_f32",
 	"mmv_bf16_w4n1m1", "mmv_bf16_w16n1m1", "mmv_bf16_w16n2m1", "mmv_bf16_w16n4m1", "mmv_bf16_w16n1m2",
 	"mmvn_bf16_w4", "mmvn_bf16_w16",
 	"mmvt_bf16_w4n1m1", "mmvt_bf16_w16n1m1", "mmvt_bf16_w16n2m1", "mmvt_bf16_w16n4m1", "mmvt_bf16_w16n1m2", "mmvnt_bf16_w16",

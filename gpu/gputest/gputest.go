@@ -113,9 +113,16 @@ func (r Report) Summary() string {
 // Ops lists the op names Run checks, in the order it checks them.
 var Ops = []string{
 	"fill", "copy", "write", "transpose", "add", "mul", "addrow", "mulrow", "scale", "roundbf16",
-	"act", "glu", "rmsnorm", "layernorm", "softmax", "rope", "embed", "embedids", "shortconv", "matmul", "matmulprompt",
+	"act", "glu", "rmsnorm", "layernorm", "softmax", "rope", "embed", "embedids", "shortconv", "matmul", "matmulprompt", "logmel",
 	"attention", "conv1d", "convtranspose1d", "conv2d", "sample", "normmatmul", "headnormrope",
 	"attentionseqs", "shortconvseqs", "copyrows", "copymany", "relposscores", "headsmatmul", "block", "normglu", "shortconvgated",
+}
+
+// OptionalOps are the ops of Ops that a device may not have (an optional
+// interface of package gpu): Run checks them only where the queue has
+// them, and says why others have none.
+var OptionalOps = map[string]string{
+	"logmel": "gpu.LogMeler: without it the log-mel is computed on the host (package audio)",
 }
 
 // checkers maps every op name of Ops to its checks.
@@ -124,6 +131,7 @@ var checkers = map[string]func(*harness){
 	"copy":            checkCopy,
 	"write":           checkWrite,
 	"matmulprompt":    checkMatMulPrompt,
+	"logmel":          checkLogMel,
 	"transpose":       checkTranspose,
 	"add":             func(h *harness) { checkBinary(h, false) },
 	"mul":             func(h *harness) { checkBinary(h, true) },

@@ -33,7 +33,9 @@ func TestCPU(t *testing.T) {
 		seen[c.Op] = true
 	}
 	for _, op := range Ops {
-		if !seen[op] {
+		if why, optional := OptionalOps[op]; !seen[op] && optional {
+			t.Logf("no check of %s on the CPU (%s)", op, why)
+		} else if !seen[op] {
 			t.Errorf("no check of %s", op)
 		}
 	}

@@ -91,6 +91,20 @@ type Frontend interface {
 	Adapt(c *nn.Ctx, enc gpu.Tensor) gpu.Tensor
 }
 
+// DeviceFrontend is implemented by front ends whose features a device can
+// compute (on a gpu.LogMeler queue, the encoder's): the host keeps the
+// checks and the pre-emphasis, the device the rest, with the floats of
+// Features (package audio's LogMel.ComputeOn says how close).
+type DeviceFrontend interface {
+	// PrepareDevice checks samples (at SampleRate) and prepares them for
+	// FeaturesOn; nil (and no error) where the device path does not
+	// reproduce this front end's features.
+	PrepareDevice(samples []float32) (*audio.DeviceInput, error)
+	// FeaturesOn writes in's features into dst (F32 [in.Frames, in.Bins])
+	// on q, with x (F32 [1, len(in.Samples)]) as scratch for the samples.
+	FeaturesOn(q gpu.Queue, dst, x gpu.Tensor, in *audio.DeviceInput)
+}
+
 // BatchFrontend is implemented by front ends whose encoder runs several
 // clips in one pass (the weights read once for every clip's rows).
 type BatchFrontend interface {

@@ -112,7 +112,20 @@ func (f frontend) Features(x []float32) (*audio.Features, error) {
 	return f.mel.Compute(x)
 }
 func (f frontend) Encode(c *nn.Ctx, feats gpu.Tensor) gpu.Tensor { return f.enc.Encode(c, feats) }
-func (f frontend) Adapt(c *nn.Ctx, enc gpu.Tensor) gpu.Tensor    { return f.enc.Adapt(c, enc) }
+
+// PrepareDevice implements family.DeviceFrontend.
+func (f frontend) PrepareDevice(x []float32) (*audio.DeviceInput, error) {
+	if f.mel.DeviceSpec() == nil {
+		return nil, nil
+	}
+	return f.mel.PrepareDevice(x)
+}
+
+// FeaturesOn implements family.DeviceFrontend.
+func (f frontend) FeaturesOn(q gpu.Queue, dst, x gpu.Tensor, in *audio.DeviceInput) {
+	f.mel.ComputeOn(q, dst, x, in)
+}
+func (f frontend) Adapt(c *nn.Ctx, enc gpu.Tensor) gpu.Tensor { return f.enc.Adapt(c, enc) }
 
 // EncodeBatch implements family.BatchFrontend: the conformer's EncodeBatch.
 func (f frontend) EncodeBatch(c *nn.Ctx, feats gpu.Tensor, frames []int) (gpu.Tensor, []int) {
@@ -123,7 +136,10 @@ func (f frontend) EncodeBatch(c *nn.Ctx, feats gpu.Tensor, frames []int) (gpu.Te
 	return f.enc.EncodeBatch(c, feats, frames), rows
 }
 
-var _ family.BatchFrontend = frontend{}
+var (
+	_ family.BatchFrontend  = frontend{}
+	_ family.DeviceFrontend = frontend{}
+)
 
 type backbone struct{ m *lfm2.Model }
 
