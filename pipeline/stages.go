@@ -116,7 +116,7 @@ func (f *frontend) mel(t *turn) *turn {
 	if f.dev != nil && rec == nil {
 		in, err := f.dev.PrepareDevice(x)
 		if err == nil && in != nil && in.Frames != t.clip.MelFrames {
-			err = fmt.Errorf("log-mel gives %d frames, expected %d", in.Frames, t.clip.MelFrames)
+			err = fmt.Errorf("log-mel gave %d frames, expected %d", in.Frames, t.clip.MelFrames)
 		}
 		if err != nil {
 			t.cancel(fmt.Errorf("log-mel: %w", err))
