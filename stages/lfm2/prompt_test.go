@@ -74,35 +74,6 @@ func TestPromptRowsWithinTolerance(t *testing.T) {
 // products).
 func TestDecodeRowsBesidePrompt(t *testing.T) {
 	testdev.Run(t, func(t *testing.T, dev gpu.Device) {
-		tm := loadTestModelOn(t, dev)
-		H := tm.cfg.LFM.HiddenSize
-		c := nn.NewCtx(tm.dev, tm.dev.NewQueue("test"), nn.BF16)
-		prompts := []int{5, 9, 3}
-		newRows := []int{1, promptRows, 1}
-		var batched, separate [3]*Cache
-		for i, n := range prompts {
-			x, _ := randomRows(tm.dev, c.Q, n, H, uint64(20+i))
-			batched[i], separate[i] = tm.m.NewCache(tm.dev), tm.m.NewCache(tm.dev)
-			tm.m.Forward(c, x, []Seq{{Cache: batched[i], Rows: n}})
-			tm.m.Forward(c, x, []Seq{{Cache: separate[i], Rows: n}})
-		}
-		total := 0
-		for _, n := range newRows {
-			total += n
-		}
-		x, _ := randomRows(tm.dev, c.Q, total, H, 77)
-		seqs := make([]Seq, 3)
-		for i := range seqs {
-			seqs[i] = Seq{Cache: batched[i], Rows: newRows[i]}
-		}
-		got := read(t, c, tm.m.Forward(c, x, seqs))
-		r0 := 0
-		for i, n := range newRows {
-			want := read(t, c, tm.m.Forward(c, x.Slice(r0, r0+n), []Seq{{Cache: separate[i], Rows: n}}))
-			if j := gputest.FirstDiff(got[r0*H:(r0+n)*H], want); j >= 0 {
-				t.Errorf("session %d (%d rows) in the batch differs from its separate run at %d", i, n, j)
-			}
-			r0 += n
-		}
+		batchEqualsSeparate(t, loadTestModelOn(t, dev), []int{5, 9, 3}, []int{1, promptRows, 1})
 	})
 }
