@@ -321,10 +321,11 @@ func (m *LogMel) prepare(samples []float32) (x []float32, frames, valid, total i
 // DeviceSpec returns the front end as constants a device can run
 // (gpu.LogMeler), or nil where the device path does not reproduce it: an
 // n_fft that is not a power of two in 4..2048, a normalisation other than
-// per_feature, or Options.FFT32. It is built once and shared.
+// per_feature, Options.FFT32 or Options.RoundBF16 (the device's features
+// are not rounded). It is built once and shared.
 func (m *LogMel) DeviceSpec() *gpu.LogMelSpec {
 	m.specOnce.Do(func() {
-		if m.plan == nil || m.nFFT < 4 || m.nFFT > 2048 || m.normalize != "per_feature" || m.opts.FFT32 {
+		if m.plan == nil || m.nFFT < 4 || m.nFFT > 2048 || m.normalize != "per_feature" || m.opts.FFT32 || m.opts.RoundBF16 {
 			return
 		}
 		s := &gpu.LogMelSpec{

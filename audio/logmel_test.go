@@ -734,6 +734,7 @@ func TestDeviceSpec(t *testing.T) {
 		{"n_fft 400 (Bluestein)", func(p *config.Preprocessor, _ *LogMelOptions) { p.NFFT = 400 }},
 		{"all_features", func(p *config.Preprocessor, _ *LogMelOptions) { p.Normalize = "all_features" }},
 		{"FFT32", func(_ *config.Preprocessor, o *LogMelOptions) { o.FFT32 = true }},
+		{"RoundBF16", func(_ *config.Preprocessor, o *LogMelOptions) { o.RoundBF16 = true }},
 	} {
 		p, o := lfm2Preprocessor(), LogMelOptions{}
 		c.edit(&p, &o)
