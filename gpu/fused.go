@@ -141,15 +141,20 @@ type GLUFuser interface {
 // scratch of dst's shape for the sequence (its contents afterwards are
 // unspecified). x, h, a and dst must not alias one another.
 func NormGLU(q Queue, dst, a, h, x Tensor, n RowNorm, w1, w3 Tensor, round bool) {
+	checkNormGLU(dst, a, h, x, w1, w3)
+	if f, ok := q.(GLUFuser); ok && f.NormGLU(dst, h, x, n, w1, w3, round) {
+		return
+	}
+	NormGLUSeq(q, dst, a, h, x, n, w1, w3, round)
+}
+
+// checkNormGLU panics unless the operands of a NormGLU fit one another.
+func checkNormGLU(dst, a, h, x, w1, w3 Tensor) {
 	M, K, F := x.Rows, x.Cols, w1.Rows
 	if h.Rows != M || h.Cols != K || w1.Cols != K || w3.Rows != F || w3.Cols != K ||
 		dst.Rows != M || dst.Cols != F || a.Rows != M || a.Cols != F {
 		panic(fmt.Sprintf("gpu: norm glu %v -> %v (h %v, a %v) with w1 %v, w3 %v", x, dst, h, a, w1, w3))
 	}
-	if f, ok := q.(GLUFuser); ok && f.NormGLU(dst, h, x, n, w1, w3, round) {
-		return
-	}
-	NormGLUSeq(q, dst, a, h, x, n, w1, w3, round)
 }
 
 // NormGLUSeq is NormGLU as the sequence of ops it stands for: a = h·w1ᵀ

@@ -1,7 +1,5 @@
 package gpu
 
-import "fmt"
-
 // PromptMatMuler is a Queue with a faster product for a prompt's many rows
 // (on a GPU: a vendor GEMM on the tensor cores, where the backend's own
 // products keep the one summation order that makes every row independent
@@ -52,10 +50,6 @@ func NormGLUPrompt(q Queue, dst, a, h, x Tensor, n RowNorm, w1, w3 Tensor, round
 		NormGLU(q, dst, a, h, x, n, w1, w3, round)
 		return
 	}
-	M, K, F := x.Rows, x.Cols, w1.Rows
-	if h.Rows != M || h.Cols != K || w1.Cols != K || w3.Rows != F || w3.Cols != K ||
-		dst.Rows != M || dst.Cols != F || a.Rows != M || a.Cols != F {
-		panic(fmt.Sprintf("gpu: norm glu %v -> %v (h %v, a %v) with w1 %v, w3 %v", x, dst, h, a, w1, w3))
-	}
+	checkNormGLU(dst, a, h, x, w1, w3)
 	normGLUSeq(q, dst, a, h, x, n, w1, w3, round, true)
 }

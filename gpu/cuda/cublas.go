@@ -110,27 +110,9 @@ func (d *Device) loadBLAS() (*blas, error) {
 	return b, nil
 }
 
-// blasOn returns the device's cuBLAS, opening it at the first call (owner
-// thread); nil where there is none.
-func (d *Device) blasOn() *blas {
-	if !d.blasTried {
-		d.blasTried = true
-		if d.noBLAS {
-			return nil
-		}
-		b, err := d.loadBLAS()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "cuda: prompt products on the backend's own kernels: %v\n", err)
-			return nil
-		}
-		d.blas = b
-	}
-	return d.blas
-}
-
 // runGemm runs a recorded GEMM on q's stream (owner thread).
 func (q *Queue) runGemm(g *gemmCmd) error {
-	b := q.d.blasOn()
+	b := q.d.blas // set by haveBLAS before any GEMM was recorded
 	if b == nil {
 		return fmt.Errorf("cuda: a prompt product was recorded but cuBLAS is gone")
 	}
@@ -163,16 +145,7 @@ func (q *Queue) promptOK(dst, x, w gpu.Tensor) bool {
 		// cuBLAS picks its kernel by the shape and by the operands'
 		// alignment, so unaligned rows would make a row's floats depend
 		// on where the batch's buffers happen to lie.
-		w.Stride%8 == 0 && q.addr(w)%16 == 0 && dst.Stride%4 == 0 && q.addr(dst)%16 == 0
-}
-
-// addr is t's device address (without marking the buffer used).
-func (q *Queue) addr(t gpu.Tensor) int64 {
-	b, ok := t.Buf.(*buffer)
-	if !ok {
-		return 1
-	}
-	return int64(b.ptr) + int64(t.Off)*int64(b.dt.Size())
+		w.Stride%8 == 0 && q.ptr(w)%16 == 0 && dst.Stride%4 == 0 && q.ptr(dst)%16 == 0
 }
 
 // MatMulPrompt implements gpu.PromptMatMuler.
@@ -186,19 +159,10 @@ func (q *Queue) MatMulPrompt(dst, x, w, bias gpu.Tensor) {
 		q.MatMul(dst, x, w, bias)
 		return
 	}
-	Kp := (K + 63) &^ 63
-	if q.split == nil || q.split.n < 3*M*Kp {
-		q.grow(&q.split, gpu.BF16, 3*M*Kp)
-	}
-	if q.flags == nil || q.flags.n < M {
-		q.grow(&q.flags, gpu.I32, M)
-	}
 	if q.blasWS == nil {
 		q.grow(&q.blasWS, gpu.I32, promptWorkspace/4)
 	}
-	xs := gpu.Tensor{Buf: q.split, Rows: 1, Cols: 3 * M * Kp, Stride: 3 * M * Kp}
-	fl := gpu.Tensor{Buf: q.flags, Rows: 1, Cols: M, Stride: M}
-	q.launch("split_bf16", [3]uint32{uint32(M), 1, 1}, blk128, 0, q.t(xs), q.t(fl), q.t(x), ld(x), i(M), i(K), i(Kp))
+	xs, _, Kp := q.splitRows(x)
 	g := &gemmCmd{m: N, n: M, k: K, a: uintptr(q.ptr(w)), lda: w.Stride, b: uintptr(q.ptr(xs)), ldb: Kp,
 		c: uintptr(q.ptr(dst)), ldc: dst.Stride, ws: uintptr(q.ptr(gpu.Tensor{Buf: q.blasWS, Rows: 1, Cols: 1, Stride: 1}))}
 	if q.d.fault == "PROMPT" {
@@ -211,13 +175,22 @@ func (q *Queue) MatMulPrompt(dst, x, w, bias gpu.Tensor) {
 }
 
 // haveBLAS reports whether the device has cuBLAS, opening it on the owner
-// thread the first time.
+// thread the first time (MatMulPrompt asks before it records a GEMM, so
+// d.blas is set before runGemm reads it there).
 func (d *Device) haveBLAS() bool {
 	if d.noBLAS {
 		return false
 	}
 	d.blasOnce.Do(func() {
-		d.do(func() error { d.blasOn(); return nil })
+		d.do(func() error {
+			b, err := d.loadBLAS()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "cuda: prompt products on the backend's own kernels: %v\n", err)
+				return nil
+			}
+			d.blas = b
+			return nil
+		})
 	})
 	return d.blas != nil
 }

@@ -71,11 +71,10 @@ type Device struct {
 	// devUploads: not Options.HostUploads (staging's mirror).
 	devUploads bool
 	// blas is cuBLAS for the prompt products (cublas.go), opened at the
-	// first one; noBLAS: Options.NoCuBLAS.
-	blas      *blas
-	blasTried bool // owner thread
-	blasOnce  sync.Once
-	noBLAS    bool
+	// first one (blasOnce); noBLAS: Options.NoCuBLAS.
+	blas     *blas
+	blasOnce sync.Once
+	noBLAS   bool
 	// logmel holds the log-mel specs' tables (logmel.go).
 	logmel logmelCache
 

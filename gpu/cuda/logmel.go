@@ -1,9 +1,7 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 	"sync"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -37,27 +35,6 @@ func (d *Device) logmelTables(s *gpu.LogMelSpec) (*logmelTables, error) {
 	if t, ok := c.m[s]; ok {
 		return t, nil
 	}
-	f32 := func(v []float32) []byte {
-		b := make([]byte, 0, 4*len(v))
-		for _, x := range v {
-			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
-		}
-		return b
-	}
-	i32 := func(v []int32) []byte {
-		b := make([]byte, 0, 4*max(len(v), 1))
-		for _, x := range v {
-			b = binary.LittleEndian.AppendUint32(b, uint32(x))
-		}
-		if len(v) == 0 {
-			b = binary.LittleEndian.AppendUint32(b, 0)
-		}
-		return b
-	}
-	f64 := make([]byte, 0, 8*len(s.Twiddles))
-	for _, x := range s.Twiddles {
-		f64 = binary.LittleEndian.AppendUint64(f64, math.Float64bits(x))
-	}
 	t := &logmelTables{}
 	var err error
 	load := func(dst *gpu.Tensor, dt gpu.DType, b []byte) {
@@ -65,12 +42,16 @@ func (d *Device) logmelTables(s *gpu.LogMelSpec) (*logmelTables, error) {
 			*dst, err = d.Load(dt, 1, len(b)/4, b)
 		}
 	}
-	load(&t.window, gpu.F32, f32(s.Window))
-	load(&t.tw, gpu.I32, f64) // doubles, as pairs of words
-	load(&t.swaps, gpu.I32, i32(s.Swaps))
-	load(&t.fb, gpu.F32, f32(s.FB))
-	load(&t.lo, gpu.I32, i32(s.FBLo))
-	load(&t.hi, gpu.I32, i32(s.FBHi))
+	swaps := s.Swaps
+	if len(swaps) == 0 { // a buffer of one word: the kernel reads none
+		swaps = []int32{0}
+	}
+	load(&t.window, gpu.F32, bytesOf(s.Window))
+	load(&t.tw, gpu.I32, bytesOf(s.Twiddles)) // doubles, as pairs of words
+	load(&t.swaps, gpu.I32, bytesOf(swaps))
+	load(&t.fb, gpu.F32, bytesOf(s.FB))
+	load(&t.lo, gpu.I32, bytesOf(s.FBLo))
+	load(&t.hi, gpu.I32, bytesOf(s.FBHi))
 	if err != nil {
 		return nil, err
 	}

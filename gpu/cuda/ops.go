@@ -223,16 +223,7 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 		return
 	}
 	if w.DType() == gpu.BF16 && q.tensorCores() {
-		Kp := (K + 63) &^ 63
-		if q.split == nil || q.split.n < 3*M*Kp {
-			q.grow(&q.split, gpu.BF16, 3*M*Kp)
-		}
-		if q.flags == nil || q.flags.n < M {
-			q.grow(&q.flags, gpu.I32, M)
-		}
-		xs := gpu.Tensor{Buf: q.split, Rows: 1, Cols: 3 * M * Kp, Stride: 3 * M * Kp}
-		fl := gpu.Tensor{Buf: q.flags, Rows: 1, Cols: M, Stride: M}
-		q.launch("split_bf16", [3]uint32{uint32(M), 1, 1}, blk128, 0, q.t(xs), q.t(fl), q.t(x), ld(x), i(M), i(K), i(Kp))
+		xs, fl, Kp := q.splitRows(x)
 		name, g := mmaLaunch(M, N, q.d.sms, q.tileKernel)
 		if s := mmaBigSplit(M, N, K, q.d.sms, q.tileKernel); name == "mma_bf16_big" && s > 1 {
 			ncls := min(16, (K+63)/64)
@@ -262,6 +253,24 @@ func (q *Queue) MatMul(dst, x, w, bias gpu.Tensor) {
 	r := matmulRows(M)
 	q.launchEpi(epiProduct, dst, matmulKernel(r, w.DType()), matmulGrid(M, N, r), blk128, 0,
 		q.t(dst), ld(dst), q.t(x), ld(x), q.t(w), ld(w), q.t(bias), p(dtCode(bias.DType())), i(M), i(N), i(K))
+}
+
+// splitRows splits x's rows into their three bf16 parts (split_bf16) in
+// the queue's scratch: xs holds the hi rows, then the mid, then the lo,
+// each Kp (K rounded up to 64) wide, and fl each row's flags.
+func (q *Queue) splitRows(x gpu.Tensor) (xs, fl gpu.Tensor, Kp int) {
+	M, K := x.Rows, x.Cols
+	Kp = (K + 63) &^ 63
+	if q.split == nil || q.split.n < 3*M*Kp {
+		q.grow(&q.split, gpu.BF16, 3*M*Kp)
+	}
+	if q.flags == nil || q.flags.n < M {
+		q.grow(&q.flags, gpu.I32, M)
+	}
+	xs = gpu.Tensor{Buf: q.split, Rows: 1, Cols: 3 * M * Kp, Stride: 3 * M * Kp}
+	fl = gpu.Tensor{Buf: q.flags, Rows: 1, Cols: M, Stride: M}
+	q.launch("split_bf16", [3]uint32{uint32(M), 1, 1}, blk128, 0, q.t(xs), q.t(fl), q.t(x), ld(x), i(M), i(K), i(Kp))
+	return xs, fl, Kp
 }
 
 // gemvVariants are the one-row kernels by rows per warp (C) and chunks

@@ -422,11 +422,11 @@ func (q *Queue) put(b []byte) int {
 	return off
 }
 
-func bytesOf[T int32 | float32](s []T) []byte {
+func bytesOf[T int32 | float32 | float64](s []T) []byte {
 	if len(s) == 0 {
 		return nil
 	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*4)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
 }
 
 // enqueueFree queues a stream-ordered release of b behind q's recorded
