@@ -50,12 +50,7 @@ func stepsEqualPrefill(t *testing.T, tm *testModel) {
 	for _, prec := range []nn.Precision{nn.BF16, nn.F32} {
 		c := nn.NewCtx(tm.dev, tm.dev.NewQueue("test"), prec)
 		x, _ := randomRows(tm.dev, c.Q, N+k, H, 3)
-		whole := read(t, c, tm.m.Forward(c, x, []Seq{{Cache: tm.m.NewCache(tm.dev), Rows: N + k}}))
-		cache := tm.m.NewCache(tm.dev)
-		got := read(t, c, tm.m.Forward(c, x.Slice(0, N), []Seq{{Cache: cache, Rows: N}}))
-		for s := 0; s < k; s++ {
-			got = append(got, read(t, c, tm.m.Forward(c, x.Row(N+s), []Seq{{Cache: cache, Rows: 1}}))...)
-		}
+		whole, got, cache := prefillAndSteps(t, tm, c, x, N)
 		if !slices.Equal(got, whole) {
 			t.Errorf("%v: prefill %d + %d steps differs from prefill %d", prec, N, k, N+k)
 		}
@@ -63,6 +58,19 @@ func stepsEqualPrefill(t *testing.T, tm *testModel) {
 			t.Errorf("cache holds %d positions, want %d", cache.Len(), N+k)
 		}
 	}
+}
+
+// prefillAndSteps returns the rows of one prefill of x's rows and those of
+// a prefill of its first N rows followed by a single step for each of the
+// others, with that second run's cache.
+func prefillAndSteps(t testing.TB, tm *testModel, c *nn.Ctx, x gpu.Tensor, N int) (whole, stepped []float32, cache *Cache) {
+	whole = read(t, c, tm.m.Forward(c, x, []Seq{{Cache: tm.m.NewCache(tm.dev), Rows: x.Rows}}))
+	cache = tm.m.NewCache(tm.dev)
+	stepped = read(t, c, tm.m.Forward(c, x.Slice(0, N), []Seq{{Cache: cache, Rows: N}}))
+	for r := N; r < x.Rows; r++ {
+		stepped = append(stepped, read(t, c, tm.m.Forward(c, x.Row(r), []Seq{{Cache: cache, Rows: 1}}))...)
+	}
+	return whole, stepped, cache
 }
 
 // TestBatchEqualsSeparate: three sessions at different positions stepped

@@ -33,12 +33,7 @@ func TestPromptRowsWithinTolerance(t *testing.T) {
 		N := promptRows - k
 		c := nn.NewCtx(tm.dev, tm.dev.NewQueue("test"), nn.BF16)
 		x, _ := randomRows(tm.dev, c.Q, N+k, H, 7)
-		whole := read(t, c, tm.m.Forward(c, x, []Seq{{Cache: tm.m.NewCache(tm.dev), Rows: N + k}}))
-		cache := tm.m.NewCache(tm.dev)
-		got := read(t, c, tm.m.Forward(c, x.Slice(0, N), []Seq{{Cache: cache, Rows: N}}))
-		for s := 0; s < k; s++ {
-			got = append(got, read(t, c, tm.m.Forward(c, x.Row(N+s), []Seq{{Cache: cache, Rows: 1}}))...)
-		}
+		whole, got, _ := prefillAndSteps(t, tm, c, x, N)
 		_, prompt := c.Q.(gpu.PromptMatMuler)
 		if !prompt {
 			if !slices.Equal(got, whole) {
