@@ -159,6 +159,13 @@ type Options struct {
 	// backend's own kernels: a prompt's rows then equal its steps' bit for
 	// bit (cublas.go). Env OMNIPIPE_CUDA_CUBLAS=off.
 	NoCuBLAS bool
+	// TilePerBlock launches the one-row fused-norm products (NormMatMul,
+	// NormGLU on the tensor cores) as a block a 16-row tile, each block
+	// normalising the row again, instead of at most as many blocks as the
+	// GPU holds at once, each normalising it once and taking its tiles in
+	// turn (MMV_NORM_TILES). The same bits either way; for A/B
+	// measurements (env OMNIPIPE_CUDA_NORMGRID=tiles).
+	TilePerBlock bool
 	// Profile times every kernel (see Device.Profile): batches then launch
 	// kernel by kernel with events around each, graphs off. Env
 	// OMNIPIPE_CUDA_PROFILE=FILE turns it on and writes the table to FILE
@@ -183,6 +190,9 @@ func New(o Options) (*Device, error) {
 	}
 	if os.Getenv("OMNIPIPE_CUDA_CUBLAS") == "off" {
 		o.NoCuBLAS = true
+	}
+	if os.Getenv("OMNIPIPE_CUDA_NORMGRID") == "tiles" {
+		o.TilePerBlock = true
 	}
 	if os.Getenv("OMNIPIPE_CUDA_UPLOADS") == "host" {
 		o.HostUploads = true

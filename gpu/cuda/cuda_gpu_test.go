@@ -1240,3 +1240,61 @@ func TestLogMelOnDevice(t *testing.T) {
 		t.Error(msg)
 	}
 }
+
+// TestNormGridEqualsTilePerBlock: the fused-norm products give the same
+// bits (h and the output) whether a block takes one 16-row tile or, on a
+// grid of only the blocks the GPU holds at once, several in turn with the
+// row normalised once (MMV_NORM_TILES) — on shapes of more tiles than
+// that grid, the backbone's where the GPU's is large.
+func TestNormGridEqualsTilePerBlock(t *testing.T) {
+	d := openGPU(t)
+	d.mmaMatMul = true
+	defer func() { d.mmaMatMul, d.tilePerBlock = false, false }()
+	t.Logf("blocks held at once: %v", d.resident)
+	rng := rand.New(rand.NewPCG(43, 44))
+	shapes := []struct{ N, K int }{{8192, 2048}, {6144, 2048}, {4220, 264}, {2816, 1024}}
+	if d.Emulated() {
+		shapes = []struct{ N, K int }{{4220, 264}, {2200, 72}}
+	}
+	for _, sh := range shapes {
+		w1, w3 := loadNormalBF16(t, d, rng, sh.N, sh.K), loadNormalBF16(t, d, rng, sh.N, sh.K)
+		nw := loadNormalBF16(t, d, rng, 1, sh.K)
+		xs := normals(rng, sh.K)
+		if tiles, n := (sh.N+15)/16, d.resident["mmvngt_bf16_w16"]; n >= tiles {
+			t.Logf("N=%d: %d tiles, all held at once (%d): one grid either way", sh.N, tiles, n)
+		}
+		var got [2][3][]float32
+		for k, perTile := range []bool{false, true} {
+			d.tilePerBlock = perTile
+			q := d.NewQueue("normgrid").(*Queue)
+			x, hh, h2 := d.Alloc(gpu.F32, 1, sh.K), d.Alloc(gpu.F32, 1, sh.K), d.Alloc(gpu.F32, 1, sh.K)
+			dst, a, y := d.Alloc(gpu.F32, 1, sh.N), d.Alloc(gpu.F32, 1, sh.N), d.Alloc(gpu.F32, 1, sh.N)
+			q.Write(x, xs)
+			n := gpu.RowNorm{Eps: 1e-5, Round: true, W: nw, RoundW: true}
+			stop := d.countLaunches()
+			gpu.NormGLU(q, dst, a, hh, x, n, w1, w3, true)
+			gpu.NormMatMul(q, y, h2, x, n, w1, gpu.Tensor{})
+			q.flush()
+			if c := stop(); c["mmvng_bf16_w16"]+c["mmvngt_bf16_w16"] != 1 || c["mmvn_bf16_w16"]+c["mmvnt_bf16_w16"] != 1 {
+				t.Fatalf("N=%d K=%d: launches %v, want one fused GLU and one fused norm product", sh.N, sh.K, c)
+			}
+			for j, o := range []gpu.Tensor{hh, dst, y} {
+				got[k][j] = make([]float32, o.Len())
+				if err := q.Read(got[k][j], o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, b := range []gpu.Tensor{x, hh, h2, dst, a, y} {
+				d.Free(b)
+			}
+		}
+		for j, what := range []string{"h", "GLU output", "norm product"} {
+			if i := sameBits(got[0][j], got[1][j]); i >= 0 {
+				t.Errorf("N=%d K=%d: %s %d: %v on the held grid, %v a block a tile", sh.N, sh.K, what, i, got[0][j][i], got[1][j][i])
+			}
+		}
+		for _, w := range []gpu.Tensor{w1, w3, nw} {
+			d.Free(w)
+		}
+	}
+}

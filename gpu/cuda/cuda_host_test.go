@@ -1407,3 +1407,32 @@ func TestKernelsHaveCLinkage(t *testing.T) {
 		t.Errorf("only %d kernels found by name in kernels.cu", checked)
 	}
 }
+
+// TestNormGrid: a fused-norm product launches a block a tile while the
+// GPU holds them all, else as many blocks as it holds (each taking its
+// tiles in turn), and a block a tile again with Options.TilePerBlock or
+// for a kernel the device has no count of.
+func TestNormGrid(t *testing.T) {
+	d := &Device{resident: map[string]int{"mmvngt_bf16_w16": 132, "mmvnt_bf16_w16": 264}}
+	q := &Queue{d: d, name: "host"}
+	for _, c := range []struct {
+		name    string
+		N       int
+		perTile bool
+		want    uint32
+	}{
+		{"mmvngt_bf16_w16", 2048, false, 128}, // 128 tiles: all at once
+		{"mmvngt_bf16_w16", 2112, false, 132}, // exactly one block each
+		{"mmvngt_bf16_w16", 2113, false, 132}, // 133 tiles: one block takes two
+		{"mmvngt_bf16_w16", 8192, false, 132}, // the backbone's gate and up
+		{"mmvnt_bf16_w16", 6144, false, 264},  // two blocks a multiprocessor
+		{"mmvnt_bf16_w16", 3072, false, 192},  // fewer tiles than that
+		{"mmvngt_bf16_w16", 8192, true, 512},  // Options.TilePerBlock
+		{"mmvn_bf16_w16", 8192, false, 512},   // no count read
+	} {
+		d.tilePerBlock = c.perTile
+		if got := q.normGrid(c.name, c.N); got != c.want {
+			t.Errorf("normGrid(%s, %d) with tilePerBlock %v = %d, want %d", c.name, c.N, c.perTile, got, c.want)
+		}
+	}
+}

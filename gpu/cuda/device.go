@@ -75,6 +75,12 @@ type Device struct {
 	blas     *blas
 	blasOnce sync.Once
 	noBLAS   bool
+	// resident is, for each kernel of normGridKernels, how many of its
+	// blocks the GPU holds at once (multiprocessors × the driver's
+	// occupancy at the most shared memory a fused norm takes), read once
+	// at load; tilePerBlock: Options.TilePerBlock (normGrid ignores it).
+	resident     map[string]int
+	tilePerBlock bool
 	// logmel holds the log-mel specs' tables (logmel.go).
 	logmel logmelCache
 
@@ -138,7 +144,7 @@ func openDevice(o Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: !o.FusedBlock && !o.GridBlock && !o.OneKernelBlock, phasedBlock: !o.GridBlock, oneKernelBlock: o.OneKernelBlock, noTiled: o.NoTiledWeights, devUploads: !o.HostUploads, noBLAS: o.NoCuBLAS, fmaTiles: o.FMATiles, work: make(chan func()), exited: make(chan struct{})}
+	d := &Device{drv: drv, nv: nv, ordinal: o.Ordinal, fault: o.Fault, graphs: !o.NoGraphs, mmaMatMul: o.MatMul != "fma", noBlock: !o.FusedBlock && !o.GridBlock && !o.OneKernelBlock, phasedBlock: !o.GridBlock, oneKernelBlock: o.OneKernelBlock, noTiled: o.NoTiledWeights, devUploads: !o.HostUploads, noBLAS: o.NoCuBLAS, tilePerBlock: o.TilePerBlock, fmaTiles: o.FMATiles, work: make(chan func()), exited: make(chan struct{})}
 	if o.Profile {
 		p, err := newProfiler(drv)
 		if err != nil {
@@ -261,6 +267,40 @@ func (d *Device) init(o Options) error {
 		}
 		d.fns[k] = f
 		d.fnNames[f] = k
+	}
+	return d.readResidency()
+}
+
+// normGridKernels are the kernels that take their tiles in turn
+// (MMV_NORM_TILES), so that their grid may be smaller than their tiles.
+var normGridKernels = []string{"mmvn_bf16_w4", "mmvn_bf16_w16", "mmvnt_bf16_w16", "mmvng_bf16_w16", "mmvngt_bf16_w16"}
+
+// readResidency fills d.resident on the owner thread: the driver's
+// occupancy for each of normGridKernels at its block size and the most
+// dynamic shared memory a fused norm asks (mmvNormMaxK floats), times the
+// multiprocessors. A driver without the query (the host emulator) counts
+// one block a multiprocessor, which is what these 512-thread kernels get
+// on an H200 as well.
+func (d *Device) readResidency() error {
+	d.resident = make(map[string]int, len(normGridKernels))
+	c := d.drv
+	for _, k := range normGridKernels {
+		f, ok := d.fns[k]
+		if !ok {
+			return fmt.Errorf("cuda: no kernel %q", k)
+		}
+		per := int32(1)
+		if c.cuOccupancyMaxActiveBlocksPerMultiprocessor != 0 {
+			threads := uintptr(512)
+			if k == "mmvn_bf16_w4" {
+				threads = 128
+			}
+			if err := c.call("cuOccupancyMaxActiveBlocksPerMultiprocessor "+k, c.cuOccupancyMaxActiveBlocksPerMultiprocessor,
+				uintptr(unsafe.Pointer(&per)), f, threads, uintptr(4*mmvNormMaxK)); err != nil {
+				return err
+			}
+		}
+		d.resident[k] = max(1, int(per)) * max(1, d.sms)
 	}
 	return nil
 }

@@ -53,10 +53,12 @@ type driver struct {
 
 	// Optional entry points (0 where the driver lacks them): programmatic
 	// dependent launch (launch.go); stream priorities (NewPriorityQueue);
-	// a kernel's registers and spills (KernelResources).
+	// a kernel's registers and spills (KernelResources); how many blocks
+	// of a kernel a multiprocessor holds (readResidency).
 	cuGraphAddDependencies, cuLaunchKernelEx                uintptr
 	cuStreamCreateWithPriority, cuCtxGetStreamPriorityRange uintptr
 	cuFuncGetAttribute                                      uintptr
+	cuOccupancyMaxActiveBlocksPerMultiprocessor             uintptr
 }
 
 var (
@@ -133,7 +135,8 @@ func loadDriver() (*driver, error) {
 			name string
 		}{{&d.cuGraphAddDependencies, "cuGraphAddDependencies_v2"}, {&d.cuLaunchKernelEx, "cuLaunchKernelEx"},
 			{&d.cuStreamCreateWithPriority, "cuStreamCreateWithPriority"}, {&d.cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange"},
-			{&d.cuFuncGetAttribute, "cuFuncGetAttribute"}} {
+			{&d.cuFuncGetAttribute, "cuFuncGetAttribute"},
+			{&d.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor"}} {
 			if p, err := purego.Dlsym(h, s.name); err == nil {
 				*s.p = p
 			}

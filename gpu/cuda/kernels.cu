@@ -2656,6 +2656,34 @@ MMVT(mmvt_bf16_w16n1m2, 16, 1, 2)
     __syncthreads();                                                                                            \
   }
 
+// MMV_NORM_TILES(N, body…): the fused-norm kernels' 16-row tiles, tile
+// blockIdx.x, then blockIdx.x + gridDim.x, … (fused.go launches at most as
+// many blocks as the GPU holds at once, normGrid): the row is normalised
+// once a block, by the first tile's prologue (pro), and every tile after
+// it reads the same shared floats — where a grid of a block a tile
+// normalised it again in every wave. Each tile's sums and epilogue are
+// mmv_tile's, whichever block takes it, so the grid changes no bit; the
+// barrier keeps a tile's class sums (shared memory) from the next tile's
+// until warp 0 has folded them. FAULT_MMV_PERSIST skips a block's second
+// tile.
+#ifdef FAULT_MMV_PERSIST
+#define MMV_PERSIST_STEP(g) ((g) + ((tile == (int)blockIdx.x) ? (int)gridDim.x : 0))
+#else
+#define MMV_PERSIST_STEP(g) (g)
+#endif
+#define MMV_NORM_TILES(N, ...)                                                                                  \
+  {                                                                                                             \
+    bool first = true;                                                                                          \
+    auto pro = [&]() {                                                                                          \
+      if (first) norm();                                                                                        \
+    };                                                                                                          \
+    for (int tile = blockIdx.x; tile < ((N) + 15) / 16; tile += MMV_PERSIST_STEP((int)gridDim.x)) {          \
+      if (!first) __syncthreads();                                                                              \
+      __VA_ARGS__                                                                                               \
+      first = false;                                                                                            \
+    }                                                                                                           \
+  }
+
 // MMV_NORM(name, W, TL): one row h = rmsnorm(x) (rmsnorm_f32's floats,
 // block 0 writes h) and d = h·wᵀ (+ bias) with mmv_tile's sums (so
 // mma_tile's): GEMV_NORM for the tensor-core order. Every block normalises
@@ -2668,7 +2696,9 @@ MMVT(mmvt_bf16_w16n1m2, 16, 1, 2)
     pdl_prefetch_rows(w, TL ? (K + 63) / 64 * 1024LL : ldw, 2, TL ? (K + 63) / 64 * 1024 : K, TL ? (int)blockIdx.x : (int)blockIdx.x * 16, TL ? (int)blockIdx.x + 1 : min(N, (int)(blockIdx.x + 1) * 16)); \
     PDL_ENTER();                                                                                                \
     MMV_NORM_ROW(W);                                                                                            \
-    mmv_tile<W, 1, 1, decltype(norm), 0, TL>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, norm, blockIdx.x, 0, EPI_ARGS); \
+    MMV_NORM_TILES(N, {                                                                                         \
+      mmv_tile<W, 1, 1, decltype(pro), 0, TL>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, pro, tile, 0, EPI_ARGS);  \
+    });                                                                                                         \
   }
 
 MMV_NORM(mmvn_bf16_w4, 4, 0)
@@ -2694,8 +2724,10 @@ MMV_NORM(mmvnt_bf16_w16, 16, 1)  // on tiled weights (tiled.go)
     const u16 *wg = w1, *wu = w3;                                                                               \
     i64 ldg = ld1, ldu = ld3;                                                                                   \
     MMV_GLU_FAULT();                                                                                            \
-    mmv_tile<W, 2, 1, decltype(norm), 1, TL>(d, 0, xs, 0, wg, ldg, nullptr, 0, 1, N, K, norm, blockIdx.x, 0, rnd, \
-                                             ACT_SILU, rnd1, nullptr, 0, OP_MUL, rnd2, wu, ldu);                \
+    MMV_NORM_TILES(N, {                                                                                         \
+      mmv_tile<W, 2, 1, decltype(pro), 1, TL>(d, 0, xs, 0, wg, ldg, nullptr, 0, 1, N, K, pro, tile, 0, rnd,       \
+                                              ACT_SILU, rnd1, nullptr, 0, OP_MUL, rnd2, wu, ldu);               \
+    });                                                                                                         \
   }
 
 #ifdef FAULT_MMV_GLU
