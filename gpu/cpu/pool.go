@@ -69,10 +69,10 @@ func newJob() *job {
 var (
 	// spinFor is how long a helper polls for the next loop before it
 	// parks.
-	spinFor = envDuration("OMNIPIPE_CPU_SPIN", 50*time.Microsecond)
+	spinFor = envDuration("OMNIPIPE_CPU_SPIN", 500*time.Microsecond)
 	// yieldEvery is how often a polling helper yields its P (never when
 	// zero).
-	yieldEvery = envDuration("OMNIPIPE_CPU_YIELD", 2*time.Microsecond)
+	yieldEvery = envDuration("OMNIPIPE_CPU_YIELD", 20*time.Microsecond)
 )
 
 const (
@@ -105,9 +105,16 @@ func (p *pool) help(id int, inbox chan *job) {
 		// Poll: take the loops posted while this helper is awake. The
 		// counter is read in a tight loop and the helper yields its P only
 		// every yieldEvery: yielding at every look put a third of a
-		// 16-core depthformer frame's CPU profile in the scheduler's lock,
+		// 16-core depthformer frame's CPU profile in the scheduler's lock
+		// (every 2 µs still put a fifth there: 15 helpers through the
+		// global run queue's lock half a million times a second each),
 		// and never yielding starved the goroutines that post the loops
-		// (they wait for a P once they have parked on a loop's end).
+		// (they wait for a P once they have parked on a loop's end — the
+		// last helper out of such a loop now hands its P over, leave).
+		// Measured on 16 Xeon cores (docs/performance.md): every 20 µs
+		// with 500 µs of polling took one session's frame from
+		// 13.4–19.4 to 10.8–11.9 ms and four sessions' from 20.0–27.4 to
+		// 18.6–23.0 ms against every 2 µs with 50 µs.
 		now := time.Now()
 		until, yield := now.Add(spinFor), now.Add(yieldEvery)
 		for {
@@ -173,8 +180,18 @@ func (j *job) join() bool {
 func (j *job) leave() {
 	if j.state.Add(-1) == closed {
 		j.done <- struct{}{}
+		if handOff {
+			// The submitter, if it parked on done, is now this P's next
+			// goroutine: let it run at once rather than after this
+			// helper's next yield.
+			runtime.Gosched()
+		}
 	}
 }
+
+// handOff makes the last helper out of a loop whose submitter waits yield
+// its P to it (env OMNIPIPE_CPU_HANDOFF=off: not; a tuning knob).
+var handOff = os.Getenv("OMNIPIPE_CPU_HANDOFF") != "off"
 
 // work takes chunks until none is left.
 func (j *job) work(w int) {
