@@ -1251,6 +1251,11 @@ func TestNormGridEqualsTilePerBlock(t *testing.T) {
 	d.mmaMatMul = true
 	defer func() { d.mmaMatMul, d.tilePerBlock = false, false }()
 	t.Logf("blocks held at once: %v", d.resident)
+	for _, k := range normGridKernels {
+		if r, err := d.KernelResources(k); err == nil { // a diagnostic (the emulator has no such query)
+			t.Logf("%s: %d registers, %d bytes of local memory a thread", k, r.Registers, r.LocalBytes)
+		}
+	}
 	rng := rand.New(rand.NewPCG(43, 44))
 	shapes := []struct{ N, K int }{{8192, 2048}, {6144, 2048}, {4220, 264}, {2816, 1024}}
 	if d.Emulated() {

@@ -34,6 +34,7 @@ var Faults = map[string]string{
 	"MMV":             "matmul",          // drops each warp's first superblock in the few-row tensor-core kernel
 	"MMV_GLU":         "normglu",         // the fused SwiGLU kernel takes silu of the up product, not the gate's
 	"MMV_PERSIST":     "normglu",         // a fused-norm kernel's block skips its second tile (grids smaller than their tiles)
+	"MMV_CARRY":       "normglu",         // a block's next tile starts on the first superblock of the tile after it
 	"MMV_EXACT":       "matmul",          // the few-row kernels' bf16 fast path takes fp32 rows as bf16 (drops their low halves)
 	"ATTN_MASK":       "attention",       // sliding window one key too wide
 	"ATTN_ROUND":      "attention",       // drops the bf16 rounding of exp(s − m)

@@ -2070,10 +2070,17 @@ __device__ __forceinline__ void mmv_parts(const float* xr, bool xv, int k, int K
 // its four 16-byte loads a thread 512 contiguous bytes of the warp, where
 // the rows put them in 16 pieces of 128 bytes a row apart. The same values
 // reach the same registers, so the same MMAs give the same bits.
+//
+// mmv_tile_carry is mmv_tile on weight registers wa of the caller's:
+// preloaded says wa already holds this tile's first superblock (the tile
+// before asked for it), and with tiled weights a nextbx ≥ 0 has the
+// tile's last act ask for tile nextbx's first superblock into wa, after
+// every MMA of this one (MMV_NORM_TILES). The loads move; no value does.
 template <int W, int NT, int MT, class Pro, int DUAL = 0, int TL = 0>
-__device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
-                                         const void* bias, int bdt, int M, int N, int K, Pro pro, int bx, int by,
-                                         EPI_PARAMS, const u16* wb = nullptr, i64 ldwb = 0) {
+__device__ __forceinline__ void mmv_tile_carry(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
+                                               const void* bias, int bdt, int M, int N, int K, Pro pro, int bx,
+                                               int by, EPI_PARAMS, const u16* wb, i64 ldwb,
+                                               u32 (&wa)[16 / W][NT][2][8], bool preloaded, int nextbx) {
   static_assert(!DUAL || NT == 2, "a dual tile is two tiles");
   constexpr int CW = 16 / W;                  // classes a warp
   __shared__ float part[16][NT][MT][32][4];  // the class sums
@@ -2106,12 +2113,12 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
     int tt = min(n0 / 16 + (DUAL ? 0 : nt), (N - 1) / 16);  // a tile past N: its outputs are not stored
     wt[nt] = base + (i64)tt * nsb * 1024 + 8 * lane;
   }
-  u32 wa[CW][NT][2][8];
 #ifdef FAULT_MMV
-  int s0 = warp + 16;  // drops the first superblock of each of the warp's first classes
+  const int sfirst = warp + 16;  // drops the first superblock of each of the warp's first classes
 #else
-  int s0 = warp;
+  const int sfirst = warp;
 #endif
+  int s0 = sfirst;
   auto loadw = [&](int sb) {
 #pragma unroll
     for (int c = 0; c < CW; c++) {
@@ -2134,7 +2141,7 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
       }
     }
   };
-  loadw(s0);
+  if (!preloaded) loadw(s0);
   pro();
   const float* xr[MT];
 #pragma unroll
@@ -2158,6 +2165,22 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
         });
     }
     if (s0 + 16 < nsb) loadw(s0 + 16);
+  }
+  // Every weight of this tile is multiplied: with a next tile (tiled
+  // weights), its first superblock's loads go out now, into wa, while the
+  // class sums are folded below and the caller's barrier waits.
+  if (TL && nextbx >= 0) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      const u16* base = DUAL && nt == 1 ? wb : w;
+#ifdef FAULT_MMV_CARRY
+      int tt = min(nextbx * (DUAL ? 1 : NT) + (DUAL ? 0 : nt) + 1, (N - 1) / 16);  // the tile after the next
+#else
+      int tt = min(nextbx * (DUAL ? 1 : NT) + (DUAL ? 0 : nt), (N - 1) / 16);
+#endif
+      wt[nt] = base + (i64)tt * nsb * 1024 + 8 * lane;
+    }
+    loadw(sfirst);
   }
 #pragma unroll
   for (int c = 0; c < CW; c++)
@@ -2206,6 +2229,17 @@ __device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 
       }
     }
   }
+}
+
+// mmv_tile is mmv_tile_carry with its weight registers its own: the
+// tile's first superblock loaded at its start, no next tile asked for.
+template <int W, int NT, int MT, class Pro, int DUAL = 0, int TL = 0>
+__device__ __forceinline__ void mmv_tile(float* d, i64 ldd, const float* x, i64 ldx, const u16* w, i64 ldw,
+                                         const void* bias, int bdt, int M, int N, int K, Pro pro, int bx, int by,
+                                         EPI_PARAMS, const u16* wb = nullptr, i64 ldwb = 0) {
+  u32 wa[16 / W][NT][2][8];
+  mmv_tile_carry<W, NT, MT, Pro, DUAL, TL>(d, ldd, x, ldx, w, ldw, bias, bdt, M, N, K, pro, bx, by, EPI_ARGS, wb, ldwb,
+                                           wa, false, -1);
 }
 
 extern "C" {
@@ -2656,29 +2690,34 @@ MMVT(mmvt_bf16_w16n1m2, 16, 1, 2)
     __syncthreads();                                                                                            \
   }
 
-// MMV_NORM_TILES(N, body…): the fused-norm kernels' 16-row tiles, tile
-// blockIdx.x, then blockIdx.x + gridDim.x, … (fused.go launches at most as
-// many blocks as the GPU holds at once, normGrid): the row is normalised
-// once a block, by the first tile's prologue (pro), and every tile after
-// it reads the same shared floats — where a grid of a block a tile
-// normalised it again in every wave. Each tile's sums and epilogue are
-// mmv_tile's, whichever block takes it, so the grid changes no bit; the
-// barrier keeps a tile's class sums (shared memory) from the next tile's
-// until warp 0 has folded them. FAULT_MMV_PERSIST skips a block's second
-// tile.
+// MMV_NORM_TILES(N, W, NT, body…): the fused-norm kernels' 16-row tiles
+// (mmv_tile_carry with W warps and NT tiles a pass), tile blockIdx.x,
+// then blockIdx.x + gridDim.x, … (fused.go launches at most as many
+// blocks as the GPU holds at once, normGrid): the row is normalised once
+// a block, by the first tile's prologue (pro), and every tile after it
+// reads the same shared floats — where a grid of a block a tile
+// normalised it again in every wave. On tiled weights a tile's last
+// superblock done, its warps ask for the next tile's first (next, into
+// carry) before the class sums are folded, so the next tile starts with
+// its weights on the way. Each tile's sums and epilogue are mmv_tile's,
+// whichever block takes it, so the grid changes no bit; the barrier keeps
+// a tile's class sums (shared memory) from the next tile's until warp 0
+// has folded them. FAULT_MMV_PERSIST skips a block's second tile.
 #ifdef FAULT_MMV_PERSIST
 #define MMV_PERSIST_STEP(g) ((g) + ((tile == (int)blockIdx.x) ? (int)gridDim.x : 0))
 #else
 #define MMV_PERSIST_STEP(g) (g)
 #endif
-#define MMV_NORM_TILES(N, ...)                                                                                  \
+#define MMV_NORM_TILES(N, W, NT, ...)                                                                           \
   {                                                                                                             \
     bool first = true;                                                                                          \
     auto pro = [&]() {                                                                                          \
       if (first) norm();                                                                                        \
     };                                                                                                          \
+    u32 carry[16 / (W)][NT][2][8];                                                                              \
     for (int tile = blockIdx.x; tile < ((N) + 15) / 16; tile += MMV_PERSIST_STEP((int)gridDim.x)) {          \
       if (!first) __syncthreads();                                                                              \
+      int next = tile + MMV_PERSIST_STEP((int)gridDim.x) < ((N) + 15) / 16 ? tile + MMV_PERSIST_STEP((int)gridDim.x) : -1; \
       __VA_ARGS__                                                                                               \
       first = false;                                                                                            \
     }                                                                                                           \
@@ -2696,8 +2735,9 @@ MMVT(mmvt_bf16_w16n1m2, 16, 1, 2)
     pdl_prefetch_rows(w, TL ? (K + 63) / 64 * 1024LL : ldw, 2, TL ? (K + 63) / 64 * 1024 : K, TL ? (int)blockIdx.x : (int)blockIdx.x * 16, TL ? (int)blockIdx.x + 1 : min(N, (int)(blockIdx.x + 1) * 16)); \
     PDL_ENTER();                                                                                                \
     MMV_NORM_ROW(W);                                                                                            \
-    MMV_NORM_TILES(N, {                                                                                         \
-      mmv_tile<W, 1, 1, decltype(pro), 0, TL>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, pro, tile, 0, EPI_ARGS);  \
+    MMV_NORM_TILES(N, W, 1, {                                                                                   \
+      mmv_tile_carry<W, 1, 1, decltype(pro), 0, TL>(d, 0, xs, 0, w, ldw, bias, bdt, 1, N, K, pro, tile, 0, EPI_ARGS, \
+                                                    nullptr, 0, carry, !first && TL, next);                      \
     });                                                                                                         \
   }
 
@@ -2724,9 +2764,10 @@ MMV_NORM(mmvnt_bf16_w16, 16, 1)  // on tiled weights (tiled.go)
     const u16 *wg = w1, *wu = w3;                                                                               \
     i64 ldg = ld1, ldu = ld3;                                                                                   \
     MMV_GLU_FAULT();                                                                                            \
-    MMV_NORM_TILES(N, {                                                                                         \
-      mmv_tile<W, 2, 1, decltype(pro), 1, TL>(d, 0, xs, 0, wg, ldg, nullptr, 0, 1, N, K, pro, tile, 0, rnd,       \
-                                              ACT_SILU, rnd1, nullptr, 0, OP_MUL, rnd2, wu, ldu);               \
+    MMV_NORM_TILES(N, W, 2, {                                                                                   \
+      mmv_tile_carry<W, 2, 1, decltype(pro), 1, TL>(d, 0, xs, 0, wg, ldg, nullptr, 0, 1, N, K, pro, tile, 0, rnd, \
+                                                    ACT_SILU, rnd1, nullptr, 0, OP_MUL, rnd2, wu, ldu, carry,    \
+                                                    !first && TL, next);                                         \
     });                                                                                                         \
   }
 

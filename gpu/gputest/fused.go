@@ -46,10 +46,12 @@ func checkNormMatMul(h *harness) {
 		M, K, N int
 		eps     float32
 		weight  bool
-	}{{1, 1024, 33, 1e-5, true}, {1, 2048, 300, 0.5, true}, {1, 64, 1029, 0.5, false}, {1, 264, 5, 0.5, true},
-		{1, 1030, 7, 0.5, true}, {3, 296, 5, 0.5, true}, {1, 304, 2110, 0.5, true}, {1, 264, 4220, 0.5, false}} {
+		aligned bool // the weight's view from its first row (a GPU's tiled copy serves it)
+	}{{1, 1024, 33, 1e-5, true, false}, {1, 2048, 300, 0.5, true, false}, {1, 64, 1029, 0.5, false, false},
+		{1, 264, 5, 0.5, true, false}, {1, 1030, 7, 0.5, true, false}, {3, 296, 5, 0.5, true, false},
+		{1, 304, 2110, 0.5, true, false}, {1, 264, 4220, 0.5, false, false}, {1, 264, 4220, 0.5, true, true}} {
 		xv, x, nw, wv := h.normInput(c.M, c.K, c.weight)
-		w := h.weight(gpu.BF16, c.N, c.K, false, 1)
+		w := h.alignedWeight(c.aligned, gpu.BF16, c.N, c.K)
 		var b operand
 		bt := gpu.Tensor{}
 		if i%2 == 0 {
@@ -222,11 +224,13 @@ func checkNormGLU(h *harness) {
 		eps     float32
 		weight  bool
 		round   bool
-	}{{1, 1024, 33, 1e-5, true, true}, {1, 2048, 300, 0.5, true, false}, {1, 264, 4220, 0.5, false, true},
-		{1, 1030, 17, 0.5, true, true}, {3, 296, 5, 0.5, true, true}} {
+		aligned bool // w1 and w3 viewed from their first rows (a GPU's tiled copies serve them)
+	}{{1, 1024, 33, 1e-5, true, true, false}, {1, 2048, 300, 0.5, true, false, false},
+		{1, 264, 4220, 0.5, false, true, false}, {1, 264, 4220, 0.5, true, true, true},
+		{1, 1030, 17, 0.5, true, true, false}, {3, 296, 5, 0.5, true, true, false}} {
 		xv, x, nw, wv := h.normInput(c.M, c.K, c.weight)
-		w1 := h.weight(gpu.BF16, c.F, c.K, false, 1)
-		w3 := h.weight(gpu.BF16, c.F, c.K, false, 1)
+		w1 := h.alignedWeight(c.aligned, gpu.BF16, c.F, c.K)
+		w3 := h.alignedWeight(c.aligned, gpu.BF16, c.F, c.K)
 		hv, dst, a := h.f32(c.M, c.K, false), h.f32(c.M, c.F, false), h.f32(c.M, c.F, false)
 		gpu.NormGLU(h.q, dst.view, a.view, hv.view, x.view, gpu.RowNorm{Eps: c.eps, W: nw.view}, w1.view, w3.view, c.round)
 		name := fmt.Sprintf("M=%d/K=%d/F=%d/eps=%g/weight=%v/round=%v", c.M, c.K, c.F, c.eps, c.weight, c.round)
@@ -291,4 +295,17 @@ func (h *harness) normInput(M, K int, weight bool) (xv []float32, x, nw operand,
 		wv = nw.vals
 	}
 	return xv, x, nw, wv
+}
+
+// alignedWeight is weight (unscaled, unstrided) whose view starts at the
+// first row of its buffer where aligned, else at a random top row as
+// weight places it: a GPU keeps a tiled copy of a loaded bf16 matrix for
+// its few-row products, which serves only views from a multiple of 16
+// rows, so aligned cases take those kernels' tiled paths.
+func (h *harness) alignedWeight(aligned bool, dt gpu.DType, rows, cols int) operand {
+	if aligned {
+		h.top = 1
+		defer func() { h.top = 0 }()
+	}
+	return h.weight(dt, rows, cols, false, 1)
 }
