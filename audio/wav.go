@@ -134,7 +134,9 @@ func DecodeBytes(b []byte, opts DecodeOptions) (*Clip, error) {
 // It reads RIFF/WAVE, RF64 and BW64; PCM 8/16/24/32-bit, IEEE float 32/64 and
 // WAVE_FORMAT_EXTENSIBLE with the PCM or float sub-format; any chunk order
 // with fmt before data, odd-sized chunks with their pad byte, and a data
-// chunk whose size is 0 or 0xFFFFFFFF (a streamed WAV: read to EOF).
+// chunk whose size is 0 or 0xFFFFFFFF (a streamed WAV: read to EOF) or the
+// placeholder of about 2 GiB that arecord writes to a pipe (read to EOF or
+// that size).
 // Allocation is bounded by the bytes actually present and by the limits in
 // opts, never by a header field alone.
 func Decode(r io.Reader, opts DecodeOptions) (*Clip, error) {
@@ -255,11 +257,16 @@ func (d *decoder) decode() (*Clip, error) {
 			if d.fmt == nil {
 				return nil, fmt.Errorf("%w: data chunk before fmt chunk", ErrMalformed)
 			}
-			known := size != 0 && size != 0xFFFFFFFF
-			if d.rf64 && size == 0xFFFFFFFF && d.ds64 != 0 {
-				size, known = d.ds64, true
+			mode := sizeExact
+			switch {
+			case d.rf64 && size == 0xFFFFFFFF && d.ds64 != 0:
+				size = d.ds64
+			case size == 0 || size == 0xFFFFFFFF:
+				mode = sizeOpen
+			case size >= minPlaceholder && size <= maxPlaceholder:
+				mode = sizeAtMost
 			}
-			return d.readData(size, known)
+			return d.readData(size, mode)
 		default:
 			if err := d.skip(int64(size+size&1), fmt.Sprintf("%q chunk", id)); err != nil {
 				return nil, err
@@ -357,18 +364,42 @@ func (d *decoder) readFmt(size uint64) (*format, error) {
 	return f, nil
 }
 
-// readData decodes the data chunk: size bytes when known, else to EOF.
-func (d *decoder) readData(size uint64, known bool) (*Clip, error) {
+// dataSize says how a data chunk's declared size bounds its audio.
+type dataSize int
+
+const (
+	// sizeExact: the chunk holds its declared size; less is truncation.
+	sizeExact dataSize = iota
+	// sizeOpen: a streamed WAV's 0 or 0xFFFFFFFF; the audio runs to EOF.
+	sizeOpen
+	// sizeAtMost: a size of about 2 GiB, which a writer that cannot seek
+	// back (arecord to a pipe: 0x7FFFFF00 or 2^31) puts in a streamed
+	// WAV's header; the audio ends at EOF or at that size.
+	sizeAtMost
+)
+
+// The declared data sizes read as sizeAtMost.
+const (
+	minPlaceholder = 0x7FFF0000
+	maxPlaceholder = 0x80000000
+)
+
+// readData decodes the data chunk of the declared size, as mode says.
+func (d *decoder) readData(size uint64, mode dataSize) (*Clip, error) {
 	f := d.fmt
 	limit := d.opts.maxFrames(f.rate)
 	ba := uint64(f.blockAlign)
-	if known {
+	past := (uint64(limit) + 1) * ba // read at most one frame past the limit
+	switch mode {
+	case sizeExact:
 		if size/ba > uint64(limit) {
 			return nil, d.tooLong(size/ba, true)
 		}
 		size -= size % ba // a trailing partial frame is ignored
-	} else {
-		size = (uint64(limit) + 1) * ba // read at most one frame past the limit
+	case sizeAtMost:
+		size = min(size-size%ba, past)
+	default:
+		size = past
 	}
 	// Samples grow with the data actually read: the first allocation is
 	// capped by what the reader holds, if it says, else by 64 Ki samples;
@@ -392,7 +423,7 @@ func (d *decoder) readData(size uint64, known bool) (*Clip, error) {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 				return nil, fmt.Errorf("read data chunk: %w", err)
 			}
-			if known {
+			if mode == sizeExact {
 				return nil, fmt.Errorf("%w: data chunk declares %d bytes, only %d present", ErrTruncated, size, got)
 			}
 			break
