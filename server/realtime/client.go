@@ -189,6 +189,10 @@ func Decode(data []byte) (Event, *Error) {
 		EventID json.RawMessage `json:"event_id"`
 	}
 	if err := json.Unmarshal(data, &h); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field == "type" {
+			return nil, Invalid(CodeInvalidJSON, "type", "type must be a string naming the event (such as \"session.update\"), not %s", te.Value)
+		}
 		return nil, Invalid(CodeInvalidJSON, "", "the event is not a JSON object: %v", jsonErr(err))
 	}
 	var id string
@@ -507,7 +511,9 @@ func strict(data []byte, v any) *Error {
 
 func jsonKind(k string) string {
 	switch k {
-	case "int", "int64", "float64":
+	case "int", "int64":
+		return "integer"
+	case "float64":
 		return "number"
 	case "ptr", "struct", "map":
 		return "object"
@@ -519,8 +525,19 @@ func jsonKind(k string) string {
 	return k
 }
 
-// jsonErr shortens encoding/json's messages.
-func jsonErr(err error) string { return truncate(strings.TrimPrefix(err.Error(), "json: "), 200) }
+// jsonErr describes a decoding error for the client: what the JSON held
+// where it has the wrong type (encoding/json's own message names Go
+// types), else encoding/json's message, shortened.
+func jsonErr(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Sprintf("%s is %s, want %s", te.Field, te.Value, jsonKind(te.Type.Kind().String()))
+		}
+		return "got " + te.Value
+	}
+	return truncate(strings.TrimPrefix(err.Error(), "json: "), 200)
+}
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

@@ -58,6 +58,37 @@ func TestDecode(t *testing.T) {
 	}
 }
 
+// TestDecodeErrorMessages: an error names the field and what JSON it
+// wants in the client's terms, never encoding/json's Go types.
+func TestDecodeErrorMessages(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, code, param, message string
+	}{
+		{"array", `[1]`, CodeInvalidJSON, "", "the event is not a JSON object: got array"},
+		{"type not string", `{"type":3}`, CodeInvalidJSON, "type", "type must be a string naming the event (such as \"session.update\"), not number"},
+		{"fractional ms", `{"type":"conversation.item.truncate","item_id":"a","content_index":0,"audio_end_ms":1234.5}`,
+			CodeInvalidValue, "audio_end_ms", "audio_end_ms must be a JSON integer, not number 1234.5"},
+		{"index as string", `{"type":"conversation.item.truncate","item_id":"a","content_index":"0","audio_end_ms":1}`,
+			CodeInvalidValue, "content_index", "content_index must be a JSON integer, not string"},
+		{"response not object", `{"type":"response.create","response":[]}`, CodeInvalidValue, "response", "response must be an object: got array"},
+		{"session not object", `{"type":"session.update","session":"x"}`, CodeInvalidValue, "session", "session must be an object: got string"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Decode([]byte(tc.in))
+			if err == nil {
+				t.Fatalf("Decode(%s) decoded, want error %s", tc.in, tc.code)
+			}
+			param := ""
+			if err.Param != nil {
+				param = *err.Param
+			}
+			if err.Code != tc.code || param != tc.param || err.Message != tc.message {
+				t.Errorf("Decode(%s) = %s (param %q): %q\nwant %s (param %q): %q", tc.in, err.Code, param, err.Message, tc.code, tc.param, tc.message)
+			}
+		})
+	}
+}
+
 func typeName(v any) string {
 	switch v.(type) {
 	case *SessionUpdate:
