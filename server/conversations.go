@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
@@ -18,6 +19,10 @@ type conversation struct {
 	sess  *pipeline.Session
 	inUse bool      // a request holds it
 	used  time.Time // when the last request let it go
+	// held is the context of the request holding it (its turn stops when
+	// that ends); freed is closed when that request lets it go.
+	held  context.Context
+	freed chan struct{}
 }
 
 // conversations maps conversation ids to sessions: at most max of them,
@@ -35,11 +40,35 @@ func newConversations(max int, ttl time.Duration) *conversations {
 	return &conversations{byID: map[string]*conversation{}, max: max, ttl: ttl, now: time.Now}
 }
 
-// acquire holds the conversation id, or a new one made with newSession
-// when id is empty.
-func (cs *conversations) acquire(id string, newSession func() *pipeline.Session) (*conversation, *apiError) {
+// acquire holds the conversation id for the request of ctx, or a new one
+// made with newSession when id is empty. A conversation held by a request
+// whose client has gone is waited for (its cancelled turn ends at the
+// engine's next frame), so that a client that hangs up and continues at
+// once is not refused as busy; one held by a live request is busy.
+func (cs *conversations) acquire(ctx context.Context, id string, newSession func() *pipeline.Session) (*conversation, *apiError) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	for {
+		c, wait, err := cs.tryAcquireLocked(ctx, id, newSession)
+		if wait == nil {
+			return c, err
+		}
+		cs.mu.Unlock()
+		select {
+		case <-wait:
+			cs.mu.Lock()
+		case <-ctx.Done():
+			cs.mu.Lock()
+			return nil, newError(http.StatusServiceUnavailable, typeServer, codeCancelled, "",
+				"gave up waiting for the conversation's cancelled turn to end: "+context.Cause(ctx).Error())
+		}
+	}
+}
+
+// tryAcquireLocked is acquire without waiting: it returns the held
+// conversation, an error, or a channel that is closed when the cancelled
+// request that holds the conversation lets it go.
+func (cs *conversations) tryAcquireLocked(ctx context.Context, id string, newSession func() *pipeline.Session) (*conversation, <-chan struct{}, *apiError) {
 	now := cs.now()
 	if id != "" {
 		c, ok := cs.byID[id]
@@ -48,23 +77,32 @@ func (cs *conversations) acquire(id string, newSession func() *pipeline.Session)
 			ok = false
 		}
 		if !ok {
-			return nil, newError(http.StatusNotFound, typeInvalidRequest, codeUnknownConversation, "conversation_id",
+			return nil, nil, newError(http.StatusNotFound, typeInvalidRequest, codeUnknownConversation, "conversation_id",
 				"unknown conversation "+quote(id)+" (conversations are forgotten after "+cs.ttl.String()+" without a request, and when the server restarts)")
 		}
 		if c.inUse {
-			return nil, newError(http.StatusConflict, typeInvalidRequest, codeConversationBusy, "conversation_id",
+			if c.held.Err() != nil {
+				return nil, c.freed, nil
+			}
+			return nil, nil, newError(http.StatusConflict, typeInvalidRequest, codeConversationBusy, "conversation_id",
 				"conversation "+quote(id)+" already has a turn running; wait for its done event")
 		}
-		c.inUse = true
-		return c, nil
+		c.hold(ctx)
+		return c, nil, nil
 	}
 	if len(cs.byID) >= cs.max && !cs.evictLocked(now) {
-		return nil, newError(http.StatusServiceUnavailable, typeServer, codeTooManyConvs, "",
+		return nil, nil, newError(http.StatusServiceUnavailable, typeServer, codeTooManyConvs, "",
 			"every conversation slot is in use; retry later")
 	}
-	c := &conversation{id: newID("conv_"), sess: newSession(), inUse: true, used: now}
+	c := &conversation{id: newID("conv_"), sess: newSession(), used: now}
+	c.hold(ctx)
 	cs.byID[c.id] = c
-	return c, nil
+	return c, nil, nil
+}
+
+// hold marks c held by the request of ctx (cs.mu held).
+func (c *conversation) hold(ctx context.Context) {
+	c.inUse, c.held, c.freed = true, ctx, make(chan struct{})
 }
 
 // release lets c go. A conversation whose first turn never started (keep
@@ -72,8 +110,9 @@ func (cs *conversations) acquire(id string, newSession func() *pipeline.Session)
 func (cs *conversations) release(c *conversation, keep bool) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	c.inUse = false
+	c.inUse, c.held = false, nil
 	c.used = cs.now()
+	close(c.freed)
 	if !keep {
 		cs.dropLocked(c)
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/omni-pipe/omni-pipe/pipeline"
 )
 
 // TestHangUpsLeakNothing abandons 50 streams in every way a client can
@@ -170,5 +173,52 @@ func TestShutdownCancelsAfterGrace(t *testing.T) {
 	}
 	if !strings.Contains(s.err.Error.Message, errShutdown.Error()) {
 		t.Errorf("error event %q does not say the server shut down", s.err.Error.Message)
+	}
+}
+
+// stepTeacher makes every text step of a turn take step: a frame in
+// progress that a client's hang-up must wait out.
+type stepTeacher struct {
+	step time.Duration
+}
+
+func (s stepTeacher) Text(_, picked int, _ []float32) int {
+	time.Sleep(s.step)
+	return picked
+}
+
+func (stepTeacher) AudioCode(_, _, picked int, _ []float32) int { return picked }
+
+// TestContinueAfterHangUp: a client that hangs up on a turn and at once
+// sends the conversation's next one is answered once the cancelled turn
+// has stopped at its frame, not refused as conversation_busy.
+func TestContinueAfterHangUp(t *testing.T) {
+	ts := startServer(t, Config{})
+	ts.hookStart = func(req *pipeline.Request) {
+		if req.Text == "Tell me a long story." {
+			req.Teacher = stepTeacher{500 * time.Millisecond}
+		}
+	}
+	first := ts.post(t, "/v1/audio/chat", map[string]any{"text": "Hi.", "max_new_tokens": 4, "stream": false})
+	first.Body.Close()
+	id := first.Header.Get(headerConversationID)
+	if first.StatusCode != http.StatusOK || id == "" {
+		t.Fatalf("first turn: %s, conversation %q", first.Status, id)
+	}
+
+	ctx, hangUp := context.WithCancel(context.Background())
+	long := ts.do(t, ctx, http.MethodPost, "/v1/audio/chat", map[string]any{"conversation_id": id, "text": "Tell me a long story."})
+	if long.StatusCode != http.StatusOK {
+		t.Fatalf("long turn: %s", long.Status)
+	}
+	hangUp() // the turn is inside its first (slow) text step
+	long.Body.Close()
+	time.Sleep(50 * time.Millisecond) // the server sees the connection close
+
+	next := ts.post(t, "/v1/audio/chat", map[string]any{"conversation_id": id, "text": "Never mind. Hello!", "max_new_tokens": 4, "stream": false})
+	defer next.Body.Close()
+	if next.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(next.Body)
+		t.Fatalf("next turn after the hang-up: %s %s", next.Status, body)
 	}
 }

@@ -106,7 +106,7 @@ func (s *Server) admit(c echo.Context, be *Backend, job *turnJob) (*turn, *apiEr
 		release()
 		return nil, shuttingDown()
 	}
-	conv, aerr := s.convs.acquire(job.conversationID, be.Engine.NewSession)
+	conv, aerr := s.convs.acquire(ctx, job.conversationID, be.Engine.NewSession)
 	if aerr != nil {
 		release()
 		return nil, aerr

@@ -65,6 +65,7 @@ func TestLimiter(t *testing.T) {
 
 func TestConversations(t *testing.T) {
 	now := time.Unix(1000, 0)
+	ctx := context.Background()
 	cs := newConversations(2, time.Minute)
 	cs.now = func() time.Time { return now }
 	newSess := func() *pipeline.Session { return &pipeline.Session{} }
@@ -75,32 +76,32 @@ func TestConversations(t *testing.T) {
 		return e.Code
 	}
 
-	a, err := cs.acquire("", newSess)
+	a, err := cs.acquire(ctx, "", newSess)
 	if err != nil || !strings.HasPrefix(a.id, "conv_") || len(a.id) != len("conv_")+24 {
 		t.Fatalf("new conversation %+v, %v", a, err)
 	}
-	if _, err := cs.acquire(a.id, newSess); code(err) != codeConversationBusy || err.Status != http.StatusConflict {
+	if _, err := cs.acquire(ctx, a.id, newSess); code(err) != codeConversationBusy || err.Status != http.StatusConflict {
 		t.Errorf("held conversation: %v", err)
 	}
 	cs.release(a, true)
-	if got, err := cs.acquire(a.id, newSess); err != nil || got != a {
+	if got, err := cs.acquire(ctx, a.id, newSess); err != nil || got != a {
 		t.Fatalf("released conversation: %v", err)
 	}
 	cs.release(a, true)
 
 	// The least recently used idle conversation makes room.
 	now = now.Add(time.Second)
-	b, _ := cs.acquire("", newSess)
+	b, _ := cs.acquire(ctx, "", newSess)
 	cs.release(b, true)
 	now = now.Add(time.Second)
-	c, _ := cs.acquire("", newSess)
-	if _, err := cs.acquire(a.id, newSess); code(err) != codeUnknownConversation {
+	c, _ := cs.acquire(ctx, "", newSess)
+	if _, err := cs.acquire(ctx, a.id, newSess); code(err) != codeUnknownConversation {
 		t.Errorf("evicted conversation: %v", err)
 	}
 	// With every conversation held, none can be made.
-	if bb, err := cs.acquire(b.id, newSess); err != nil {
+	if bb, err := cs.acquire(ctx, b.id, newSess); err != nil {
 		t.Fatal(err)
-	} else if _, err := cs.acquire("", newSess); code(err) != codeTooManyConvs {
+	} else if _, err := cs.acquire(ctx, "", newSess); code(err) != codeTooManyConvs {
 		t.Errorf("full store: %v", err)
 	} else {
 		cs.release(bb, true)
@@ -109,17 +110,55 @@ func TestConversations(t *testing.T) {
 
 	// Idle conversations expire.
 	now = now.Add(time.Minute + time.Second)
-	if _, err := cs.acquire(c.id, newSess); code(err) != codeUnknownConversation {
+	if _, err := cs.acquire(ctx, c.id, newSess); code(err) != codeUnknownConversation {
 		t.Errorf("expired conversation: %v", err)
 	}
 	if n := cs.sweep(); n != 1 || cs.count() != 0 {
 		t.Errorf("sweep forgot %d, %d left", n, cs.count())
 	}
 	// A new conversation whose turn never started is forgotten.
-	d, _ := cs.acquire("", newSess)
+	d, _ := cs.acquire(ctx, "", newSess)
 	cs.release(d, false)
 	if cs.count() != 0 {
 		t.Errorf("%d conversations after dropping a new one", cs.count())
+	}
+}
+
+// A conversation held by a request whose client has gone is waited for,
+// not refused as busy; the waiter gives up when its own client goes.
+func TestConversationsWaitForCancelledHolder(t *testing.T) {
+	cs := newConversations(2, time.Minute)
+	newSess := func() *pipeline.Session { return &pipeline.Session{} }
+	gone, hangUp := context.WithCancel(context.Background())
+	a, _ := cs.acquire(gone, "", newSess)
+	hangUp()
+
+	got := make(chan *apiError, 1)
+	go func() {
+		c, err := cs.acquire(context.Background(), a.id, newSess)
+		if err == nil && c != a {
+			err = badRequest("wrong", "", "acquired %s, want %s", c.id, a.id)
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("acquired while the cancelled turn still held it: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	cs.release(a, true)
+	if err := <-got; err != nil {
+		t.Fatalf("after the cancelled turn let go: %v", err)
+	}
+
+	// The waiter's own client goes while it waits.
+	// The waiter above holds it now; say its client has gone too (nothing
+	// else runs, so cs.mu is not needed).
+	a.held = gone
+	waiter, giveUp := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer giveUp()
+	if _, err := cs.acquire(waiter, a.id, newSess); err == nil || err.Code != codeCancelled {
+		t.Errorf("waiter that gave up: %v, want %s", err, codeCancelled)
 	}
 }
 
