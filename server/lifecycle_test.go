@@ -222,3 +222,56 @@ func TestContinueAfterHangUp(t *testing.T) {
 		t.Fatalf("next turn after the hang-up: %s %s", next.Status, body)
 	}
 }
+
+// TestClientClosedIsNotServerError: a client that hangs up before its
+// reply (during a non-streamed turn, or while queued for a slot) is
+// recorded as 499, as nginx does, not as a 503 server error.
+func TestClientClosedIsNotServerError(t *testing.T) {
+	ts := startServer(t, Config{MaxConcurrent: 1})
+	ts.hookStart = func(req *pipeline.Request) {
+		if req.Text == "Tell me a long story." {
+			req.Teacher = stepTeacher{50 * time.Millisecond}
+		}
+	}
+	long := map[string]any{"text": "Tell me a long story.", "max_new_tokens": 8, "stream": false} // 300 ms or more
+	for _, tc := range []struct {
+		name   string
+		queued bool // hang up while another turn holds the only slot
+	}{{"non-streamed turn", false}, {"queued", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var holder chan *http.Response
+			if tc.queued {
+				holder = make(chan *http.Response, 1)
+				go postAsync(ts, context.Background(), long, holder)
+				waitFor(t, "a turn holding the slot", 5*time.Second, func() bool { return ts.lim.active() == 1 })
+			}
+			ctx, hangUp := context.WithTimeout(context.Background(), 150*time.Millisecond)
+			defer hangUp()
+			if _, err := ts.doErr(ctx, http.MethodPost, "/v1/audio/chat", long); err == nil {
+				t.Fatal("the request finished before its client hung up")
+			}
+			if holder != nil {
+				if r := <-holder; r != nil {
+					r.Body.Close()
+				}
+			}
+			waitFor(t, "the hung-up request recorded", 5*time.Second, func() bool {
+				return strings.Contains(scrape(t, ts), `omnipipe_http_requests_total{code="499",route="/v1/audio/chat"}`)
+			})
+			if m := scrape(t, ts); strings.Contains(m, `code="503"`) {
+				t.Errorf("a client hang-up counted as 503:\n%s", grepLines(m, "http_requests_total"))
+			}
+		})
+	}
+}
+
+// grepLines returns the lines of s that hold sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for line := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}

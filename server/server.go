@@ -462,6 +462,17 @@ func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// statusClientClosed records a request whose client hung up before its
+// reply (nginx's 499 "client closed request"): not a server error.
+const statusClientClosed = 499
+
+// clientGone reports whether the request's context ended other than by
+// the server's shutdown: the client hung up (or its connection broke).
+func clientGone(c echo.Context) bool {
+	ctx := c.Request().Context()
+	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), errShutdown)
+}
+
 // handleError writes a handler's error as an OpenAI-style error body.
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
@@ -480,6 +491,12 @@ func (s *Server) handleError(err error, c echo.Context) {
 	default:
 		s.logger(c).Error("handler error", "err", err)
 		ae = newError(http.StatusInternalServerError, typeServer, codeInternal, "", "internal error (logged with this request id)")
+	}
+	if ae.Code == codeCancelled && clientGone(c) {
+		// The work stopped because the client hung up; nobody reads an
+		// error body. Logged and counted as 499, not as a 503.
+		c.Response().WriteHeader(statusClientClosed)
+		return
 	}
 	s.met.errors.WithLabelValues(ae.Code).Inc()
 	if err := writeError(c, ae); err != nil {
