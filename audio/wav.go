@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -103,6 +104,34 @@ var codecNames = map[uint32]string{
 	0x6750: "Ogg Vorbis",
 	0x6751: "Ogg Vorbis",
 	0xF1AC: "FLAC",
+}
+
+// containerName names the audio container that head (a file's first
+// bytes) begins, for the formats clients send instead of WAV (a browser's
+// MediaRecorder: WebM or MP4; phones: MP4/M4A, CAF, AMR); "" when unknown.
+func containerName(head []byte) string {
+	s := string(head)
+	switch {
+	case strings.HasPrefix(s, "\x1a\x45\xdf\xa3"):
+		return "WebM/Matroska (as a browser's MediaRecorder writes)"
+	case strings.HasPrefix(s, "OggS"):
+		return "Ogg (Opus or Vorbis)"
+	case strings.HasPrefix(s, "fLaC"):
+		return "FLAC"
+	case strings.HasPrefix(s, "ID3"), len(s) >= 2 && s[0] == 0xFF && s[1]&0xE0 == 0xE0 && s[1]&0x06 != 0:
+		return "MP3"
+	case len(s) >= 2 && s[0] == 0xFF && s[1]&0xF6 == 0xF0:
+		return "AAC (ADTS)"
+	case len(s) >= 8 && s[4:8] == "ftyp":
+		return "MP4/M4A"
+	case strings.HasPrefix(s, "FORM") && len(s) >= 12 && (s[8:12] == "AIFF" || s[8:12] == "AIFC"):
+		return "AIFF"
+	case strings.HasPrefix(s, "caff"):
+		return "CAF (Core Audio)"
+	case strings.HasPrefix(s, "#!AMR"):
+		return "AMR"
+	}
+	return ""
 }
 
 // ksGUIDTail is the common tail of the KSDATAFORMAT_SUBTYPE_* GUIDs
@@ -208,6 +237,9 @@ func (d *decoder) decode() (*Clip, error) {
 	case n < 4 && (magic == "RIFF"[:n] || magic == "RF64"[:n]):
 		return nil, fmt.Errorf("%w: RIFF header: got %d of 12 bytes", ErrTruncated, n)
 	default:
+		if name := containerName(h[:n]); name != "" {
+			return nil, fmt.Errorf("%w: this is %s, not WAV", ErrNotWAV, name)
+		}
 		return nil, fmt.Errorf("%w: starts with %q", ErrNotWAV, h[:min(n, 4)])
 	}
 	if n < 12 {
