@@ -723,18 +723,20 @@ func (c *rtConn) itemDelete(ev *realtime.ItemDelete) error {
 	return c.send("conversation.item.deleted", map[string]any{"item_id": ev.ItemID})
 }
 
-// itemTruncate cuts an assistant item back to the audio the client played.
+// itemTruncate cuts an assistant item back to the audio the client played:
+// the latest reply's, or the one in progress (cut once it has ended).
 func (c *rtConn) itemTruncate(ev *realtime.ItemTruncate) error {
 	it := c.item(ev.ItemID)
+	playing := c.resp != nil && c.resp.item == it
 	switch {
 	case it == nil:
 		return c.sendError(itemNotFound(ev.ItemID, ev.ID()))
 	case it.role != "assistant":
 		return c.sendError(realtime.Invalid(realtime.CodeInvalidValue, "item_id", "item %s is not an assistant item", quote(ev.ItemID)).WithEventID(ev.ID()))
-	case it.stream == nil:
+	case it.stream == nil && !playing:
 		return c.sendError(realtime.Invalid(realtime.CodeUnsupported, "item_id",
 			"only the latest assistant item can be truncated (%s is not)", quote(ev.ItemID)).WithEventID(ev.ID()))
-	case int64(ev.AudioEndMS) > it.sentMS && (c.resp == nil || c.resp.item != it):
+	case int64(ev.AudioEndMS) > it.sentMS && !playing:
 		return c.sendError(realtime.Invalid(realtime.CodeInvalidValue, "audio_end_ms",
 			"audio_end_ms %d is past the item's %d ms of audio", ev.AudioEndMS, it.sentMS).WithEventID(ev.ID()))
 	}
@@ -753,7 +755,9 @@ func (c *rtConn) settle() error {
 		if it.truncateMS == nil {
 			continue
 		}
-		end := *it.truncateMS
+		// A truncation sent while the reply played may name more audio
+		// than the reply came to have.
+		end := min(*it.truncateMS, it.sentMS)
 		it.truncateMS = nil
 		frames := int(end * rtRate / 1000 / rtFrame)
 		kept, text, err := c.sess.TruncateReply(it.stream, frames)

@@ -303,7 +303,7 @@ func (c *rtConn) endResponse(done *pipeline.DoneEvent, fail *pipeline.ErrorEvent
 			in.audio, in.texts = nil, nil // the model has them now
 		}
 	} else { // nothing was generated: the engine forgot the turn and its input
-		it.inHistory = false
+		it.inHistory, it.truncateMS = false, nil
 		for _, in := range r.inputs {
 			in.inHistory = false
 		}

@@ -434,3 +434,53 @@ func TestRealtimeCancelBeforeStart(t *testing.T) {
 		t.Errorf("the next utterance's response: %s", st)
 	}
 }
+
+// TestRealtimeTruncateWhilePlaying: a conversation.item.truncate of the
+// reply still in progress (a client that stops playback, cancels and
+// truncates at once) is kept and applied once the reply has ended, cut at
+// what the client played or, for an audio_end_ms past the reply's audio
+// (up to the largest integers), at the reply's end; never an error.
+func TestRealtimeTruncateWhilePlaying(t *testing.T) {
+	ts := startServer(t, Config{})
+	longReplies(ts)
+	c := dialRT(t, ts, nil)
+	c.send(map[string]any{"type": "session.update", "session": map[string]any{"turn_detection": nil, "max_output_tokens": 40}})
+	c.until("session.updated")
+	for _, tc := range []struct {
+		name   string
+		end    int64
+		cancel bool // response.cancel right after the truncate
+	}{
+		{"played part, then cancelled", 80, true},
+		{"played part", 160, false},
+		{"past the reply", 60_000, false},
+		{"past any reply", 9_000_000_000_000_000, false},
+	} {
+		c.send(map[string]any{"type": "conversation.item.create", "item": map[string]any{"type": "message", "role": "user",
+			"content": []any{map[string]any{"type": "input_text", "text": "Hello!"}}}})
+		c.send(map[string]any{"type": "response.create"})
+		c.until("response.output_audio.delta")
+		itemID := c.seen[len(c.seen)-1].str("item_id")
+		c.send(map[string]any{"type": "conversation.item.truncate", "event_id": "tr", "item_id": itemID, "content_index": 0, "audio_end_ms": tc.end})
+		if tc.cancel {
+			c.send(map[string]any{"type": "response.cancel"})
+		}
+		evs := c.until("response.done")
+		for _, ev := range evs {
+			if ev.typ() == "error" {
+				t.Errorf("%s: error %s: %s", tc.name, ev.str("error.code"), ev.str("error.message"))
+			}
+		}
+		sent := 0
+		for _, ev := range c.seen {
+			if ev.typ() == "response.output_audio.delta" && ev.str("item_id") == itemID {
+				raw, _ := base64.StdEncoding.DecodeString(ev.str("delta"))
+				sent += len(raw) / 2
+			}
+		}
+		want := min(tc.end, int64(sent*1000/rtRate))
+		if ev := c.next(); ev.typ() != "conversation.item.truncated" || ev.str("item_id") != itemID || int64(ev.num("audio_end_ms")) != want {
+			t.Errorf("%s: after the reply %v, want conversation.item.truncated of %s at %d ms", tc.name, ev, itemID, want)
+		}
+	}
+}
