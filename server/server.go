@@ -375,10 +375,13 @@ func (s *Server) routes() *echo.Echo {
 		},
 	}))
 	if len(s.cfg.CORSOrigins) > 0 {
+		// No AllowHeaders: a preflight is allowed the headers it asks for.
+		// The openai SDKs send their own (X-Stainless-OS, -Lang, -Arch,
+		// -Runtime, -Retry-Count, -Timeout, …, more with each release),
+		// which a fixed list refused, failing every browser request.
 		e.Use(middleware.CORSWithConfig(middleware.CORSConfig{
 			AllowOrigins:  s.cfg.CORSOrigins,
 			AllowMethods:  []string{http.MethodGet, http.MethodPost, http.MethodOptions},
-			AllowHeaders:  []string{echo.HeaderContentType, echo.HeaderAuthorization, echo.HeaderXRequestID},
 			ExposeHeaders: []string{echo.HeaderXRequestID, headerConversationID, echo.HeaderRetryAfter},
 		}))
 	}

@@ -645,6 +645,46 @@ func TestSlowBody(t *testing.T) {
 	checkError(t, resp, http.StatusRequestTimeout, "request_timeout", "")
 }
 
+// TestCORSPreflightOpenAISDK: a browser page using the openai npm package
+// (dangerouslyAllowBrowser) passes the preflight: every header the SDK
+// sends is allowed, as are the server's own.
+func TestCORSPreflightOpenAISDK(t *testing.T) {
+	ts := startServer(t, Config{CORSOrigins: []string{"https://app.example"}})
+	for _, tc := range []struct {
+		name, path string
+		headers    []string // Access-Control-Request-Headers
+	}{
+		{"openai sdk chat completion", "/v1/chat/completions", []string{"authorization", "content-type", "x-stainless-arch",
+			"x-stainless-lang", "x-stainless-os", "x-stainless-package-version", "x-stainless-retry-count",
+			"x-stainless-runtime", "x-stainless-runtime-version", "x-stainless-timeout"}},
+		{"plain fetch", "/v1/audio/chat", []string{"content-type", "x-request-id"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodOptions, ts.url+tc.path, nil)
+			req.Header.Set("Origin", "https://app.example")
+			req.Header.Set("Access-Control-Request-Method", "POST")
+			req.Header.Set("Access-Control-Request-Headers", strings.Join(tc.headers, ","))
+			resp, err := ts.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			allowed := map[string]bool{}
+			for h := range strings.SplitSeq(resp.Header.Get("Access-Control-Allow-Headers"), ",") {
+				allowed[strings.ToLower(strings.TrimSpace(h))] = true
+			}
+			for _, h := range tc.headers {
+				if !allowed[h] {
+					t.Errorf("preflight does not allow %s (Access-Control-Allow-Headers: %q)", h, resp.Header.Get("Access-Control-Allow-Headers"))
+				}
+			}
+			if got := resp.Header.Get("Access-Control-Allow-Origin"); got != "https://app.example" {
+				t.Errorf("Access-Control-Allow-Origin %q", got)
+			}
+		})
+	}
+}
+
 func TestCORSAndAPIKeys(t *testing.T) {
 	ts := startServer(t, Config{CORSOrigins: []string{"https://app.example"}, APIKeys: []string{"k1", "k2"}})
 	req, _ := http.NewRequest(http.MethodOptions, ts.url+"/v1/audio/chat", nil)
