@@ -11,7 +11,8 @@ import (
 // lowpass_filter_width 6, rolloff 0.99), running on a float32 CUDA tensor as
 // liquid-audio's ChatState.add_audio does:
 //
-//   - the rates are reduced by their gcd to orig/new;
+//   - the rates are reduced by their gcd to orig/new (a pair whose reduced
+//     terms exceed maxRatioTerm is approximated instead: see ratio);
 //   - the kernel is built in float32 the way torch evaluates it on the GPU
 //     (see NewResampler): one row of 2·width+orig taps per output phase;
 //   - the input is zero-padded by width on the left and width+orig on the
@@ -46,8 +47,86 @@ const (
 	rolloff            = 0.99
 )
 
+// maxRatioTerm bounds the reduced rates orig and new, and with them the
+// kernel: about 12.1·max(orig, new) taps, so at most maxKernelTaps (1.7 MB;
+// under 3 MB with the table of new phases), built in about 10 ms. Every pair of the usual rates (8k, 11.025k, 16k,
+// 22.05k, 24k, 32k, 44.1k, 48k, 88.2k, 96k, 176.4k, 192k) reduces far below
+// it (44.1k→16k is 441/160) and is resampled exactly; an exact kernel for a
+// rate sharing no factor with the other (767999→16k) would take 9.3M taps
+// (37 MB, a quarter of a second to build).
+const maxRatioTerm = 1 << 15
+
+// maxKernelTaps bounds the taps of any Resampler's kernel.
+const maxKernelTaps = 13 * maxRatioTerm
+
+// ratio returns the terms orig/new of the resampler from one rate to the
+// other: from/to reduced by their gcd when both terms are at most
+// maxRatioTerm, else the fraction with terms at most maxRatioTerm closest to
+// from/to. Such a resampler converts exactly as from an input rate
+// from' = to·orig/new instead of from: its output is the exact one
+// stretched in time by from'/from, which differs from 1 by less than
+// maxRatioError (the pitch moves by under 0.06 cent; a 2-minute clip ends
+// at most 4 ms early or late). Every ratio x = from/to in [1/maxRatioTerm,
+// maxRatioTerm] (any two rates in [MinSampleRate, MaxSampleRate], 1/768 to
+// 768 apart) meets that bound: by Dirichlet's approximation theorem some
+// denominator q ≤ Q = maxRatioTerm/x brings q·x within 1/(Q+1) of an
+// integer p ≤ maxRatioTerm. TestResampleRatioBound checks it across the
+// range. ok is false for rates further apart or above MaxSampleRate, which
+// are not approximated: orig/new is then the exact reduced ratio.
+func ratio(from, to int) (orig, nw int, ok bool) {
+	g := gcd(from, to)
+	orig, nw = from/g, to/g
+	switch {
+	case max(orig, nw) <= maxRatioTerm:
+		return orig, nw, true
+	case from > MaxSampleRate || to > MaxSampleRate ||
+		max(from, to) > maxRatioTerm*min(from, to):
+		return orig, nw, false
+	}
+	orig, nw = approxRatio(from, to)
+	return orig, nw, true
+}
+
+// maxRatioError bounds |from'/from - 1| for the rate pairs ratio
+// approximates (see ratio): 3.05e-5.
+const maxRatioError = 1.0 / (maxRatioTerm - 1)
+
+// approxRatio returns the fraction orig/new closest to from/to (in the
+// relative rate error |to·orig - from·new| / (from·new)) among those whose
+// terms are at most maxRatioTerm; the rates are at most MaxSampleRate and
+// at most maxRatioTerm times apart. It tries every value of the smaller
+// term with the larger one rounded: at most maxRatioTerm steps of integer
+// arithmetic (tens of microseconds).
+func approxRatio(from, to int) (orig, nw int) {
+	lo, hi := int64(min(from, to)), int64(max(from, to))
+	bestNum, bestDen := int64(-1), int64(1) // the best error so far, as a fraction
+	var bestSmall, bestLarge int64
+	for small := int64(1); small <= maxRatioTerm; small++ {
+		large := (2*small*hi + lo) / (2 * lo) // round(small·hi/lo) ≥ small
+		if large > maxRatioTerm {
+			break // large grows with small
+		}
+		o, n := large, small
+		if from < to {
+			o, n = small, large
+		}
+		num := int64(to)*o - int64(from)*n
+		num = max(num, -num)
+		den := int64(from) * n
+		if bestNum < 0 || num*bestDen < bestNum*den {
+			bestNum, bestDen, bestSmall, bestLarge = num, den, small, large
+		}
+	}
+	g := int64(gcd(int(bestSmall), int(bestLarge)))
+	if from < to {
+		return int(bestSmall / g), int(bestLarge / g)
+	}
+	return int(bestLarge / g), int(bestSmall / g)
+}
+
 // NewResampler returns a resampler from one rate to another; both must lie
-// in [1, MaxSampleRate]. Building it costs one sin and cos per kept tap.
+// in [1, MaxSampleRate]. Building it costs one sin and cos per kept tap, at
+// most maxKernelTaps.
 func NewResampler(from, to int) (*Resampler, error) {
 	if from < 1 || to < 1 || from > MaxSampleRate || to > MaxSampleRate {
 		return nil, fmt.Errorf("resample %d Hz to %d Hz: rates must be in 1..%d", from, to, MaxSampleRate)
@@ -56,14 +135,16 @@ func NewResampler(from, to int) (*Resampler, error) {
 	if from == to {
 		return r, nil
 	}
-	g := gcd(from, to)
-	r.orig, r.new = from/g, to/g
-	orig, nw := r.orig, r.new
+	orig, nw, ok := ratio(from, to)
+	if !ok {
+		return nil, fmt.Errorf("resample %d Hz to %d Hz: the rates are more than %d times apart", from, to, maxRatioTerm)
+	}
+	r.orig, r.new = orig, nw
 	base := float64(min(orig, nw)) * rolloff // python float
 	r.width = int(math.Ceil(float64(lowpassFilterWidth*orig) / base))
 	// Each phase keeps the taps inside the sinc's support, 12·orig/base
 	// input samples, so the kernel holds about 12.1·max(orig, new) taps
-	// (at most 9.3M, 37 MB, for rates up to MaxSampleRate).
+	// (at most maxKernelTaps: ratio bounds orig and new).
 
 	// torch evaluates, in float32 on the GPU (a division of a tensor by a
 	// Python scalar is a multiplication by the float32 reciprocal there):
@@ -141,8 +222,8 @@ func ResampledLen(n, from, to int) int {
 	if from == to || from < 1 || to < 1 {
 		return n
 	}
-	g := gcd(from, to)
-	return outputLen(n, from/g, to/g)
+	orig, nw, _ := ratio(from, to)
+	return outputLen(n, orig, nw)
 }
 
 func outputLen(n, orig, nw int) int {
@@ -268,7 +349,9 @@ func gcd(a, b int) int {
 	return a
 }
 
-// resamplers caches a few recently used resamplers for Resample.
+// resamplers caches the kernels of a few recently used ratios for
+// Resample, by their reduced (or approximated) terms: rates that ratio maps
+// to one fraction (767999→16k and 767993→16k both to 48/1) share one.
 var resamplers struct {
 	sync.Mutex
 	recent []*Resampler // most recent last
@@ -287,16 +370,20 @@ func Resample(x []float32, from, to int) ([]float32, error) {
 }
 
 // CachedResampler returns a resampler for the rate pair, sharing the kernels
-// of recently used pairs (a Resampler is safe for concurrent use; its
+// of recently used ratios (a Resampler is safe for concurrent use; its
 // Streams are not).
 func CachedResampler(from, to int) (*Resampler, error) {
+	if from == to || from < 1 || to < 1 || from > MaxSampleRate || to > MaxSampleRate {
+		return NewResampler(from, to) // nothing to share, or an error
+	}
+	orig, nw, _ := ratio(from, to)
 	c := &resamplers
 	c.Lock()
 	for i, r := range c.recent {
-		if r.from == from && r.to == to {
+		if r.orig == orig && r.new == nw {
 			c.recent = append(append(c.recent[:i:i], c.recent[i+1:]...), r)
 			c.Unlock()
-			return r, nil
+			return r.withRates(from, to), nil
 		}
 	}
 	c.Unlock()
@@ -311,4 +398,15 @@ func CachedResampler(from, to int) (*Resampler, error) {
 	}
 	c.recent = append(c.recent, r)
 	return r, nil
+}
+
+// withRates returns r for another pair of rates of the same terms: the
+// kernel is shared, From and To report the new pair.
+func (r *Resampler) withRates(from, to int) *Resampler {
+	if r.from == from && r.to == to {
+		return r
+	}
+	cp := *r
+	cp.from, cp.to = from, to
+	return &cp
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/omni-pipe/omni-pipe/stages/safetensors"
 )
@@ -354,5 +355,182 @@ func TestResampledLenMatchesOutputLen(t *testing.T) {
 				t.Errorf("%v, %d samples: ResampledLen %d, OutputLen %d", pair, n, got, want)
 			}
 		}
+	}
+}
+
+// kernelSize returns the taps of r's kernel and the bytes it holds.
+func kernelSize(r *Resampler) (taps, bytes int) {
+	for _, p := range r.phases {
+		taps += len(p.taps)
+	}
+	return taps, 4*taps + int(unsafe.Sizeof(phase{}))*len(r.phases)
+}
+
+// The usual rates keep their exact gcd-reduced ratio, so their kernels and
+// output are unchanged (TestResampleMatchesTorch checks the output).
+func TestResampleCommonRatesExact(t *testing.T) {
+	common := []int{8000, 11025, 16000, 22050, 24000, 32000, 44100, 48000, 88200, 96000, 176400, 192000}
+	for _, from := range common {
+		for _, to := range common {
+			g := gcd(from, to)
+			orig, nw, ok := ratio(from, to)
+			if !ok || orig != from/g || nw != to/g {
+				t.Errorf("%d→%d: terms %d/%d (ok %v), want the exact %d/%d", from, to, orig, nw, ok, from/g, to/g)
+			}
+		}
+	}
+}
+
+// A rate that shares no factor with the other builds a bounded kernel:
+// the exact one for 767999→16000 had 9.3M taps (37 MB).
+func TestResampleKernelBounded(t *testing.T) {
+	tests := []struct {
+		from, to   int
+		orig, new  int // the terms ratio picks
+		exactTerms bool
+	}{
+		{767999, 16000, 48, 1, false},
+		{16000, 767999, 1, 48, false},
+		{767999, 24000, 32, 1, false},
+		{655990, 16000, 41, 1, false},
+		{44101, 16000, 27836, 10099, false},
+		{96001, 24000, 4, 1, false},
+		{32767, 32768, 32767, 32768, true}, // the largest exact terms
+		{32768, 32769, 32767, 32768, false},
+		{767999, 767998, 1, 1, false},
+		{1000, 767999, 1, 768, false},
+		{MinSampleRate, MaxSampleRate, 1, 768, true},
+	}
+	const maxBytes = 3 << 20 // the taps and the phase table
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%d→%d", tc.from, tc.to), func(t *testing.T) {
+			r, err := NewResampler(tc.from, tc.to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			taps, bytes := kernelSize(r)
+			t.Logf("terms %d/%d: %d phases, %d taps, %d bytes", r.orig, r.new, len(r.phases), taps, bytes)
+			if r.orig != tc.orig || r.new != tc.new {
+				t.Errorf("terms %d/%d, want %d/%d", r.orig, r.new, tc.orig, tc.new)
+			}
+			if g := gcd(tc.from, tc.to); (r.orig == tc.from/g) != tc.exactTerms {
+				t.Errorf("exact terms: %v, want %v", r.orig == tc.from/g, tc.exactTerms)
+			}
+			if taps > maxKernelTaps || bytes > maxBytes {
+				t.Errorf("%d taps, %d bytes; want at most %d taps, %d bytes", taps, bytes, maxKernelTaps, maxBytes)
+			}
+		})
+	}
+}
+
+// Across the accepted rates, the terms stay within maxRatioTerm and the
+// time scale within maxRatioError of the exact one, and ResampledLen agrees
+// with the resampler.
+func TestResampleRatioBound(t *testing.T) {
+	check := func(from, to int) (approximated bool) {
+		orig, nw, ok := ratio(from, to)
+		if !ok {
+			t.Fatalf("%d→%d: not approximated", from, to)
+		}
+		if max(orig, nw) > maxRatioTerm || gcd(orig, nw) != 1 {
+			t.Fatalf("%d→%d: terms %d/%d", from, to, orig, nw)
+		}
+		// from' = to·orig/new
+		e := math.Abs(float64(to)*float64(orig)/(float64(from)*float64(nw)) - 1)
+		if e > maxRatioError {
+			t.Fatalf("%d→%d: terms %d/%d, rate error %.3g > %.3g", from, to, orig, nw, e, maxRatioError)
+		}
+		return orig*to != nw*from
+	}
+	approximated := 0
+	for _, to := range []int{8000, 16000, 24000, 44100, 48000} {
+		for from := MinSampleRate; from <= MaxSampleRate; from += 97 {
+			if check(from, to) {
+				approximated++
+			}
+			if check(to, from) {
+				approximated++
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 2000 {
+		from := MinSampleRate + rng.IntN(MaxSampleRate-MinSampleRate+1)
+		to := MinSampleRate + rng.IntN(MaxSampleRate-MinSampleRate+1)
+		if check(from, to) {
+			approximated++
+		}
+	}
+	t.Logf("%d approximated pairs", approximated)
+	if approximated == 0 {
+		t.Error("no pair was approximated")
+	}
+	if _, err := NewResampler(1, maxRatioTerm+1); err == nil || !strings.Contains(err.Error(), "times apart") {
+		t.Errorf("NewResampler(1, %d): error %v, want the rates refused as too far apart", maxRatioTerm+1, err)
+	}
+}
+
+// A sine through an approximated ratio comes out as the ideal sine at the
+// new rate within the filter's passband error (1e-3 of the amplitude) plus
+// the phase the time scale's error accumulates (2π·f·t·maxRatioError), and
+// as the sine at the input rate the terms stand for (from' = to·orig/new)
+// within the passband error alone. The stream gives the whole-clip output
+// and ResampledLen its length.
+func TestResampleOddRateSine(t *testing.T) {
+	const (
+		f        = 440.0
+		amp      = 0.5
+		seconds  = 0.25
+		passband = 1e-3 // TestResampleAntiAliasing's gain bound
+		edge     = 0.02 // s skipped at each end (the filter's zero padding)
+	)
+	pairs := [][2]int{{767999, 16000}, {655990, 16000}, {44101, 16000}, {16000, 44101}, {96001, 24000}, {767999, 24000}}
+	for _, p := range pairs {
+		from, to := p[0], p[1]
+		t.Run(fmt.Sprintf("%d→%d", from, to), func(t *testing.T) {
+			r, err := CachedResampler(from, to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.From() != from || r.To() != to {
+				t.Fatalf("From/To %d/%d, want %d/%d", r.From(), r.To(), from, to)
+			}
+			x := tone(from, f, amp, int(seconds*float64(from)))
+			y := r.Resample(x)
+			if want := ResampledLen(len(x), from, to); len(y) != want {
+				t.Errorf("%d samples out, ResampledLen %d", len(y), want)
+			}
+			if want := int(math.Ceil(float64(len(x)) * float64(to) / float64(from))); abs(len(y)-want) > 1+int(float64(want)*maxRatioError) {
+				t.Errorf("%d samples out, want %d within the time scale's error", len(y), want)
+			}
+			fromPrime := float64(to) * float64(r.orig) / float64(r.new)
+			bound := amp * (passband + 2*math.Pi*f*seconds*maxRatioError)
+			var worstIdeal, worstScaled float64
+			for i := int(edge * float64(to)); i < len(y)-int(edge*float64(to)); i++ {
+				tt := float64(i) / float64(to) // the output sample's time
+				ideal := amp * math.Sin(2*math.Pi*f*tt)
+				scaled := amp * math.Sin(2*math.Pi*f*tt*fromPrime/float64(from))
+				worstIdeal = max(worstIdeal, math.Abs(float64(y[i])-ideal))
+				worstScaled = max(worstScaled, math.Abs(float64(y[i])-scaled))
+			}
+			t.Logf("terms %d/%d (from' %.3f Hz): max |Δ| %.3g from the ideal sine (bound %.3g), %.3g from the scaled one",
+				r.orig, r.new, fromPrime, worstIdeal, bound, worstScaled)
+			if worstIdeal > bound {
+				t.Errorf("max |Δ| %.3g from the ideal sine, above the stated %.3g", worstIdeal, bound)
+			}
+			if worstScaled > amp*passband {
+				t.Errorf("max |Δ| %.3g from the sine at from', above the passband's %.3g", worstScaled, amp*passband)
+			}
+			s := r.NewStream()
+			var streamed []float32
+			for rest := x; len(rest) > 0; {
+				k := min(len(rest), 4999)
+				streamed = s.Append(streamed, rest[:k])
+				rest = rest[k:]
+			}
+			if streamed = s.Flush(streamed); !equalF32(y, streamed) {
+				t.Error("the stream differs from the whole-clip output")
+			}
+		})
 	}
 }
