@@ -46,6 +46,7 @@ const (
 	codeRateLimited         = "rate_limit_exceeded"
 	codeTooManyConvs        = "too_many_conversations"
 	codeMemoryFull          = "memory_budget_exceeded"
+	codeDecodeBusy          = "decode_budget_exceeded"
 	codeModelLoading        = "model_loading"
 	codeShuttingDown        = "shutting_down"
 	codeNotFound            = "not_found"

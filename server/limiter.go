@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -58,3 +59,115 @@ func (l *limiter) active() int { return len(l.slots) }
 
 // queued returns the requests waiting for a slot.
 func (l *limiter) queued() int { return int(l.waiting.Load()) }
+
+// errDecodeBusy is byteBudget.acquire's error when the bytes did not come
+// free in time.
+var errDecodeBusy = errors.New("the bytes of the request bodies being decoded fill the server's decode budget")
+
+// byteBudget is a semaphore weighted in bytes: its reservations hold at
+// most max bytes in all. A reservation that does not fit waits for others
+// to give bytes back, for a bounded time; waiters are not ordered (one
+// that fits takes the bytes first), which a short wait keeps fair enough.
+type byteBudget struct {
+	mu    sync.Mutex
+	max   int64
+	used  int64
+	freed chan struct{} // closed, and replaced, whenever bytes are given back
+}
+
+func newByteBudget(max int64) *byteBudget {
+	return &byteBudget{max: max, freed: make(chan struct{})}
+}
+
+// acquire reserves n bytes, waiting up to wait (none when wait <= 0) for
+// them. An n above the whole budget reserves all of it: such a request
+// runs alone. It fails with errDecodeBusy or ctx's cause.
+func (b *byteBudget) acquire(ctx context.Context, n int64, wait time.Duration) (*reservation, error) {
+	n = min(max(n, 0), b.max)
+	freed, ok := b.tryAcquire(n)
+	if ok {
+		return newReservation(b, n), nil
+	}
+	if wait <= 0 {
+		return nil, errDecodeBusy
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-freed:
+		case <-timer.C:
+			return nil, errDecodeBusy
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		if freed, ok = b.tryAcquire(n); ok {
+			return newReservation(b, n), nil
+		}
+	}
+}
+
+// tryAcquire reserves n bytes if they fit; else it returns the channel
+// that the next release closes.
+func (b *byteBudget) tryAcquire(n int64) (freed <-chan struct{}, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n <= b.max {
+		b.used += n
+		return nil, true
+	}
+	return b.freed, false
+}
+
+// giveBack returns n reserved bytes to the budget and wakes the waiters.
+func (b *byteBudget) giveBack(n int64) {
+	if n <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= n
+	close(b.freed)
+	b.freed = make(chan struct{})
+}
+
+// inUse returns the bytes reserved.
+func (b *byteBudget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+// reservation is bytes held in a byteBudget. Its methods are safe for
+// concurrent use, and may be called on nil (no bytes held).
+type reservation struct {
+	b *byteBudget
+	n atomic.Int64
+}
+
+func newReservation(b *byteBudget, n int64) *reservation {
+	r := &reservation{b: b}
+	r.n.Store(n)
+	return r
+}
+
+// shrink gives back the bytes above n.
+func (r *reservation) shrink(n int64) {
+	if r == nil {
+		return
+	}
+	n = max(n, 0)
+	for {
+		held := r.n.Load()
+		if n >= held {
+			return
+		}
+		if r.n.CompareAndSwap(held, n) {
+			r.b.giveBack(held - n)
+			return
+		}
+	}
+}
+
+// release gives back every byte; a second call does nothing.
+func (r *reservation) release() { r.shrink(0) }

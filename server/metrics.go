@@ -185,3 +185,14 @@ func (m *metrics) turn(outcome string, tm pipeline.Timings) {
 		m.busy.WithLabelValues(stage).Add(d.Seconds())
 	}
 }
+
+// registerDecode adds the decode budget's gauges:
+// omnipipe_decode_budget_bytes and omnipipe_decode_used_bytes.
+func (m *metrics) registerDecode(budget int64, used func() float64) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "decode_budget_bytes",
+			Help: "The memory that request bodies being read and decoded may hold at once (--decode-budget)."},
+			func() float64 { return float64(budget) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "decode_used_bytes",
+			Help: "The decode budget's bytes reserved by the request bodies being read and decoded."}, used))
+}

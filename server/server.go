@@ -10,7 +10,9 @@
 //
 // A Server admits at most Config.MaxConcurrent turns at once, queues at
 // most Config.MaxQueue more, and turns the rest away with 429 and
-// Retry-After. Conversations (pipeline sessions) are kept by id for
+// Retry-After; until they have a slot, the requests' bodies and their
+// decoded audio hold at most Config.DecodeBudget bytes (429 beyond).
+// Conversations (pipeline sessions) are kept by id for
 // Config.ConversationTTL. Every turn runs under its request's context: a
 // client that hangs up stops its turn at the next frame. docs/api.md
 // describes the wire formats.
@@ -23,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -54,6 +57,22 @@ type Config struct {
 	RetryAfter time.Duration
 	// MaxBodyBytes bounds a request body (default 32 MiB).
 	MaxBodyBytes int64
+	// DecodeBudget bounds, in bytes, the memory that request bodies being
+	// read and decoded hold at once, server-wide (default MaxConcurrent
+	// largest bodies: MaxConcurrent × 7 × MaxBodyBytes, 896 MiB). A body
+	// is charged 7 bytes a byte (decodeCost: the body, its audio's base64
+	// text, the WAV bytes and the float samples) for its declared
+	// Content-Length (else MaxBodyBytes) from before it is read, for its
+	// size once it has arrived, then for its decoded samples' bytes until
+	// the request has a turn slot (or is refused one). A request whose
+	// charge does not fit within DecodeWait gets 429
+	// decode_budget_exceeded with Retry-After; a charge above the whole
+	// budget takes all of it (the request decodes alone).
+	DecodeBudget int64
+	// DecodeWait bounds a request's wait for decode budget (default 1 s;
+	// negative: none waits). Waiting holds no memory: the body is read
+	// once the budget is reserved.
+	DecodeWait time.Duration
 	// BodyTimeout bounds the upload of a request body (default 60 s).
 	BodyTimeout time.Duration
 	// MaxAudio bounds an input clip's duration (default 120 s).
@@ -113,6 +132,18 @@ func (c *Config) defaults() {
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 32 << 20
 	}
+	if c.DecodeBudget <= 0 {
+		c.DecodeBudget = decodeCost(c.MaxBodyBytes)
+		if c.DecodeBudget <= math.MaxInt64/int64(c.MaxConcurrent) {
+			c.DecodeBudget *= int64(c.MaxConcurrent)
+		}
+	}
+	switch {
+	case c.DecodeWait == 0:
+		c.DecodeWait = time.Second
+	case c.DecodeWait < 0:
+		c.DecodeWait = 0
+	}
 	def(&c.BodyTimeout, 60*time.Second)
 	def(&c.MaxAudio, 120*time.Second)
 	if c.MaxTextBytes <= 0 {
@@ -170,6 +201,7 @@ type Server struct {
 	e        *echo.Echo
 	log      *slog.Logger
 	lim      *limiter
+	decode   *byteBudget // the memory of the request bodies being decoded
 	convs    *conversations
 	met      *metrics
 	rt       *rtState
@@ -180,8 +212,10 @@ type Server struct {
 	started  time.Time
 	seed     func() int64 // random seeds for requests without one
 
-	// Test hooks, nil in production: hookEncode runs before a request's
+	// Test hooks, nil in production: hookDecode runs before a request's
+	// body is decoded (holding its decode budget), hookEncode before its
 	// text is tokenized, hookStart before its turn starts on the engine.
+	hookDecode func(ctx context.Context)
 	hookEncode func(ctx context.Context)
 	hookStart  func(req *pipeline.Request)
 }
@@ -193,6 +227,7 @@ func New(cfg Config) *Server {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		lim:     newLimiter(cfg.MaxConcurrent, cfg.MaxQueue, cfg.QueueTimeout),
+		decode:  newByteBudget(cfg.DecodeBudget),
 		convs:   newConversations(cfg.MaxConversations, cfg.ConversationTTL),
 		limits:  limits{maxAudio: cfg.MaxAudio, maxNewTokens: cfg.MaxNewTokens, maxTextBytes: cfg.MaxTextBytes},
 		started: time.Now(),
@@ -203,6 +238,7 @@ func New(cfg Config) *Server {
 		func() float64 { return float64(s.lim.queued()) },
 		func() float64 { return float64(s.convs.count()) },
 		s.device, s.memory)
+	s.met.registerDecode(cfg.DecodeBudget, func() float64 { return float64(s.decode.inUse()) })
 	s.rt = newRTState(s.met.reg)
 	s.e = s.routes()
 	return s
@@ -520,6 +556,57 @@ func (s *Server) ready() (*Backend, *apiError) {
 		return nil, e
 	}
 	return b, nil
+}
+
+// decodeCostFactor is the most memory, per byte of a request body or a
+// realtime client event, that reading it and decoding its audio can hold
+// at once: the body (1); its audio's base64 text as JSON decodes it (1),
+// and a second copy of the content (/v1/chat/completions's raw message
+// content, the realtime events' strict field check: 1); the decoded WAV
+// or PCM bytes (3/4); and the float32 samples, 4 bytes per 8-bit sample at
+// worst (3). That is 6.75, rounded up.
+const decodeCostFactor = 7
+
+// decodeCost is the decode budget a body of n bytes is charged.
+func decodeCost(n int64) int64 {
+	if n > math.MaxInt64/decodeCostFactor {
+		return math.MaxInt64
+	}
+	return decodeCostFactor * n
+}
+
+// reserveBody reserves the request body's decode budget
+// (Config.DecodeBudget) before the body is read: for its Content-Length,
+// or for MaxBodyBytes when it declares none. A body declared too large reserves
+// nothing (readBody refuses it unread). The caller releases the
+// reservation; nil reserves nothing.
+func (s *Server) reserveBody(c echo.Context) (*reservation, *apiError) {
+	r := c.Request()
+	n := r.ContentLength
+	switch {
+	case n > s.cfg.MaxBodyBytes:
+		return nil, nil
+	case n < 0: // chunked: up to the limit
+		n = s.cfg.MaxBodyBytes
+	}
+	res, err := s.decode.acquire(r.Context(), decodeCost(n), s.cfg.DecodeWait)
+	if err == nil {
+		return res, nil
+	}
+	c.Response().Header().Set(echo.HeaderConnection, "close") // the body is left unread
+	if errors.Is(err, errDecodeBusy) {
+		return nil, s.decodeBusy()
+	}
+	return nil, newError(http.StatusServiceUnavailable, typeServer, codeCancelled, "", "gave up waiting for decode budget: "+err.Error())
+}
+
+// decodeBusy is the error of a request or realtime event refused for
+// want of decode budget.
+func (s *Server) decodeBusy() *apiError {
+	e := newError(http.StatusTooManyRequests, typeRateLimit, codeDecodeBusy, "",
+		fmt.Sprintf("%v (%d bytes, --decode-budget); retry later", errDecodeBusy, s.cfg.DecodeBudget))
+	e.retryAfter = s.cfg.RetryAfter
+	return e
 }
 
 // readBody reads a request body within the size and time limits. When it

@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/omni-pipe/omni-pipe/audio"
 	"github.com/omni-pipe/omni-pipe/pipeline"
 	"github.com/omni-pipe/omni-pipe/stages/tokenizer"
 )
@@ -27,22 +28,38 @@ type turn struct {
 }
 
 // begin is every turn route's start: the backend must be ready, the body
-// is read and decoded into the route's job, its text is tokenized, and the
-// turn is admitted (or queued, or refused).
+// is read and decoded into the route's job under the decode budget, its
+// text is tokenized, and the turn is admitted (or queued, or refused).
 func begin[J any](s *Server, c echo.Context, decode func([]byte, limits, func() int64) (J, *apiError), turnOf func(J) *turnJob) (*Backend, J, *turn, *apiError) {
 	var zero J
 	be, aerr := s.ready()
 	if aerr != nil {
 		return nil, zero, nil, aerr
 	}
+	// The body and its decoding hold memory before the request takes a
+	// turn slot, under the decode budget: the body's charge, then its
+	// samples' bytes while the request waits for a slot. Released on every
+	// path (an error, a panic the recover middleware catches, a client
+	// that hangs up) when begin returns; a running turn's audio is bounded
+	// by the turn slots.
+	res, aerr := s.reserveBody(c)
+	if aerr != nil {
+		return nil, zero, nil, aerr
+	}
+	defer res.release()
 	body, aerr := s.readBody(c)
 	if aerr != nil {
 		return nil, zero, nil, aerr
+	}
+	res.shrink(decodeCost(int64(len(body))))
+	if s.hookDecode != nil {
+		s.hookDecode(c.Request().Context())
 	}
 	job, aerr := decode(body, s.limits, s.seed)
 	if aerr != nil {
 		return nil, zero, nil, aerr
 	}
+	res.shrink(clipBytes(turnOf(job).req.Audio))
 	turnOf(job).applyVoice(be.Engine.Model().Template())
 	if aerr := s.encodeText(c.Request().Context(), be, &turnOf(job).req); aerr != nil {
 		return nil, zero, nil, aerr
@@ -52,6 +69,14 @@ func begin[J any](s *Server, c echo.Context, decode func([]byte, limits, func() 
 		return nil, zero, nil, aerr
 	}
 	return be, job, t, nil
+}
+
+// clipBytes returns the bytes of a clip's samples (0 without one).
+func clipBytes(c *audio.Clip) int64 {
+	if c == nil {
+		return 0
+	}
+	return 4 * int64(len(c.Samples))
 }
 
 // encodeText tokenizes a request's text and system prompt for the engine

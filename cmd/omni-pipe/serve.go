@@ -98,6 +98,7 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 	maxQueue := f.int("max-queue", "OMNIPIPE_MAX_QUEUE", 16, "requests that may wait for a turn slot; beyond it: 429 (0: none wait)")
 	queueTimeout := f.duration("queue-timeout", "OMNIPIPE_QUEUE_TIMEOUT", 30*time.Second, "longest wait for a turn slot before 429")
 	maxBodyMB := f.int("max-body-mb", "OMNIPIPE_MAX_BODY_MB", 32, "largest request body, MiB")
+	decodeBudget := f.string("decode-budget", "OMNIPIPE_DECODE_BUDGET", "", "memory the request bodies being read and decoded may hold at once, e.g. 1GiB; each is charged 7 bytes a byte, and one that does not fit within a second gets 429 (default: --max-concurrent bodies of --max-body-mb)")
 	maxAudio := f.duration("max-audio", "OMNIPIPE_MAX_AUDIO", 120*time.Second, "longest input audio")
 	maxNewTokens := f.int("max-new-tokens", "OMNIPIPE_MAX_NEW_TOKENS", 2048, "largest max_new_tokens a request may ask for (steps: text tokens and 80 ms audio frames)")
 	maxTextBytes := f.int("max-text-bytes", "OMNIPIPE_MAX_TEXT_BYTES", 256<<10, "largest request text, and separately system prompt, in bytes; longer: 400 text_too_long, before tokenizing")
@@ -147,6 +148,14 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 			}
 			budget = b
 		}
+		var decodeBytes int64
+		if *decodeBudget != "" {
+			b, err := parseBytes(*decodeBudget)
+			if err != nil {
+				return usageError{"--decode-budget " + err.Error()}
+			}
+			decodeBytes = b
+		}
 		var level slog.Level
 		if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 			return usageError{"--log-level: " + err.Error()}
@@ -168,7 +177,7 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		}
 		cfg := server.Config{
 			MaxConcurrent: *maxConcurrent, MaxQueue: queue, QueueTimeout: *queueTimeout,
-			MaxBodyBytes: int64(*maxBodyMB) << 20, MaxAudio: *maxAudio, MaxNewTokens: *maxNewTokens, MaxTextBytes: *maxTextBytes,
+			MaxBodyBytes: int64(*maxBodyMB) << 20, DecodeBudget: decodeBytes, MaxAudio: *maxAudio, MaxNewTokens: *maxNewTokens, MaxTextBytes: *maxTextBytes,
 			MaxConversations: *maxConvs, ConversationTTL: *convTTL, ShutdownGrace: *grace, WriteStall: *stall,
 			CORSOrigins: splitList(*cors), APIKeys: splitList(e.getenv("OMNIPIPE_API_KEYS")),
 			Version: versionString(), Logger: log,

@@ -72,6 +72,42 @@ func TestEngineLogsToTheCommandsLog(t *testing.T) {
 	}
 }
 
+// TestServeDecodeBudget: --decode-budget (and OMNIPIPE_DECODE_BUDGET)
+// reach server.Config.DecodeBudget; unset, the server derives it; a size
+// that does not parse is a usage error.
+func TestServeDecodeBudget(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want int64
+	}{
+		{nil, nil, 0},
+		{[]string{"--decode-budget", "256MiB"}, nil, 256 << 20},
+		{nil, map[string]string{"OMNIPIPE_DECODE_BUDGET": "1GB"}, 1e9},
+	} {
+		var cfg *server.Config
+		orig := newServer
+		newServer = func(c server.Config) *server.Server {
+			cfg = &c
+			return orig(c)
+		}
+		args := append([]string{"serve", "--addr", "127.0.0.1:-1", "--threads", "1"}, tc.args...)
+		e := &env{stdin: strings.NewReader(""), stdout: &strings.Builder{}, stderr: &lockedBuffer{}, getenv: func(k string) string { return tc.env[k] }}
+		code := run(args, e)
+		newServer = orig
+		if code != exitError || cfg == nil {
+			t.Fatalf("%v: exit %d, server built %v; want exit %d (no port -1) after building the server", args, code, cfg != nil, exitError)
+		}
+		if cfg.DecodeBudget != tc.want {
+			t.Errorf("%v %v: DecodeBudget %d, want %d", tc.args, tc.env, cfg.DecodeBudget, tc.want)
+		}
+	}
+	code, out, errOut := runCmd(t, "", "serve", "--decode-budget", "lots")
+	if code != exitUsage || !strings.Contains(out+errOut, "--decode-budget") {
+		t.Errorf("--decode-budget lots: exit %d, %s", code, out+errOut)
+	}
+}
+
 // TestServeMaxTextBytes: --max-text-bytes (and OMNIPIPE_MAX_TEXT_BYTES)
 // reach server.Config.MaxTextBytes; the default is the server's.
 func TestServeMaxTextBytes(t *testing.T) {
