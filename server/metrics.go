@@ -194,5 +194,5 @@ func (m *metrics) registerDecode(budget int64, used func() float64) {
 			Help: "The memory that request bodies being read and decoded may hold at once (--decode-budget)."},
 			func() float64 { return float64(budget) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "decode_used_bytes",
-			Help: "The decode budget's bytes reserved by the request bodies being read and decoded."}, used))
+			Help: "The decode budget's bytes reserved by request bodies and realtime events being read and decoded."}, used))
 }

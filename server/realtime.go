@@ -84,7 +84,7 @@ func newRTState(reg *prometheus.Registry) *rtState {
 		sessions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "realtime_sessions_total",
 			Help: "Realtime WebSocket sessions accepted."}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "realtime_client_events_total",
-			Help: "Realtime client events received, by type (invalid: malformed or unknown)."}, []string{"type"}),
+			Help: "Realtime client events received, by type (invalid: malformed or unknown; refused: not decoded for want of decode budget)."}, []string{"type"}),
 		bargeIns: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "realtime_barge_ins_total",
 			Help: "Responses cancelled because the user started speaking."}),
 		speechToAu: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "realtime_speech_end_to_audio_seconds",
@@ -241,6 +241,9 @@ type rtWant struct {
 type rtMsg struct {
 	ev  realtime.Event
 	err *realtime.Error
+	// res is the event's decode budget, held until the session loop has
+	// handled it (nil: none).
+	res *reservation
 }
 
 // rtConn is one realtime session. Its loop (run) owns all of its state; a
@@ -298,6 +301,7 @@ func (c *rtConn) run() error {
 	c.ctx = ctx
 	c.reader.Add(1)
 	go c.read()
+	defer c.drainIn() // after the reader's end: it closes c.in
 	defer c.reader.Wait()
 	defer cancel() // first: it ends the reader's Read
 	if err := c.send("session.created", map[string]any{"session": c.cfg.JSON(c.dialect)}); err != nil {
@@ -322,7 +326,10 @@ func (c *rtConn) run() error {
 				return c.readErr
 			}
 			idle.Reset(c.s.cfg.Realtime.IdleTimeout)
-			err = c.handle(m)
+			err = func() error {
+				defer m.res.release() // a panic too
+				return c.handle(m)
+			}()
 		case ev := <-respEv:
 			err = c.responseEvent(ev)
 		case ev := <-preEv:
@@ -349,18 +356,75 @@ func (c *rtConn) read() {
 			c.readErr = err
 			return
 		}
-		var m rtMsg
-		if typ != websocket.MessageText {
-			m.err = realtime.Invalid(codeBinaryMessage, "", "client events are JSON text messages, not binary ones")
-		} else {
-			m.ev, m.err = realtime.Decode(data)
-		}
+		m := c.decodeEvent(typ, data)
 		select {
 		case c.in <- m:
 		case <-c.ctx.Done():
+			m.res.release()
 			return
 		}
 	}
+}
+
+// decodeEvent decodes one client event under the server's decode budget:
+// data and its decoding are charged decodeCost(len(data)) and, once
+// decoded, the event keeps its audio's bytes charged until the loop has
+// handled it. An event whose charge does not fit within Config.DecodeWait
+// is refused with an error event (decode_budget_exceeded) naming it; the
+// session goes on.
+func (c *rtConn) decodeEvent(typ websocket.MessageType, data []byte) rtMsg {
+	if typ != websocket.MessageText {
+		return rtMsg{err: realtime.Invalid(codeBinaryMessage, "", "client events are JSON text messages, not binary ones")}
+	}
+	res, err := c.s.decode.acquire(c.ctx, decodeCost(int64(len(data))), c.s.cfg.DecodeWait)
+	if err != nil {
+		e := &realtime.Error{Type: realtime.TypeServer, Code: codeCancelled, Message: "gave up waiting for decode budget: " + err.Error()}
+		if errors.Is(err, errDecodeBusy) {
+			ae := c.s.decodeBusy()
+			e = &realtime.Error{Type: ae.Type, Code: ae.Code, Message: ae.Message}
+			c.log.Info("realtime: event refused", "err", err, "bytes", len(data))
+		}
+		return rtMsg{err: e.WithEventID(eventID(data))}
+	}
+	var m rtMsg
+	m.ev, m.err = realtime.Decode(data)
+	res.shrink(audioBytes(m.ev))
+	m.res = res
+	return m
+}
+
+// drainIn gives back the decode budget of the events the loop did not
+// take; the reader has ended.
+func (c *rtConn) drainIn() {
+	for m := range c.in {
+		m.res.release()
+	}
+}
+
+// eventID returns a client event's event_id, or "" when it has none that
+// reads (it is scanned, not decoded: its audio is not copied).
+func eventID(data []byte) string {
+	var h struct {
+		EventID string `json:"event_id"`
+	}
+	if json.Unmarshal(data, &h) != nil || len(h.EventID) > 512 {
+		return ""
+	}
+	return h.EventID
+}
+
+// audioBytes returns the bytes of the samples a decoded event holds.
+func audioBytes(ev realtime.Event) int64 {
+	var n int
+	switch ev := ev.(type) {
+	case *realtime.BufferAppend:
+		n = len(ev.Samples)
+	case *realtime.ItemCreate:
+		for _, p := range ev.Item.Content {
+			n += len(p.Audio)
+		}
+	}
+	return 4 * int64(n)
 }
 
 // stopAll cancels the response and the prefill in flight and waits for
@@ -415,7 +479,11 @@ func (c *rtConn) sendError(e *realtime.Error) error {
 // handle acts on one client event.
 func (c *rtConn) handle(m rtMsg) error {
 	if m.err != nil {
-		c.s.rt.events.WithLabelValues("invalid").Inc()
+		label := "invalid"
+		if m.err.Code == codeDecodeBusy {
+			label = "refused" // not read for want of decode budget
+		}
+		c.s.rt.events.WithLabelValues(label).Inc()
 		return c.sendError(m.err)
 	}
 	var typ string

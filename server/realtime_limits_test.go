@@ -149,14 +149,55 @@ func TestRealtimeDropsLeaveNothing(t *testing.T) {
 
 var errBusyRetry = errors.New("busy: retry")
 
-// waitIdle waits until no realtime session, turn or slot is left.
+// waitIdle waits until no realtime session, turn, slot or decode budget
+// is left.
 func waitIdle(t *testing.T, ts *testServer) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for ts.rt.active.Load() > 0 || ts.lim.active() > 0 || ts.eng.Running() > 0 {
+	for ts.rt.active.Load() > 0 || ts.lim.active() > 0 || ts.eng.Running() > 0 || ts.decode.inUse() > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("still %d sessions, %d slots, %d turns", ts.rt.active.Load(), ts.lim.active(), ts.eng.Running())
+			t.Fatalf("still %d sessions, %d slots, %d turns, %d bytes of decode budget",
+				ts.rt.active.Load(), ts.lim.active(), ts.eng.Running(), ts.decode.inUse())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestRealtimeDecodeBudget: a realtime event that finds the decode budget
+// full is refused with an error event naming it, and the session goes on;
+// once the budget is free its audio is taken, and the session's events
+// give every byte back.
+func TestRealtimeDecodeBudget(t *testing.T) {
+	ts := startServer(t, Config{DecodeWait: -1})
+	c := dialRT(t, ts, nil)
+	c.send(map[string]any{"type": "session.update", "session": map[string]any{"turn_detection": nil}})
+	c.until("session.updated")
+
+	// Another holds all but room for small events: an append does not fit.
+	other, err := ts.decode.acquire(context.Background(), ts.cfg.DecodeBudget-decodeCost(1024), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcm := utterance(0, 200*time.Millisecond, 0)
+	c.send(map[string]any{"type": "input_audio_buffer.append", "event_id": "evt_refused", "audio": pcmB64(pcm)})
+	ev := c.expectError(codeDecodeBusy, "", "evt_refused")
+	if ev.str("error.type") != typeRateLimit {
+		t.Errorf("error type %q, want %s", ev.str("error.type"), typeRateLimit)
+	}
+	c.send(map[string]any{"type": "input_audio_buffer.commit", "event_id": "commit1"})
+	c.expectError(codeCommitEmpty, "", "commit1") // the refused audio was not taken
+
+	other.release()
+	c.send(map[string]any{"type": "input_audio_buffer.append", "audio": pcmB64(pcm)})
+	c.send(map[string]any{"type": "input_audio_buffer.commit"})
+	c.until("input_audio_buffer.committed")
+	if n := ts.decode.inUse(); n != 0 {
+		t.Errorf("%d bytes of decode budget in use with no event in flight", n)
+	}
+	m := scrape(t, ts)
+	if v, ok := metricValue(m, `omnipipe_realtime_client_events_total{type="refused"}`); !ok || v != 1 {
+		t.Errorf("refused events %v (found %v), want 1", v, ok)
+	}
+	c.ws.CloseNow()
+	waitIdle(t, ts)
 }

@@ -64,10 +64,12 @@ type Config struct {
 	// text, the WAV bytes and the float samples) for its declared
 	// Content-Length (else MaxBodyBytes) from before it is read, for its
 	// size once it has arrived, then for its decoded samples' bytes until
-	// the request has a turn slot (or is refused one). A request whose
-	// charge does not fit within DecodeWait gets 429
-	// decode_budget_exceeded with Retry-After; a charge above the whole
-	// budget takes all of it (the request decodes alone).
+	// the request has a turn slot (or is refused one). A realtime client
+	// event likewise, from when it has arrived until the session has taken
+	// its audio. A request whose charge does not fit within DecodeWait gets
+	// 429 decode_budget_exceeded with Retry-After (a realtime event: an
+	// error event); a charge above the whole budget takes all of it (the
+	// request decodes alone).
 	DecodeBudget int64
 	// DecodeWait bounds a request's wait for decode budget (default 1 s;
 	// negative: none waits). Waiting holds no memory: the body is read
