@@ -18,6 +18,8 @@ type Queue struct {
 	work []*work // per-participant scratch of the parallel ops, grown on demand
 	// sample is Sample's scratch, reused across calls.
 	sample gpu.SampleScratch
+	// glu is NormGLU's gate products, reused across calls.
+	glu []float32
 }
 
 var _ gpu.Queue = (*Queue)(nil)
