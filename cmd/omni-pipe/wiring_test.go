@@ -85,19 +85,7 @@ func TestServeDecodeBudget(t *testing.T) {
 		{[]string{"--decode-budget", "256MiB"}, nil, 256 << 20},
 		{nil, map[string]string{"OMNIPIPE_DECODE_BUDGET": "1GB"}, 1e9},
 	} {
-		var cfg *server.Config
-		orig := newServer
-		newServer = func(c server.Config) *server.Server {
-			cfg = &c
-			return orig(c)
-		}
-		args := append([]string{"serve", "--addr", "127.0.0.1:-1", "--threads", "1"}, tc.args...)
-		e := &env{stdin: strings.NewReader(""), stdout: &strings.Builder{}, stderr: &lockedBuffer{}, getenv: func(k string) string { return tc.env[k] }}
-		code := run(args, e)
-		newServer = orig
-		if code != exitError || cfg == nil {
-			t.Fatalf("%v: exit %d, server built %v; want exit %d (no port -1) after building the server", args, code, cfg != nil, exitError)
-		}
+		cfg := serveConfig(t, tc.args, tc.env)
 		if cfg.DecodeBudget != tc.want {
 			t.Errorf("%v %v: DecodeBudget %d, want %d", tc.args, tc.env, cfg.DecodeBudget, tc.want)
 		}
@@ -120,19 +108,7 @@ func TestServeMaxTextBytes(t *testing.T) {
 		{[]string{"--max-text-bytes", "1000"}, nil, 1000},
 		{nil, map[string]string{"OMNIPIPE_MAX_TEXT_BYTES": "4096"}, 4096},
 	} {
-		var cfg *server.Config
-		orig := newServer
-		newServer = func(c server.Config) *server.Server {
-			cfg = &c
-			return orig(c)
-		}
-		args := append([]string{"serve", "--addr", "127.0.0.1:-1", "--threads", "1"}, tc.args...)
-		e := &env{stdin: strings.NewReader(""), stdout: &strings.Builder{}, stderr: &lockedBuffer{}, getenv: func(k string) string { return tc.env[k] }}
-		code := run(args, e)
-		newServer = orig
-		if code != exitError || cfg == nil {
-			t.Fatalf("%v: exit %d, server built %v; want exit %d (no port -1) after building the server", args, code, cfg != nil, exitError)
-		}
+		cfg := serveConfig(t, tc.args, tc.env)
 		if cfg.MaxTextBytes != tc.want {
 			t.Errorf("%v %v: MaxTextBytes %d, want %d", tc.args, tc.env, cfg.MaxTextBytes, tc.want)
 		}
@@ -170,4 +146,24 @@ func TestServeFlagsDocumented(t *testing.T) {
 	if n < 20 {
 		t.Errorf("serve has %d flags: did setupServe register them?", n)
 	}
+}
+
+// serveConfig runs `serve` with args (after an address it cannot bind)
+// and the environment vars, and returns the server.Config it built the
+// server with.
+func serveConfig(t *testing.T, args []string, vars map[string]string) *server.Config {
+	t.Helper()
+	var cfg *server.Config
+	orig := newServer
+	newServer = func(c server.Config) *server.Server {
+		cfg = &c
+		return orig(c)
+	}
+	defer func() { newServer = orig }()
+	args = append([]string{"serve", "--addr", "127.0.0.1:-1", "--threads", "1"}, args...)
+	e := &env{stdin: strings.NewReader(""), stdout: &strings.Builder{}, stderr: &lockedBuffer{}, getenv: func(k string) string { return vars[k] }}
+	if code := run(args, e); code != exitError || cfg == nil {
+		t.Fatalf("%v: exit %d, server built %v; want exit %d (no port -1) after building the server", args, code, cfg != nil, exitError)
+	}
+	return cfg
 }
