@@ -140,21 +140,13 @@ func setupServe(fs *flag.FlagSet, e *env) func([]string) error {
 		if *maxConvs < *maxConcurrent || *maxConvs > 1<<20 {
 			return usageError{fmt.Sprintf("--max-conversations %d: want %d (--max-concurrent) to %d", *maxConvs, *maxConcurrent, 1<<20)}
 		}
-		var budget int64
-		if *memBudget != "" {
-			b, err := parseBytes(*memBudget)
-			if err != nil {
-				return usageError{"--memory-budget " + err.Error()}
-			}
-			budget = b
+		budget, err := optionalBytes("--memory-budget", *memBudget)
+		if err != nil {
+			return err
 		}
-		var decodeBytes int64
-		if *decodeBudget != "" {
-			b, err := parseBytes(*decodeBudget)
-			if err != nil {
-				return usageError{"--decode-budget " + err.Error()}
-			}
-			decodeBytes = b
+		decodeBytes, err := optionalBytes("--decode-budget", *decodeBudget)
+		if err != nil {
+			return err
 		}
 		var level slog.Level
 		if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -238,4 +230,17 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// optionalBytes parses the size flag named's value v (0 when empty: the
+// server's default), a usage error when it does not parse.
+func optionalBytes(name, v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	b, err := parseBytes(v)
+	if err != nil {
+		return 0, usageError{name + " " + err.Error()}
+	}
+	return b, nil
 }
