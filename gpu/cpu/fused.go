@@ -69,11 +69,7 @@ func (q *Queue) NormGLU(dst, h, x gpu.Tensor, n gpu.RowNorm, w1, w3 gpu.Tensor, 
 		cols(0, 0, N)
 		return true
 	}
-	// gemm's one-pass chunks (about 192 KB of weights, whole 12-column
-	// tiles, at least chunksPerWorker a worker), each now two weights'.
-	es := w1.DType().Size()
-	grain := max(12, (192<<10)/(2*K*es)/12*12)
-	grain = min(grain, max(12, (N+chunksPerWorker*p.workers-1)/(chunksPerWorker*p.workers)/12*12))
-	p.ForW(N, grain, cols)
+	// gemm's one-pass chunks, each now two weights' rows.
+	p.ForW(N, streamGrain(N, 2*K*w1.DType().Size(), p.workers), cols)
 	return true
 }

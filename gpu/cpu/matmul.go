@@ -160,9 +160,10 @@ func (q *Queue) gemm(g *mm) {
 		// (whole tiles).
 		grain := ncBlock
 		if g.M <= streamRows {
-			grain = max(12, (192<<10)/(max(g.K, 1)*g.wt.Size())/12*12)
+			grain = streamGrain(g.N, g.K*g.wt.Size(), p.workers)
+		} else {
+			grain = min(grain, streamGrain(g.N, 0, p.workers))
 		}
-		grain = min(grain, max(12, (g.N+chunksPerWorker*p.workers-1)/(chunksPerWorker*p.workers)/12*12))
 		p.ForW(g.N, grain, func(w, lo, hi int) { g.run(ws[w], 0, g.M, lo, hi, asm) })
 	case g.M >= 8:
 		grain := min(mcBlock, max(4, (g.M+2*p.workers-1)/(2*p.workers)/4*4))
@@ -170,6 +171,18 @@ func (q *Queue) gemm(g *mm) {
 	default:
 		g.run(ws[0], 0, g.M, 0, g.N, asm)
 	}
+}
+
+// streamGrain is the column chunk of a one-pass product of N weight rows
+// of rowBytes each: about 192 KB of weights, a multiple of 12 columns (whole
+// tiles), and at least chunksPerWorker chunks a worker. rowBytes 0 leaves
+// only the last two rules.
+func streamGrain(N, rowBytes, workers int) int {
+	fair := max(12, (N+chunksPerWorker*workers-1)/(chunksPerWorker*workers)/12*12)
+	if rowBytes <= 0 {
+		return fair
+	}
+	return min(max(12, (192<<10)/rowBytes/12*12), fair)
 }
 
 // run computes the outputs [m0,m1) × [n0,n1) on the calling goroutine.
