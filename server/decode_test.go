@@ -78,6 +78,59 @@ func TestByteBudget(t *testing.T) {
 	}
 }
 
+// TestByteBudgetFirstComeFirstServed: a reservation that waits is not
+// passed over by a later, smaller one that would fit: the small one waits
+// behind it, and is served once the large one has had its bytes.
+func TestByteBudgetFirstComeFirstServed(t *testing.T) {
+	b := newByteBudget(100)
+	held, err := b.acquire(context.Background(), 80, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan string, 2)
+	letGo := make(chan struct{})
+	var wg sync.WaitGroup
+	take := func(name string, n int64, hold <-chan struct{}) {
+		defer wg.Done()
+		r, err := b.acquire(context.Background(), n, 10*time.Second)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			served <- name + " failed"
+			return
+		}
+		served <- name
+		if hold != nil {
+			<-hold
+		}
+		r.release()
+	}
+	wg.Add(1)
+	go take("large", 100, letGo) // all of the budget: waits for the 80
+	// With a reservation queued even one of nothing does not go ahead.
+	for b.sem.TryAcquire(0) {
+		time.Sleep(time.Millisecond)
+	}
+	wg.Add(1)
+	go take("small", 10, nil) // 80 + 10 would fit, but the large one came first
+	select {
+	case name := <-served:
+		t.Fatalf("%s was served while the 80 bytes were still held", name)
+	case <-time.After(50 * time.Millisecond):
+	}
+	held.release()
+	if first := <-served; first != "large" {
+		t.Fatalf("%s served first, want large", first)
+	}
+	close(letGo) // the large one holds all 100 bytes until now
+	if second := <-served; second != "small" {
+		t.Errorf("then %s, want small", second)
+	}
+	wg.Wait()
+	if n := b.inUse(); n != 0 {
+		t.Errorf("%d bytes still in use after every release", n)
+	}
+}
+
 // toneClip is d of a 440 Hz tone at 16 kHz.
 func toneClip(d time.Duration) *audio.Clip {
 	n := int(d.Seconds() * 16000)

@@ -3,9 +3,10 @@ package server
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 )
 
 var (
@@ -65,18 +66,17 @@ func (l *limiter) queued() int { return int(l.waiting.Load()) }
 var errDecodeBusy = errors.New("the bytes of the request bodies being decoded fill the server's decode budget")
 
 // byteBudget is a semaphore weighted in bytes: its reservations hold at
-// most max bytes in all. A reservation that does not fit waits for others
-// to give bytes back, for a bounded time; waiters are not ordered (one
-// that fits takes the bytes first), which a short wait keeps fair enough.
+// most max bytes in all. A reservation that does not fit waits, first
+// come first served (golang.org/x/sync/semaphore: a large body is not
+// passed over by a stream of small ones), for a bounded time.
 type byteBudget struct {
-	mu    sync.Mutex
-	max   int64
-	used  int64
-	freed chan struct{} // closed, and replaced, whenever bytes are given back
+	sem  *semaphore.Weighted
+	max  int64
+	used atomic.Int64 // for the metrics: the semaphore does not say
 }
 
 func newByteBudget(max int64) *byteBudget {
-	return &byteBudget{max: max, freed: make(chan struct{})}
+	return &byteBudget{sem: semaphore.NewWeighted(max), max: max}
 }
 
 // acquire reserves n bytes, waiting up to wait (none when wait <= 0) for
@@ -84,59 +84,41 @@ func newByteBudget(max int64) *byteBudget {
 // runs alone. It fails with errDecodeBusy or ctx's cause.
 func (b *byteBudget) acquire(ctx context.Context, n int64, wait time.Duration) (*reservation, error) {
 	n = min(max(n, 0), b.max)
-	freed, ok := b.tryAcquire(n)
-	if ok {
-		return newReservation(b, n), nil
+	if b.sem.TryAcquire(n) {
+		return b.reserved(n), nil
 	}
 	if wait <= 0 {
 		return nil, errDecodeBusy
 	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		select {
-		case <-freed:
-		case <-timer.C:
-			return nil, errDecodeBusy
-		case <-ctx.Done():
+	wctx, cancel := context.WithTimeoutCause(ctx, wait, errDecodeBusy)
+	defer cancel()
+	if err := b.sem.Acquire(wctx, n); err != nil {
+		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		if freed, ok = b.tryAcquire(n); ok {
-			return newReservation(b, n), nil
-		}
+		return nil, errDecodeBusy
 	}
+	return b.reserved(n), nil
 }
 
-// tryAcquire reserves n bytes if they fit; else it returns the channel
-// that the next release closes.
-func (b *byteBudget) tryAcquire(n int64) (freed <-chan struct{}, ok bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.used+n <= b.max {
-		b.used += n
-		return nil, true
-	}
-	return b.freed, false
+// reserved counts n acquired bytes and returns their reservation.
+func (b *byteBudget) reserved(n int64) *reservation {
+	b.used.Add(n)
+	return newReservation(b, n)
 }
 
-// giveBack returns n reserved bytes to the budget and wakes the waiters.
+// giveBack returns n reserved bytes to the budget, waking the waiters they
+// let in.
 func (b *byteBudget) giveBack(n int64) {
 	if n <= 0 {
 		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.used -= n
-	close(b.freed)
-	b.freed = make(chan struct{})
+	b.used.Add(-n)
+	b.sem.Release(n)
 }
 
 // inUse returns the bytes reserved.
-func (b *byteBudget) inUse() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used
-}
+func (b *byteBudget) inUse() int64 { return b.used.Load() }
 
 // reservation is bytes held in a byteBudget. Its methods are safe for
 // concurrent use, and may be called on nil (no bytes held).
