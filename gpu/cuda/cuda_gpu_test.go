@@ -1251,7 +1251,7 @@ func TestNormGridEqualsTilePerBlock(t *testing.T) {
 	d.mmaMatMul = true
 	defer func() { d.mmaMatMul, d.tilePerBlock = false, false }()
 	t.Logf("blocks held at once: %v", d.resident)
-	for _, k := range normGridKernels {
+	for k := range normGridKernels() {
 		if r, err := d.KernelResources(k); err == nil { // a diagnostic (the emulator has no such query)
 			t.Logf("%s: %d registers, %d bytes of local memory a thread", k, r.Registers, r.LocalBytes)
 		}

@@ -1431,7 +1431,7 @@ func TestNormGrid(t *testing.T) {
 		{"mmvn_bf16_w16", 8192, false, 512},   // no count read
 	} {
 		d.tilePerBlock = c.perTile
-		if got := q.normGrid(c.name, c.N); got != c.want {
+		if got := q.normGrid(c.name, (c.N+15)/16); got != c.want {
 			t.Errorf("normGrid(%s, %d) with tilePerBlock %v = %d, want %d", c.name, c.N, c.perTile, got, c.want)
 		}
 	}

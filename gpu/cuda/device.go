@@ -78,7 +78,8 @@ type Device struct {
 	// resident is, for each kernel of normGridKernels, how many of its
 	// blocks the GPU holds at once (multiprocessors × the driver's
 	// occupancy at the most shared memory a fused norm takes), read once
-	// at load; tilePerBlock: Options.TilePerBlock (normGrid ignores it).
+	// at load; tilePerBlock: Options.TilePerBlock (normGrid then launches a
+	// block a tile).
 	resident     map[string]int
 	tilePerBlock bool
 	// logmel holds the log-mel specs' tables (logmel.go).
@@ -272,8 +273,18 @@ func (d *Device) init(o Options) error {
 }
 
 // normGridKernels are the kernels that take their tiles in turn
-// (MMV_NORM_TILES), so that their grid may be smaller than their tiles.
-var normGridKernels = []string{"mmvn_bf16_w4", "mmvn_bf16_w16", "mmvnt_bf16_w16", "mmvng_bf16_w16", "mmvngt_bf16_w16"}
+// (MMV_NORM_TILES), so that their grid may be smaller than their tiles,
+// each with the threads of the block fused.go launches it with: the
+// fused-norm variants their own, the tiled twin and the SwiGLU kernels
+// mmvNormDefault's.
+func normGridKernels() map[string]uintptr {
+	def := uintptr(mmvNormDefault.block()[0])
+	m := map[string]uintptr{mmvNormTiled: def, "mmvng_bf16_w16": def, "mmvngt_bf16_w16": def}
+	for _, v := range mmvNormVariants {
+		m[v.name] = uintptr(v.block()[0])
+	}
+	return m
+}
 
 // readResidency fills d.resident on the owner thread: the driver's
 // occupancy for each of normGridKernels at its block size and the most
@@ -283,19 +294,16 @@ var normGridKernels = []string{"mmvn_bf16_w4", "mmvn_bf16_w16", "mmvnt_bf16_w16"
 // 512-thread kernels get on an H200 as well: the count only sizes a grid
 // (normGrid), any count gives the same bits.
 func (d *Device) readResidency() error {
-	d.resident = make(map[string]int, len(normGridKernels))
+	kernels := normGridKernels()
+	d.resident = make(map[string]int, len(kernels))
 	c := d.drv
-	for _, k := range normGridKernels {
+	for k, threads := range kernels {
 		f, ok := d.fns[k]
 		if !ok {
 			return fmt.Errorf("cuda: no kernel %q", k)
 		}
 		per := int32(1)
 		if c.cuOccupancyMaxActiveBlocksPerMultiprocessor != 0 {
-			threads := uintptr(512)
-			if k == "mmvn_bf16_w4" {
-				threads = 128
-			}
 			if err := c.call("cuOccupancyMaxActiveBlocksPerMultiprocessor "+k, c.cuOccupancyMaxActiveBlocksPerMultiprocessor,
 				uintptr(unsafe.Pointer(&per)), f, threads, uintptr(4*mmvNormMaxK)); err != nil {
 				per = 1

@@ -38,23 +38,18 @@ func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tens
 	if tw, ok := q.tiled(w); ok && name == mmvNormDefault.name {
 		name, wp = mmvNormTiled, p(tw)
 	}
-	grid := uint32((N + rows - 1) / rows)
-	if strings.HasPrefix(name, "mmvn") {
-		grid = q.normGrid(name, N)
-	}
-	q.launchEpi(epiProduct, dst, name, [3]uint32{grid, 1, 1}, block, 4*K,
+	q.launchEpi(epiProduct, dst, name, [3]uint32{q.normGrid(name, (N+rows-1)/rows), 1, 1}, block, 4*K,
 		q.t(dst), q.t(h), q.t(x), i(K), f(n.Eps), b2i(n.Round), q.t(n.W), p(dtCode(n.W.DType())), b2i(n.RoundW && !n.W.IsNil()),
 		wp, ld(w), q.t(bias), p(dtCode(bias.DType())), i(N))
 }
 
-// normGrid is the grid of fused-norm kernel name (MMV_NORM, MMV_NORM_GLU)
-// for N weight rows: a block a 16-row tile where the GPU holds them all at
-// once (or Options.TilePerBlock), else as many blocks as it holds, each
-// normalising the row once and taking its tiles in turn
-// (MMV_NORM_TILES) — a block a tile would normalise it again in every
-// wave of blocks.
-func (q *Queue) normGrid(name string, N int) uint32 {
-	tiles := (N + 15) / 16
+// normGrid is the grid of fused-norm kernel name for its tiles: a block
+// a tile where the GPU holds them all at once, where the kernel takes one
+// tile a block (not of normGridKernels: the FMA kernels) or with
+// Options.TilePerBlock; else as many blocks as the GPU holds, each
+// normalising the row once and taking its tiles in turn (MMV_NORM_TILES)
+// — a block a tile would normalise it again in every wave of blocks.
+func (q *Queue) normGrid(name string, tiles int) uint32 {
 	if n := q.d.resident[name]; n > 0 && n < tiles && !q.d.tilePerBlock {
 		return uint32(n)
 	}
@@ -231,7 +226,7 @@ func (q *Queue) NormGLU(dst, h, x gpu.Tensor, n gpu.RowNorm, w1, w3 gpu.Tensor, 
 	if ok1 && ok3 {
 		name, w1p, w3p = "mmvngt_bf16_w16", p(t1), p(t3)
 	}
-	q.launch(name, [3]uint32{q.normGrid(name, N), 1, 1}, mmvNormDefault.block(), 4*K,
+	q.launch(name, [3]uint32{q.normGrid(name, (N+15)/16), 1, 1}, mmvNormDefault.block(), 4*K,
 		q.t(dst), q.t(h), q.t(x), i(K), f(n.Eps), b2i(n.Round), q.t(n.W), p(dtCode(n.W.DType())), b2i(n.RoundW && !n.W.IsNil()),
 		w1p, ld(w1), w3p, ld(w3), i(N), b2i(round), b2i(round), b2i(round))
 	return true
