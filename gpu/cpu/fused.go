@@ -1,17 +1,142 @@
 package cpu
 
 import (
+	"fmt"
+	"math"
 	"os"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
 )
 
-var _ gpu.GLUFuser = (*Queue)(nil)
+var (
+	_ gpu.GLUFuser  = (*Queue)(nil)
+	_ gpu.NormFuser = (*Queue)(nil)
+)
 
-// unfusedGLU makes NormGLU decline every shape, so that the feed-forward
-// runs as its op sequence (env OMNIPIPE_CPU_FUSE=off; for A/B
-// measurements: the same bits either way).
-var unfusedGLU = os.Getenv("OMNIPIPE_CPU_FUSE") == "off"
+// unfused makes NormGLU decline every shape and PrepHeads run its op
+// sequence (env OMNIPIPE_CPU_FUSE=off; for A/B measurements: the same bits
+// either way).
+var unfused = os.Getenv("OMNIPIPE_CPU_FUSE") == "off"
+
+// NormMatMul implements gpu.NormFuser as its sequence: on a CPU the norm
+// of a few rows is a pass over a few kilobytes beside the product's
+// megabytes of weights, and the product's loop already reads h from cache.
+func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tensor) {
+	gpu.NormRows(q, h, x, n)
+	q.MatMul(dst, h, w, bias)
+}
+
+// PrepHeads implements gpu.NormFuser: each row of each item in one pass —
+// copied, every head normalised (the sum of squares, the inverse root in
+// float64, the scale, the rounding and the weight of Queue.RMSNorm,
+// RoundBF16 and MulRow), rotated (Queue.RoPE's arithmetic, its cos and sin
+// computed once for the rows that share a position: all of a depthformer
+// frame's rows) and rounded — the floats of gpu.PrepHeadsSeq, whose dozen
+// ops over the same few kilobytes (a decode step's q and k) cost more in
+// dispatch than in arithmetic: at four rows the sequence took 1.5 ms of a
+// 16-core depthformer frame in RoPE's per-element closures alone
+// (docs/performance.md). Rows are split over the pool as eachRow splits
+// them.
+func (q *Queue) PrepHeads(rp gpu.RoPEParams, round bool, items []gpu.HeadPrep) {
+	if unfused {
+		gpu.PrepHeadsSeq(q, rp, round, items)
+		return
+	}
+	for _, it := range items {
+		if it.Copy {
+			q.Copy(it.Dst, it.Src)
+			continue
+		}
+		q.prepHeads(it, rp, round)
+	}
+}
+
+// prepHeads is PrepHeads for one item: gpu.HeadNormRoPESeq(it.Dst,
+// it.Src, it.Norm, rp, round).
+func (q *Queue) prepHeads(it gpu.HeadPrep, rp gpu.RoPEParams, round bool) {
+	dst, src := it.Dst, it.Src
+	hd := rp.HeadDim
+	sameShape("prepheads", dst, src)
+	if hd <= 0 || hd%2 != 0 || dst.Cols%hd != 0 || len(rp.InvFreq) != hd/2 || len(rp.Pos) != dst.Rows {
+		panic(fmt.Sprintf("cpu: prep heads %v head %d invfreq %d pos %d", dst, hd, len(rp.InvFreq), len(rp.Pos)))
+	}
+	if dst.Rows == 0 || dst.Cols == 0 {
+		return
+	}
+	n := it.Norm
+	var nw []float32
+	if !n.W.IsNil() {
+		nw = q.rowVector(n.W, hd, false)
+	}
+	inPlace := gpu.SameView(dst, src)
+	ds, ss := f32s(dst), f32s(src)
+	asm := q.asm
+	half := hd / 2
+	rnd := func(v float32) float32 { return v }
+	if rp.BF16 {
+		rnd = gpu.RoundBF16
+	}
+	p := q.dev.pool
+	ws := q.workspace(p.workers)
+	p.ForW(dst.Rows, max(1, elemGrain/dst.Cols), func(w, lo, hi int) {
+		wk := ws[w]
+		wk.col = grow(wk.col, hd)
+		cs := wk.col // cos of pair j at 2j, sin at 2j+1, for position at
+		at := int32(-1)
+		for r := lo; r < hi; r++ {
+			d := row(dst, ds, r)
+			if !inPlace {
+				copy(d, row(src, ss, r))
+			}
+			for h := 0; h < dst.Cols; h += hd {
+				x := d[h : h+hd]
+				sq := vSumSq(asm, x, 0)
+				inv := float32(1 / math.Sqrt(float64(sq/float32(hd)+n.Eps)))
+				vScale(asm, x, x, inv)
+				if n.Round {
+					vRound(asm, x)
+				}
+				if nw != nil {
+					vMul(asm, x, x, nw)
+					if n.RoundW {
+						vRound(asm, x)
+					}
+				}
+			}
+			if pos := rp.Pos[r]; pos != at || r == lo {
+				at = pos
+				fp := float32(pos)
+				for j := 0; j < half; j++ {
+					ang := fp * rp.InvFreq[j] // fp32 product, as Queue.RoPE
+					cs[2*j] = rnd(float32(math.Cos(float64(ang))))
+					cs[2*j+1] = rnd(float32(math.Sin(float64(ang))))
+				}
+			}
+			for j := 0; j < half; j++ {
+				c, s := cs[2*j], cs[2*j+1]
+				for h := 0; h < dst.Cols; h += hd {
+					var i0, i1 int
+					if rp.Style == gpu.Interleaved {
+						i0, i1 = h+2*j, h+2*j+1
+					} else {
+						i0, i1 = h+j, h+j+half
+					}
+					x0, x1 := d[i0], d[i1]
+					if rp.BF16 {
+						d[i0] = gpu.RoundBF16(gpu.RoundBF16(x0*c) - gpu.RoundBF16(x1*s))
+						d[i1] = gpu.RoundBF16(gpu.RoundBF16(x1*c) + gpu.RoundBF16(x0*s))
+					} else {
+						d[i0] = float32(x0*c) - float32(x1*s)
+						d[i1] = float32(x1*c) + float32(x0*s)
+					}
+				}
+			}
+			if round {
+				vRound(asm, d)
+			}
+		}
+	})
+}
 
 // NormGLU implements gpu.GLUFuser for the few rows of a decode step (at
 // most streamRows, BF16 or F32 weights of one type): the norm, then the
@@ -26,7 +151,7 @@ var unfusedGLU = os.Getenv("OMNIPIPE_CPU_FUSE") == "off"
 // batched rows cost.
 func (q *Queue) NormGLU(dst, h, x gpu.Tensor, n gpu.RowNorm, w1, w3 gpu.Tensor, round bool) bool {
 	M, K, N := x.Rows, x.Cols, w1.Rows
-	if unfusedGLU || M == 0 || M > streamRows || N < 24 || K < 8 || w1.DType() != w3.DType() ||
+	if unfused || M == 0 || M > streamRows || N < 24 || K < 8 || w1.DType() != w3.DType() ||
 		dst.Buf == x.Buf || dst.Buf == h.Buf || dst.Buf == w1.Buf || dst.Buf == w3.Buf || h.Buf == x.Buf {
 		return false
 	}

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -63,6 +64,98 @@ func TestNormGLUEqualsSeq(t *testing.T) {
 						if r, col, ok := bitsEqual(got[0][j], got[1][j]); !ok {
 							t.Errorf("%s [%d,%d]: fused %v, sequence %v", what, r, col, at(got[0][j], r, col), at(got[1][j], r, col))
 						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestPrepHeadsEqualsSeq: the fused head preparation gives
+// gpu.PrepHeadsSeq's bits on padded views — in place and into another
+// view, strided sources and destinations, both RoPE styles with and
+// without the bf16 rotation, norms with and without a weight and their
+// roundings, rows at one shared position (a depthformer frame), at
+// distinct ones (a batched backbone step) and at repeated runs of them,
+// enough rows to split over the pool — and leaves a copy item a copy.
+func TestPrepHeadsEqualsSeq(t *testing.T) {
+	type tcase struct {
+		rows, heads, hd int
+		style           gpu.RoPEStyle
+		bf16, round     bool
+		norm            gpu.RowNorm // W set below when weighted
+		weighted        bool
+		inPlace         bool
+		pos             string // "same", "distinct", "runs"
+	}
+	cases := []tcase{
+		{4, 16, 64, gpu.Interleaved, false, true, gpu.RowNorm{Eps: 1e-5, RoundW: true}, true, false, "same"},
+		{1, 16, 64, gpu.Interleaved, false, true, gpu.RowNorm{Eps: 1e-5, RoundW: true}, true, true, "same"},
+		{7, 8, 64, gpu.RotateHalf, true, true, gpu.RowNorm{Eps: 1e-6, Round: true, RoundW: true}, true, false, "distinct"},
+		{40, 16, 64, gpu.RotateHalf, false, false, gpu.RowNorm{Eps: 1e-5}, false, true, "runs"},
+		{40, 3, 128, gpu.Interleaved, true, true, gpu.RowNorm{Eps: 1e-5, Round: true}, true, false, "runs"},
+		{5, 2, 32, gpu.Interleaved, true, false, gpu.RowNorm{Eps: 1e-5, Round: true, RoundW: true}, true, true, "distinct"},
+	}
+	for _, ks := range kernelSets(t) {
+		for ci, c := range cases {
+			for _, workers := range []int{1, 3} {
+				t.Run(fmt.Sprintf("%s/case%d/workers=%d", ks.name, ci, workers), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(uint64(ci), 7))
+					dev, q := newTestDevice(t, workers, ks.asm)
+					cols := c.heads * c.hd
+					src := view(dev, gpu.F32, c.rows, cols, 5, 3) // strided: rows cols+5 apart
+					fillRandom(rng, src)
+					vsrc := view(dev, gpu.F32, c.rows, 24, 0, 0) // the copy item
+					fillRandom(rng, vsrc)
+					n := c.norm
+					if c.weighted {
+						n.W = view(dev, gpu.BF16, 1, c.hd, 0, 0)
+						fillRandom(rng, n.W)
+					}
+					inv := make([]float32, c.hd/2)
+					for j := range inv {
+						inv[j] = float32(math.Pow(10000, -float64(2*j)/float64(c.hd)))
+					}
+					pos := make([]int32, c.rows)
+					for r := range pos {
+						switch c.pos {
+						case "same":
+							pos[r] = 5
+						case "distinct":
+							pos[r] = int32(3*r + 1)
+						case "runs":
+							pos[r] = int32(r / 3 * 40)
+						}
+					}
+					rp := gpu.RoPEParams{Style: c.style, HeadDim: c.hd, InvFreq: inv, Pos: pos, BF16: c.bf16}
+					run := func(fused bool) (gpu.Tensor, gpu.Tensor) {
+						s := view(dev, gpu.F32, c.rows, cols, 5, 3)
+						q.Copy(s, src)
+						d := s
+						if !c.inPlace {
+							d = view(dev, gpu.F32, c.rows, cols, 2, 1)
+						}
+						vd := view(dev, gpu.F32, c.rows, 24, 1, 0)
+						items := []gpu.HeadPrep{{Dst: d, Src: s, Norm: n}, {Dst: vd, Src: vsrc, Copy: true}}
+						if fused {
+							q.PrepHeads(rp, c.round, items)
+						} else {
+							gpu.PrepHeadsSeq(q, rp, c.round, items)
+						}
+						checkPadding(t, d)
+						checkPadding(t, vd)
+						return d, vd
+					}
+					gd, gv := run(true)
+					wd, wv := run(false)
+					if r, col, ok := bitsEqual(gd, wd); !ok {
+						t.Fatalf("head rows [%d,%d]: fused %v, sequence %v", r, col, at(gd, r, col), at(wd, r, col))
+					}
+					if r, col, ok := bitsEqual(gv, wv); !ok {
+						t.Fatalf("copy item [%d,%d]: fused %v, sequence %v", r, col, at(gv, r, col), at(wv, r, col))
+					}
+					if r, col, ok := bitsEqual(gv, vsrc); !ok {
+						t.Fatalf("copy item [%d,%d]: %v, source %v", r, col, at(gv, r, col), at(vsrc, r, col))
 					}
 				})
 			}
