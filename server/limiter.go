@@ -153,3 +153,16 @@ func (r *reservation) shrink(n int64) {
 
 // release gives back every byte; a second call does nothing.
 func (r *reservation) release() { r.shrink(0) }
+
+// join moves more's bytes into r and returns r (more itself where r is
+// nil); more holds nothing after.
+func (r *reservation) join(more *reservation) *reservation {
+	if r == nil {
+		return more
+	}
+	if more == nil {
+		return r
+	}
+	r.n.Add(more.n.Swap(0))
+	return r
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -351,12 +352,16 @@ func (c *rtConn) read() {
 	defer c.reader.Done()
 	defer close(c.in)
 	for {
-		typ, data, err := c.ws.Read(c.ctx)
+		typ, r, err := c.ws.Reader(c.ctx)
 		if err != nil {
 			c.readErr = err
 			return
 		}
-		m := c.decodeEvent(typ, data)
+		m, err := c.decodeEvent(typ, r)
+		if err != nil {
+			c.readErr = err
+			return
+		}
 		select {
 		case c.in <- m:
 		case <-c.ctx.Done():
@@ -366,31 +371,220 @@ func (c *rtConn) read() {
 	}
 }
 
-// decodeEvent decodes one client event under the server's decode budget:
-// data and its decoding are charged decodeCost(len(data)) and, once
-// decoded, the event keeps its audio's bytes charged until the loop has
-// handled it. An event whose charge does not fit within Config.DecodeWait
-// is refused with an error event (decode_budget_exceeded) naming it; the
-// session goes on.
-func (c *rtConn) decodeEvent(typ websocket.MessageType, data []byte) rtMsg {
+// decodeEvent reads and decodes one client event (the message r) under
+// the server's decode budget: its bytes are charged as they arrive,
+// decodeCost of each chunk before the chunk is read (512 bytes first, then
+// doubling up to 1 MiB a chunk), so a session never holds more of a
+// message than its charge (reading a whole message first would let each
+// session hold up to rtMaxEvent bytes the budget does not see), and, once
+// decoded, the event keeps its audio's bytes
+// charged until the loop has handled it. A chunk whose charge does not fit
+// within Config.DecodeWait refuses the event with an error event
+// (decode_budget_exceeded) naming it: the rest of the message is read and
+// dropped, holding nothing but its event_id (scanEventID), and the session
+// goes on. A read error ends the session.
+func (c *rtConn) decodeEvent(typ websocket.MessageType, r io.Reader) (rtMsg, error) {
 	if typ != websocket.MessageText {
-		return rtMsg{err: realtime.Invalid(codeBinaryMessage, "", "client events are JSON text messages, not binary ones")}
+		if _, err := io.Copy(io.Discard, r); err != nil {
+			return rtMsg{}, err
+		}
+		return rtMsg{err: realtime.Invalid(codeBinaryMessage, "", "client events are JSON text messages, not binary ones")}, nil
 	}
-	res, err := c.s.decode.acquire(c.ctx, decodeCost(int64(len(data))), c.s.cfg.DecodeWait)
+	data, res, refused, err := readCharged(c.ctx, c.s.decode, c.s.cfg.DecodeWait, r)
 	if err != nil {
-		e := &realtime.Error{Type: realtime.TypeServer, Code: codeCancelled, Message: "gave up waiting for decode budget: " + err.Error()}
-		if errors.Is(err, errDecodeBusy) {
+		return rtMsg{}, err
+	}
+	if refused != nil {
+		e := &realtime.Error{Type: realtime.TypeServer, Code: codeCancelled, Message: "gave up waiting for decode budget: " + refused.err.Error()}
+		if errors.Is(refused.err, errDecodeBusy) {
 			ae := c.s.decodeBusy()
 			e = &realtime.Error{Type: ae.Type, Code: ae.Code, Message: ae.Message}
-			c.log.Info("realtime: event refused", "err", err, "bytes", len(data))
+			c.log.Info("realtime: event refused", "err", refused.err, "bytes", refused.bytes)
 		}
-		return rtMsg{err: e.WithEventID(eventID(data))}
+		return rtMsg{err: e.WithEventID(refused.eventID)}, nil
 	}
 	var m rtMsg
 	m.ev, m.err = realtime.Decode(data)
 	res.shrink(audioBytes(m.ev))
 	m.res = res
-	return m
+	return m, nil
+}
+
+// rtReadFirst is the first chunk of a client event readCharged reads;
+// later chunks double up to rtReadMax.
+const (
+	rtReadFirst = 512
+	rtReadMax   = 1 << 20
+)
+
+// refusal is a message readCharged did not take for want of decode
+// budget: why, its length, and its top-level event_id ("" if none).
+type refusal struct {
+	err     error
+	bytes   int64
+	eventID string
+}
+
+// readCharged reads the message r, reserving decodeCost of each chunk
+// from budget before reading it (waiting up to wait). It returns the
+// message and its reservation (decodeCost of its length); or, where a
+// chunk's reservation fails, a refusal, with the rest of r read and
+// dropped and nothing reserved; or r's error, with nothing reserved.
+func readCharged(ctx context.Context, budget *byteBudget, wait time.Duration, r io.Reader) ([]byte, *reservation, *refusal, error) {
+	var (
+		buf []byte
+		res *reservation
+	)
+	for {
+		if len(buf) == cap(buf) {
+			step := min(max(rtReadFirst, cap(buf)), rtReadMax)
+			more, err := budget.acquire(ctx, decodeCost(int64(step)), wait)
+			if err != nil {
+				res.release()
+				n, id, rerr := scanEventID(buf, r)
+				if rerr != nil {
+					return nil, nil, nil, rerr
+				}
+				return nil, nil, &refusal{err: err, bytes: n, eventID: id}, nil
+			}
+			res = res.join(more)
+			// Exactly step more (slices.Grow may round far above what
+			// was charged).
+			buf = append(make([]byte, 0, len(buf)+step), buf...)
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			res.shrink(decodeCost(int64(len(buf))))
+			return buf, res, nil, nil
+		}
+		if err != nil {
+			res.release()
+			return nil, nil, nil, err
+		}
+	}
+}
+
+// scanEventID reads the rest of a JSON event whose first bytes are head
+// from r, keeping nothing but the string value of its top-level
+// "event_id" (at most 512 bytes, as eventID), and returns the message's
+// length and that id ("" where there is none, it is longer or not a
+// string, or the text is not a JSON object up to it). It holds a few
+// hundred bytes whatever the message's size: a refused event's audio is
+// skipped, not buffered.
+func scanEventID(head []byte, r io.Reader) (int64, string, error) {
+	var sc idScanner
+	n := int64(len(head))
+	sc.feed(head)
+	var chunk [4096]byte
+	for {
+		k, err := r.Read(chunk[:])
+		n += int64(k)
+		sc.feed(chunk[:k])
+		if err == io.EOF {
+			return n, sc.id(), nil
+		}
+		if err != nil {
+			return n, "", err
+		}
+	}
+}
+
+// idScanner finds a JSON object's top-level "event_id" string in a stream
+// of its bytes: it tracks nesting and strings (with their escapes) and
+// keeps only top-level keys and the value of the key event_id.
+type idScanner struct {
+	depth          int
+	inStr, esc     bool
+	expectKey      bool // at depth 1: the next string is a key
+	capKey, capVal bool // the string being read is a key / the id
+	key, val       []byte
+	lastKey        string
+	found, bad     bool
+}
+
+func (s *idScanner) feed(p []byte) {
+	for _, b := range p {
+		if s.found || s.bad {
+			return
+		}
+		if s.inStr {
+			if s.esc {
+				s.esc = false
+			} else if b == '\\' {
+				s.esc = true
+			} else if b == '"' {
+				s.inStr = false
+				switch {
+				case s.capKey:
+					s.lastKey, s.capKey = string(s.key), false
+				case s.capVal:
+					s.found = true
+				}
+				continue
+			}
+			switch {
+			case s.capKey && len(s.key) < 64:
+				s.key = append(s.key, b)
+			case s.capKey:
+				s.capKey, s.lastKey = false, "" // too long to be event_id
+			case s.capVal && len(s.val) < 6*512+2:
+				s.val = append(s.val, b)
+			case s.capVal:
+				s.bad = true
+			}
+			continue
+		}
+		switch b {
+		case ' ', '\t', '\n', '\r':
+		case '{', '[':
+			if s.depth == 0 && b != '{' {
+				s.bad = true
+			}
+			s.depth++
+			s.expectKey = s.depth == 1
+		case '}', ']':
+			s.depth--
+			if s.depth <= 0 {
+				s.bad = true // the object ended without the id
+			}
+		case '"':
+			s.inStr = true
+			if s.depth == 1 {
+				if s.expectKey {
+					s.capKey, s.key = true, s.key[:0]
+				} else if s.lastKey == "event_id" {
+					s.capVal = true
+				}
+			}
+		case ',':
+			if s.depth == 1 {
+				s.expectKey, s.lastKey = true, ""
+			}
+		case ':':
+			if s.depth == 1 {
+				s.expectKey = false
+			}
+		default:
+			if s.depth == 0 {
+				s.bad = true
+			}
+		}
+	}
+}
+
+// id returns the event_id found ("" if none or unusable).
+func (s *idScanner) id() string {
+	if !s.found {
+		return ""
+	}
+	var id string
+	q := make([]byte, 0, len(s.val)+2)
+	q = append(append(append(q, '"'), s.val...), '"')
+	if json.Unmarshal(q, &id) != nil || len(id) > 512 {
+		return ""
+	}
+	return id
 }
 
 // drainIn gives back the decode budget of the events the loop did not
@@ -399,18 +593,6 @@ func (c *rtConn) drainIn() {
 	for m := range c.in {
 		m.res.release()
 	}
-}
-
-// eventID returns a client event's event_id, or "" when it has none that
-// reads (it is scanned, not decoded: its audio is not copied).
-func eventID(data []byte) string {
-	var h struct {
-		EventID string `json:"event_id"`
-	}
-	if json.Unmarshal(data, &h) != nil || len(h.EventID) > 512 {
-		return ""
-	}
-	return h.EventID
 }
 
 // audioBytes returns the bytes of the samples a decoded event holds.
