@@ -22,8 +22,41 @@ var unfused = os.Getenv("OMNIPIPE_CPU_FUSE") == "off"
 // of a few rows is a pass over a few kilobytes beside the product's
 // megabytes of weights, and the product's loop already reads h from cache.
 func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tensor) {
-	gpu.NormRows(q, h, x, n)
+	q.normRows(h, x, n)
 	q.MatMul(dst, h, w, bias)
+}
+
+// normRows is gpu.NormRows(q, h, x, n) — RMSNorm, RoundBF16, MulRow,
+// RoundBF16 as n asks — in one pass over each row with those ops' kernels
+// (the same floats: TestNormRowsEqualsSeq): a decode step's norms are a
+// few kilobytes, which four op dispatches cost more than.
+func (q *Queue) normRows(h, x gpu.Tensor, n gpu.RowNorm) {
+	if unfused {
+		gpu.NormRows(q, h, x, n)
+		return
+	}
+	sameShape("normrows", h, x)
+	var nw []float32
+	if !n.W.IsNil() {
+		nw = q.rowVector(n.W, h.Cols, false)
+	}
+	xs := f32s(x)
+	asm := q.asm
+	q.eachRow(h, func(r int, d []float32) {
+		src := row(x, xs, r)
+		sq := vSumSq(asm, src, 0)
+		inv := float32(1 / math.Sqrt(float64(sq/float32(len(src))+n.Eps)))
+		vScale(asm, d, src, inv)
+		if n.Round {
+			vRound(asm, d)
+		}
+		if nw != nil {
+			vMul(asm, d, d, nw)
+			if n.RoundW {
+				vRound(asm, d)
+			}
+		}
+	})
 }
 
 // PrepHeads implements gpu.NormFuser: each row of each item in one pass —
@@ -160,7 +193,7 @@ func (q *Queue) NormGLU(dst, h, x gpu.Tensor, n gpu.RowNorm, w1, w3 gpu.Tensor, 
 	default:
 		return false
 	}
-	gpu.NormRows(q, h, x, n)
+	q.normRows(h, x, n)
 	q.glu = grow(q.glu, M*N)
 	gate := q.glu[:M*N]
 	g1 := mm{x: f32s(h), xs: h.Stride, dst: gate, ds: N, M: M, N: N, K: K}

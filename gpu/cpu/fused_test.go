@@ -162,3 +162,56 @@ func TestPrepHeadsEqualsSeq(t *testing.T) {
 		}
 	}
 }
+
+// TestNormRowsEqualsSeq: the CPU queue's one-pass row norm gives
+// gpu.NormRows's bits (RMSNorm, RoundBF16, MulRow, RoundBF16) on padded,
+// strided views and in place, with and without a weight and each
+// rounding, for one row to enough rows to split over the pool.
+func TestNormRowsEqualsSeq(t *testing.T) {
+	for _, ks := range kernelSets(t) {
+		for ci, c := range []struct {
+			rows, cols     int
+			round, rw, wtd bool
+			inPlace        bool
+		}{
+			{1, 1024, true, true, true, false},
+			{4, 1024, false, true, true, true},
+			{40, 1024, true, false, true, false},
+			{7, 37, true, true, false, false},
+			{300, 64, false, false, false, true},
+		} {
+			for _, workers := range []int{1, 3} {
+				t.Run(fmt.Sprintf("%s/case%d/workers=%d", ks.name, ci, workers), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(uint64(ci), 9))
+					dev, q := newTestDevice(t, workers, ks.asm)
+					x := view(dev, gpu.F32, c.rows, c.cols, 3, 1)
+					fillRandom(rng, x)
+					n := gpu.RowNorm{Eps: 1e-5, Round: c.round, RoundW: c.rw}
+					if c.wtd {
+						n.W = view(dev, gpu.BF16, 1, c.cols, 0, 0)
+						fillRandom(rng, n.W)
+					}
+					run := func(fused bool) gpu.Tensor {
+						src := view(dev, gpu.F32, c.rows, c.cols, 3, 1)
+						q.Copy(src, x)
+						h := src
+						if !c.inPlace {
+							h = view(dev, gpu.F32, c.rows, c.cols, 2, 0)
+						}
+						if fused {
+							q.normRows(h, src, n)
+						} else {
+							gpu.NormRows(q, h, src, n)
+						}
+						checkPadding(t, h)
+						return h
+					}
+					got, want := run(true), run(false)
+					if r, col, ok := bitsEqual(got, want); !ok {
+						t.Fatalf("[%d,%d]: one pass %v, sequence %v", r, col, at(got, r, col), at(want, r, col))
+					}
+				})
+			}
+		}
+	}
+}
