@@ -31,6 +31,7 @@ func TestReadChargedRefusesEarly(t *testing.T) {
 	}{
 		{"fits", decodeCost(int64(len(big))) * 3, big, false},
 		{"small in a small budget", decodeCost(4096), small, false},
+		{"fills its chunks exactly", decodeCost(rtReadFirst + rtReadFirst), strings.Repeat(" ", 2*rtReadFirst-len(small)) + small, false},
 		{"refused after its first chunks", decodeCost(4096), big, true},
 		{"refused at once", 0, small, true}, // another holds the whole budget
 	} {
@@ -75,8 +76,9 @@ func TestReadChargedRefusesEarly(t *testing.T) {
 			if n := b.inUse(); n != 0 && c.budget != 0 {
 				t.Errorf("%d bytes left reserved", n)
 			}
-			// Read ahead of the charge: never more than the charge's share.
-			if r.maxAhead > 0 {
+			// Read ahead of the charge: never more than the one byte that
+			// says whether a full buffer's message goes on.
+			if r.maxAhead > decodeCost(1) {
 				t.Errorf("read %d bytes past the charge (decodeCost of the bytes read exceeded the reservation)", r.maxAhead)
 			}
 			if r.uncharge > 0 && c.budget != 0 {
@@ -213,4 +215,39 @@ func FuzzScanEventID(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReadChargedWaitsOnce: the chunks of one event share one wait. The
+// budget frees 64 KiB's charge every 20 ms, so each chunk of a 512 KiB
+// event could be had within a 100 ms wait of its own, but all of them
+// need at least 160 ms: the event must be refused.
+func TestReadChargedWaitsOnce(t *testing.T) {
+	b := newByteBudget(decodeCost(1 << 20))
+	other, err := b.acquire(context.Background(), decodeCost(1<<20)-decodeCost(4096), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	freed := make(chan struct{})
+	go func() {
+		defer close(freed)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				other.shrink(other.n.Load() - decodeCost(64<<10))
+			}
+		}
+	}()
+	defer func() { close(done); <-freed; other.release() }()
+	// 512 KiB exactly: the chunks up to 256 KiB hold it, none more.
+	msg := `{"audio":"` + strings.Repeat("A", 1<<19-34) + `","event_id":"evt_slow"}`
+	data, res, ref, err := readCharged(context.Background(), b, 100*time.Millisecond, strings.NewReader(msg))
+	if err != nil || ref == nil || ref.eventID != "evt_slow" {
+		res.release()
+		t.Fatalf("%d bytes, refusal %+v, %v: want evt_slow refused (its chunks' waits add up past the wait)", len(data), ref, err)
+	}
 }

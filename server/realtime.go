@@ -426,7 +426,8 @@ type refusal struct {
 }
 
 // readCharged reads the message r, reserving decodeCost of each chunk
-// from budget before reading it (waiting up to wait). It returns the
+// from budget before reading it (the chunks' waits together at most
+// wait). It returns the
 // message and its reservation (decodeCost of its length); or, where a
 // chunk's reservation fails, a refusal, with the rest of r read and
 // dropped and nothing reserved; or r's error, with nothing reserved.
@@ -435,22 +436,58 @@ func readCharged(ctx context.Context, budget *byteBudget, wait time.Duration, r 
 		buf []byte
 		res *reservation
 	)
+	deadline := time.Now().Add(wait)
+	// more reserves the next chunk and gives buf room for it; on a refusal
+	// it reads the rest of the message after head (buf and what was read
+	// past it) and returns why.
+	more := func(head []byte) (*refusal, error) {
+		step := min(max(rtReadFirst, cap(buf)), rtReadMax)
+		left := wait
+		if wait > 0 {
+			left = max(time.Until(deadline), time.Nanosecond)
+		}
+		got, err := budget.acquire(ctx, decodeCost(int64(step)), left)
+		if err != nil {
+			res.release()
+			n, id, rerr := scanEventID(head, r)
+			if rerr != nil {
+				return nil, rerr
+			}
+			return &refusal{err: err, bytes: n, eventID: id}, nil
+		}
+		res = res.join(got)
+		// Exactly step more (slices.Grow may round far above what was
+		// charged).
+		buf = append(make([]byte, 0, len(buf)+step), buf...)
+		return nil, nil
+	}
 	for {
-		if len(buf) == cap(buf) {
-			step := min(max(rtReadFirst, cap(buf)), rtReadMax)
-			more, err := budget.acquire(ctx, decodeCost(int64(step)), wait)
+		switch {
+		case cap(buf) == 0:
+			if ref, err := more(nil); ref != nil || err != nil {
+				return nil, nil, ref, err
+			}
+			continue
+		case len(buf) == cap(buf):
+			// Full: one byte more says whether the message goes on, so a
+			// message that fills its chunks exactly is not charged another.
+			var one [1]byte
+			n, err := r.Read(one[:])
+			if n == 1 {
+				if ref, err := more(append(buf, one[0])); ref != nil || err != nil {
+					return nil, nil, ref, err
+				}
+				buf = append(buf, one[0])
+			}
+			if err == io.EOF {
+				res.shrink(decodeCost(int64(len(buf))))
+				return buf, res, nil, nil
+			}
 			if err != nil {
 				res.release()
-				n, id, rerr := scanEventID(buf, r)
-				if rerr != nil {
-					return nil, nil, nil, rerr
-				}
-				return nil, nil, &refusal{err: err, bytes: n, eventID: id}, nil
+				return nil, nil, nil, err
 			}
-			res = res.join(more)
-			// Exactly step more (slices.Grow may round far above what
-			// was charged).
-			buf = append(make([]byte, 0, len(buf)+step), buf...)
+			continue
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
