@@ -373,15 +373,14 @@ func (c *rtConn) read() {
 
 // decodeEvent reads and decodes one client event (the message r) under
 // the server's decode budget: its bytes are charged as they arrive,
-// decodeCost of each chunk before the chunk is read (512 bytes first, then
-// doubling up to 1 MiB a chunk), so a session never holds more of a
-// message than its charge (reading a whole message first would let each
-// session hold up to rtMaxEvent bytes the budget does not see), and, once
-// decoded, the event keeps its audio's bytes
-// charged until the loop has handled it. A chunk whose charge does not fit
-// within Config.DecodeWait refuses the event with an error event
-// (decode_budget_exceeded) naming it: the rest of the message is read and
-// dropped, holding nothing but its event_id (scanEventID), and the session
+// decodeCost of each chunk before the chunk is read (readCharged), so a
+// session never holds more of a message than its charge (reading a whole
+// message first would let each session hold up to rtMaxEvent bytes the
+// budget does not see); once decoded, the event keeps its audio's bytes
+// charged until the loop has handled it. An event whose chunks are not
+// all charged within Config.DecodeWait is refused with an error event
+// (decode_budget_exceeded) naming it — the rest of the message read and
+// dropped, nothing kept but its event_id (scanEventID) — and the session
 // goes on. A read error ends the session.
 func (c *rtConn) decodeEvent(typ websocket.MessageType, r io.Reader) (rtMsg, error) {
 	if typ != websocket.MessageText {
@@ -426,8 +425,8 @@ type refusal struct {
 }
 
 // readCharged reads the message r, reserving decodeCost of each chunk
-// from budget before reading it (the chunks' waits together at most
-// wait). It returns the
+// (rtReadFirst bytes, then doubling up to rtReadMax) from budget before
+// reading it, the chunks' waits together at most wait. It returns the
 // message and its reservation (decodeCost of its length); or, where a
 // chunk's reservation fails, a refusal, with the rest of r read and
 // dropped and nothing reserved; or r's error, with nothing reserved.
@@ -504,7 +503,7 @@ func readCharged(ctx context.Context, budget *byteBudget, wait time.Duration, r 
 
 // scanEventID reads the rest of a JSON event whose first bytes are head
 // from r, keeping nothing but the string value of its top-level
-// "event_id" (at most 512 bytes, as eventID), and returns the message's
+// "event_id" (at most 512 bytes), and returns the message's
 // length and that id ("" where there is none, it is longer or not a
 // string, or the text is not a JSON object up to it). It holds a few
 // hundred bytes whatever the message's size: a refused event's audio is
