@@ -13,14 +13,15 @@ var (
 	_ gpu.NormFuser = (*Queue)(nil)
 )
 
-// unfused makes NormGLU decline every shape and PrepHeads run its op
-// sequence (env OMNIPIPE_CPU_FUSE=off; for A/B measurements: the same bits
-// either way).
+// unfused makes NormGLU decline every shape and the row norms and
+// PrepHeads run their op sequences (env OMNIPIPE_CPU_FUSE=off; for A/B
+// measurements: the same bits either way).
 var unfused = os.Getenv("OMNIPIPE_CPU_FUSE") == "off"
 
-// NormMatMul implements gpu.NormFuser as its sequence: on a CPU the norm
-// of a few rows is a pass over a few kilobytes beside the product's
-// megabytes of weights, and the product's loop already reads h from cache.
+// NormMatMul implements gpu.NormFuser: the row norm in one pass
+// (normRows), then the product — on a CPU the norm stays outside the
+// product's loop, a pass over a few kilobytes beside its megabytes of
+// weights.
 func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tensor) {
 	q.normRows(h, x, n)
 	q.MatMul(dst, h, w, bias)
