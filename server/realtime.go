@@ -460,36 +460,28 @@ func readCharged(ctx context.Context, budget *byteBudget, wait time.Duration, r 
 		buf = append(make([]byte, 0, len(buf)+step), buf...)
 		return nil, nil
 	}
+	if ref, err := more(nil); ref != nil || err != nil {
+		return nil, nil, ref, err
+	}
 	for {
-		switch {
-		case cap(buf) == 0:
-			if ref, err := more(nil); ref != nil || err != nil {
-				return nil, nil, ref, err
-			}
-			continue
-		case len(buf) == cap(buf):
+		var err error
+		if len(buf) < cap(buf) {
+			var n int
+			n, err = r.Read(buf[len(buf):cap(buf)])
+			buf = buf[:len(buf)+n]
+		} else {
 			// Full: one byte more says whether the message goes on, so a
 			// message that fills its chunks exactly is not charged another.
 			var one [1]byte
-			n, err := r.Read(one[:])
+			var n int
+			n, err = r.Read(one[:])
 			if n == 1 {
-				if ref, err := more(append(buf, one[0])); ref != nil || err != nil {
-					return nil, nil, ref, err
+				if ref, merr := more(append(buf, one[0])); ref != nil || merr != nil {
+					return nil, nil, ref, merr
 				}
 				buf = append(buf, one[0])
 			}
-			if err == io.EOF {
-				res.shrink(decodeCost(int64(len(buf))))
-				return buf, res, nil, nil
-			}
-			if err != nil {
-				res.release()
-				return nil, nil, nil, err
-			}
-			continue
 		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
 		if err == io.EOF {
 			res.shrink(decodeCost(int64(len(buf))))
 			return buf, res, nil, nil

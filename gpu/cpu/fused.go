@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"math"
 	"os"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -28,7 +27,7 @@ func (q *Queue) NormMatMul(dst, h, x gpu.Tensor, n gpu.RowNorm, w, bias gpu.Tens
 }
 
 // normRows is gpu.NormRows(q, h, x, n) — RMSNorm, RoundBF16, MulRow,
-// RoundBF16 as n asks — in one pass over each row with those ops' kernels
+// RoundBF16 as n asks — in one pass over each row (normInto)
 // (the same floats: TestNormRowsEqualsSeq): a decode step's norms are a
 // few kilobytes, which four op dispatches cost more than.
 func (q *Queue) normRows(h, x gpu.Tensor, n gpu.RowNorm) {
@@ -43,27 +42,13 @@ func (q *Queue) normRows(h, x gpu.Tensor, n gpu.RowNorm) {
 	}
 	xs := f32s(x)
 	asm := q.asm
-	q.eachRow(h, func(r int, d []float32) {
-		src := row(x, xs, r)
-		sq := vSumSq(asm, src, 0)
-		inv := float32(1 / math.Sqrt(float64(sq/float32(len(src))+n.Eps)))
-		vScale(asm, d, src, inv)
-		if n.Round {
-			vRound(asm, d)
-		}
-		if nw != nil {
-			vMul(asm, d, d, nw)
-			if n.RoundW {
-				vRound(asm, d)
-			}
-		}
-	})
+	q.eachRow(h, func(r int, d []float32) { normInto(asm, d, row(x, xs, r), n, nw) })
 }
 
 // PrepHeads implements gpu.NormFuser: each row of each item in one pass —
 // copied, every head normalised (the sum of squares, the inverse root in
 // float64, the scale, the rounding and the weight of Queue.RMSNorm,
-// RoundBF16 and MulRow), rotated (Queue.RoPE's arithmetic, its cos and sin
+// RoundBF16 and MulRow: normInto), rotated (Queue.RoPE's ropeRow, its cos and sin
 // computed once for the rows that share a position: all of a depthformer
 // frame's rows) and rounded — the floats of gpu.PrepHeadsSeq, whose dozen
 // ops over the same few kilobytes (a decode step's q and k) cost more in
@@ -105,11 +90,6 @@ func (q *Queue) prepHeads(it gpu.HeadPrep, rp gpu.RoPEParams, round bool) {
 	inPlace := gpu.SameView(dst, src)
 	ds, ss := f32s(dst), f32s(src)
 	asm := q.asm
-	half := hd / 2
-	rnd := func(v float32) float32 { return v }
-	if rp.BF16 {
-		rnd = gpu.RoundBF16
-	}
 	p := q.dev.pool
 	ws := q.workspace(p.workers)
 	p.ForW(dst.Rows, max(1, elemGrain/dst.Cols), func(w, lo, hi int) {
@@ -123,48 +103,13 @@ func (q *Queue) prepHeads(it gpu.HeadPrep, rp gpu.RoPEParams, round bool) {
 				copy(d, row(src, ss, r))
 			}
 			for h := 0; h < dst.Cols; h += hd {
-				x := d[h : h+hd]
-				sq := vSumSq(asm, x, 0)
-				inv := float32(1 / math.Sqrt(float64(sq/float32(hd)+n.Eps)))
-				vScale(asm, x, x, inv)
-				if n.Round {
-					vRound(asm, x)
-				}
-				if nw != nil {
-					vMul(asm, x, x, nw)
-					if n.RoundW {
-						vRound(asm, x)
-					}
-				}
+				normInto(asm, d[h:h+hd], d[h:h+hd], n, nw)
 			}
 			if pos := rp.Pos[r]; pos != at || r == lo {
 				at = pos
-				fp := float32(pos)
-				for j := 0; j < half; j++ {
-					ang := fp * rp.InvFreq[j] // fp32 product, as Queue.RoPE
-					cs[2*j] = rnd(float32(math.Cos(float64(ang))))
-					cs[2*j+1] = rnd(float32(math.Sin(float64(ang))))
-				}
+				ropeAngles(cs, pos, rp.InvFreq, rp.BF16)
 			}
-			for j := 0; j < half; j++ {
-				c, s := cs[2*j], cs[2*j+1]
-				for h := 0; h < dst.Cols; h += hd {
-					var i0, i1 int
-					if rp.Style == gpu.Interleaved {
-						i0, i1 = h+2*j, h+2*j+1
-					} else {
-						i0, i1 = h+j, h+j+half
-					}
-					x0, x1 := d[i0], d[i1]
-					if rp.BF16 {
-						d[i0] = gpu.RoundBF16(gpu.RoundBF16(x0*c) - gpu.RoundBF16(x1*s))
-						d[i1] = gpu.RoundBF16(gpu.RoundBF16(x1*c) + gpu.RoundBF16(x0*s))
-					} else {
-						d[i0] = float32(x0*c) - float32(x1*s)
-						d[i1] = float32(x1*c) + float32(x0*s)
-					}
-				}
-			}
+			ropeRow(d, cs, hd, rp.Style, rp.BF16)
 			if round {
 				vRound(asm, d)
 			}

@@ -259,12 +259,26 @@ func (q *Queue) RMSNorm(dst, a gpu.Tensor, eps float32) {
 	sameShape("rmsnorm", dst, a)
 	as := f32s(a)
 	asm := q.asm
-	q.eachRow(dst, func(r int, d []float32) {
-		x := row(a, as, r)
-		ss := vSumSq(asm, x, 0)
-		inv := float32(1 / math.Sqrt(float64(ss/float32(len(x))+eps)))
-		vScale(asm, d, x, inv)
-	})
+	q.eachRow(dst, func(r int, d []float32) { normInto(asm, d, row(a, as, r), gpu.RowNorm{Eps: eps}, nil) })
+}
+
+// normInto sets d to the RMS norm of x, rounded and weighted as n asks
+// (nw: n.W as float32, nil for none) — one row of RMSNorm, then
+// RoundBF16, MulRow and RoundBF16: the sum of squares in vSumSq's order,
+// the inverse root in float64, the scale.
+func normInto(asm bool, d, x []float32, n gpu.RowNorm, nw []float32) {
+	ss := vSumSq(asm, x, 0)
+	inv := float32(1 / math.Sqrt(float64(ss/float32(len(x))+n.Eps)))
+	vScale(asm, d, x, inv)
+	if n.Round {
+		vRound(asm, d)
+	}
+	if nw != nil {
+		vMul(asm, d, d, nw)
+		if n.RoundW {
+			vRound(asm, d)
+		}
+	}
 }
 
 // LayerNorm implements gpu.Queue: mean and variance in the 8-lane order of
@@ -307,30 +321,54 @@ func (q *Queue) RoPE(dst gpu.Tensor, p gpu.RoPEParams) {
 	if hd <= 0 || hd%2 != 0 || dst.Cols%hd != 0 || len(p.InvFreq) != hd/2 || len(p.Pos) != dst.Rows {
 		panic(fmt.Sprintf("cpu: rope %v head %d invfreq %d pos %d", dst, hd, len(p.InvFreq), len(p.Pos)))
 	}
-	half := hd / 2
-	rnd := func(v float32) float32 { return v }
-	if p.BF16 {
-		rnd = gpu.RoundBF16
-	}
 	q.eachRow(dst, func(r int, d []float32) {
-		pos := float32(p.Pos[r])
-		for j := 0; j < half; j++ {
-			ang := pos * p.InvFreq[j] // fp32 product, as the references compute it
-			c := rnd(float32(math.Cos(float64(ang))))
-			s := rnd(float32(math.Sin(float64(ang))))
-			for h := 0; h < dst.Cols; h += hd {
-				var i0, i1 int
-				if p.Style == gpu.Interleaved {
-					i0, i1 = h+2*j, h+2*j+1
-				} else {
-					i0, i1 = h+j, h+j+half
-				}
-				x0, x1 := d[i0], d[i1]
-				d[i0] = rnd(rnd(x0*c) - rnd(x1*s))
-				d[i1] = rnd(rnd(x1*c) + rnd(x0*s))
+		var buf [256]float32
+		cs := buf[:]
+		if hd > len(buf) {
+			cs = make([]float32, hd)
+		}
+		ropeAngles(cs, p.Pos[r], p.InvFreq, p.BF16)
+		ropeRow(d, cs, hd, p.Style, p.BF16)
+	})
+}
+
+// ropeAngles sets cs[2j] and cs[2j+1] to the cosine and sine of
+// pos·invFreq[j] — the fp32 product, as the references compute it, each
+// rounded to bfloat16 when bf16.
+func ropeAngles(cs []float32, pos int32, invFreq []float32, bf16 bool) {
+	fp := float32(pos)
+	for j, f := range invFreq {
+		ang := fp * f
+		c, s := float32(math.Cos(float64(ang))), float32(math.Sin(float64(ang)))
+		if bf16 {
+			c, s = gpu.RoundBF16(c), gpu.RoundBF16(s)
+		}
+		cs[2*j], cs[2*j+1] = c, s
+	}
+}
+
+// ropeRow rotates every head (hd columns) of row d by the angles of cs
+// (ropeAngles): pairs (2j, 2j+1) or (j, j+hd/2) by style, each product and
+// each sum rounded to bfloat16 when bf16, the fp32 rotation otherwise.
+func ropeRow(d, cs []float32, hd int, style gpu.RoPEStyle, bf16 bool) {
+	half := hd / 2
+	for j := 0; j < half; j++ {
+		c, s := cs[2*j], cs[2*j+1]
+		for h := 0; h < len(d); h += hd {
+			i0, i1 := h+j, h+j+half
+			if style == gpu.Interleaved {
+				i0, i1 = h+2*j, h+2*j+1
+			}
+			x0, x1 := d[i0], d[i1]
+			if bf16 {
+				d[i0] = gpu.RoundBF16(gpu.RoundBF16(x0*c) - gpu.RoundBF16(x1*s))
+				d[i1] = gpu.RoundBF16(gpu.RoundBF16(x1*c) + gpu.RoundBF16(x0*s))
+			} else {
+				d[i0] = float32(x0*c) - float32(x1*s)
+				d[i1] = float32(x1*c) + float32(x0*s)
 			}
 		}
-	})
+	}
 }
 
 // ShortConv implements gpu.Queue.
