@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/omni-pipe/omni-pipe/gpu"
@@ -76,9 +75,7 @@ func (q *Queue) prepHeads(it gpu.HeadPrep, rp gpu.RoPEParams, round bool) {
 	dst, src := it.Dst, it.Src
 	hd := rp.HeadDim
 	sameShape("prepheads", dst, src)
-	if hd <= 0 || hd%2 != 0 || dst.Cols%hd != 0 || len(rp.InvFreq) != hd/2 || len(rp.Pos) != dst.Rows {
-		panic(fmt.Sprintf("cpu: prep heads %v head %d invfreq %d pos %d", dst, hd, len(rp.InvFreq), len(rp.Pos)))
-	}
+	checkRoPE("prep heads", dst, rp)
 	if dst.Rows == 0 || dst.Cols == 0 {
 		return
 	}

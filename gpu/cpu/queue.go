@@ -317,10 +317,8 @@ func softmax(asm bool, d []float32) {
 
 // RoPE implements gpu.Queue.
 func (q *Queue) RoPE(dst gpu.Tensor, p gpu.RoPEParams) {
+	checkRoPE("rope", dst, p)
 	hd := p.HeadDim
-	if hd <= 0 || hd%2 != 0 || dst.Cols%hd != 0 || len(p.InvFreq) != hd/2 || len(p.Pos) != dst.Rows {
-		panic(fmt.Sprintf("cpu: rope %v head %d invfreq %d pos %d", dst, hd, len(p.InvFreq), len(p.Pos)))
-	}
 	q.eachRow(dst, func(r int, d []float32) {
 		var buf [256]float32
 		cs := buf[:]
@@ -330,6 +328,15 @@ func (q *Queue) RoPE(dst gpu.Tensor, p gpu.RoPEParams) {
 		ropeAngles(cs, p.Pos[r], p.InvFreq, p.BF16)
 		ropeRow(d, cs, hd, p.Style, p.BF16)
 	})
+}
+
+// checkRoPE panics unless p rotates dst: whole heads of an even HeadDim,
+// its inverse frequencies and a position for every row.
+func checkRoPE(op string, dst gpu.Tensor, p gpu.RoPEParams) {
+	hd := p.HeadDim
+	if hd <= 0 || hd%2 != 0 || dst.Cols%hd != 0 || len(p.InvFreq) != hd/2 || len(p.Pos) != dst.Rows {
+		panic(fmt.Sprintf("cpu: %s %v head %d invfreq %d pos %d", op, dst, hd, len(p.InvFreq), len(p.Pos)))
+	}
 }
 
 // ropeAngles sets cs[2j] and cs[2j+1] to the cosine and sine of
